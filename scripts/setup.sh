@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create (or reuse) .venv in the project root and install sqa with its dependencies.
+# Usage: bash scripts/setup.sh [extra]   e.g. `bash scripts/setup.sh dev` for the test tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# soundfile needs the system libsndfile; fairseq2n links against it too.
+if ! ldconfig -p | grep -q libsndfile.so.1; then
+    if command -v apt-get >/dev/null; then
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        $SUDO apt-get update -qq
+        $SUDO apt-get install -y -qq libsndfile1
+    else
+        echo "sqa setup: install the system package libsndfile1 (libsndfile.so.1), then rerun" >&2
+        exit 1
+    fi
+fi
+
+PYTHON="${PYTHON:-python3.11}"
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade "pip>=24" "setuptools>=69,<81" wheel
+target="."
+[ $# -ge 1 ] && target=".[$1]"
+# The constraint reaches pyworld's isolated build through the environment.
+PIP_CONSTRAINT="$PWD/scripts/constraints.txt" .venv/bin/python -m pip install -q -e "$target"

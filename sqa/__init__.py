@@ -1,0 +1,3 @@
+"""sqa: neural MOS prediction for singing quality."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,54 @@
+"""Audio I/O: read any soundfile-supported file, downmix to mono, resample, crop or pad."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+
+class AudioError(ValueError):
+    """An audio file could not be read or holds no usable samples."""
+
+
+def audio_info(path: str | Path) -> tuple[int, int, int]:
+    """Return (sample_rate, frames, channels) of an audio file without decoding it."""
+    try:
+        info = sf.info(str(path))
+    except (sf.LibsndfileError, RuntimeError, OSError) as err:
+        raise AudioError(f"{path}: cannot read audio header ({err})") from err
+    return int(info.samplerate), int(info.frames), int(info.channels)
+
+
+def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
+    """Read `path`, average its channels and resample to `sample_rate`; returns float32 (N,)."""
+    try:
+        data, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, OSError) as err:
+        raise AudioError(f"{path}: cannot read audio ({err})") from err
+    if data.shape[0] == 0:
+        raise AudioError(f"{path}: the file holds no samples")
+    wav = data.mean(axis=1)
+    if not np.isfinite(wav).all():
+        raise AudioError(f"{path}: the audio holds NaN or infinite samples")
+    return resample(wav, sr, sample_rate)
+
+
+def resample(wav: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
+    """Band-limited resampling (soxr, high quality) of a mono float array (N,) -> (N',)."""
+    if orig_sr == target_sr:
+        return np.ascontiguousarray(wav, dtype=np.float32)
+    return soxr.resample(wav.astype(np.float32), orig_sr, target_sr, quality="HQ").astype(np.float32)
+
+
+def fit_length(wav: np.ndarray, min_samples: int, max_samples: int | None, rng: np.random.Generator | None) -> np.ndarray:
+    """Zero-pad to at least `min_samples`; crop to `max_samples` (random offset if `rng`, else centred)."""
+    if wav.shape[0] < min_samples:
+        wav = np.pad(wav, (0, min_samples - wav.shape[0]))
+    if max_samples is not None and wav.shape[0] > max_samples:
+        excess = wav.shape[0] - max_samples
+        start = int(rng.integers(0, excess + 1)) if rng is not None else excess // 2
+        wav = wav[start : start + max_samples]
+    return wav

@@ -1,0 +1,273 @@
+"""Corpus readers: SingMOS-Pro layout, SingMOS (VMC'24 track 2) layout and CSV manifests.
+
+Every reader returns a `Corpus` of validated `Clip` rows. Problems in the metadata raise
+`CorpusError` naming the file and the key or row at fault, never a bare KeyError.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqa.data.audio import AudioError, audio_info
+
+SPLITS = ("train", "valid", "test")
+
+
+class CorpusError(ValueError):
+    """Corpus metadata is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One rated clip: where its audio is, its MOS and where it belongs."""
+
+    sample_id: str
+    path: Path
+    mos: float
+    system_id: str
+    domain: str
+    split: str
+    test_set: str | None = None
+    extra_scores: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Corpus:
+    """Validated clips plus the ordered list of domains (annotation batches) they come from."""
+
+    clips: list[Clip]
+    domains: list[str]
+
+    def domain_index(self, domain: str) -> int:
+        """Integer ID of a domain name (its position in `domains`)."""
+        return self.domains.index(domain)
+
+    def split(self, name: str) -> list[Clip]:
+        """Clips of one split (`train`, `valid` or `test`)."""
+        return [c for c in self.clips if c.split == name]
+
+    def valid_sets(self) -> dict[str, list[Clip]]:
+        """Validation clips grouped by domain, in domain order, empty groups left out."""
+        groups = {d: [c for c in self.clips if c.split == "valid" and c.domain == d] for d in self.domains}
+        return {d: clips for d, clips in groups.items() if clips}
+
+    def test_sets(self) -> dict[str, list[Clip]]:
+        """Test clips grouped by test-set name, sorted by name."""
+        groups: dict[str, list[Clip]] = {}
+        for c in self.clips:
+            if c.split == "test":
+                groups.setdefault(c.test_set or "test", []).append(c)
+        return dict(sorted(groups.items()))
+
+    def filter_sample_rate(self, sample_rate: int) -> Corpus:
+        """Keep only clips whose file is stored at `sample_rate` (the paper's 16 kHz filter)."""
+        kept = [c for c in self.clips if _file_sample_rate(c.path) == sample_rate]
+        return Corpus(kept, self.domains)
+
+    def check(self) -> Corpus:
+        """Raise CorpusError on duplicate IDs, unknown splits, bad scores or missing audio."""
+        seen: set[str] = set()
+        for c in self.clips:
+            if c.sample_id in seen:
+                raise CorpusError(f"{c.path}: duplicate sample ID {c.sample_id!r}")
+            seen.add(c.sample_id)
+            if c.split not in SPLITS:
+                raise CorpusError(f"{c.path}: split {c.split!r} is not one of {SPLITS}")
+            if not math.isfinite(c.mos):
+                raise CorpusError(f"{c.path}: score of {c.sample_id!r} is not a finite number")
+            if c.domain not in self.domains:
+                raise CorpusError(f"{c.path}: domain {c.domain!r} is not in {self.domains}")
+            if not c.path.is_file():
+                raise CorpusError(f"{c.path}: audio file of {c.sample_id!r} not found")
+        return self
+
+
+def _file_sample_rate(path: Path) -> int:
+    try:
+        return audio_info(path)[0]
+    except AudioError as err:
+        raise CorpusError(str(err)) from err
+
+
+def _load_json(path: Path) -> object:
+    if not path.is_file():
+        raise CorpusError(f"{path}: file not found")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise CorpusError(f"{path}: not valid JSON ({err})") from err
+
+
+def _get(mapping: object, key: str, where: Path, context: str) -> object:
+    """mapping[key], or a CorpusError naming the file, the place in it and the missing key."""
+    if not isinstance(mapping, Mapping):
+        raise CorpusError(f"{where}: expected an object at {context}, found {type(mapping).__name__}")
+    if key not in mapping:
+        raise CorpusError(f"{where}: missing key {key!r} at {context}")
+    return mapping[key]
+
+
+def _number(value: object, where: Path, context: str) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        raise CorpusError(f"{where}: {context} is not a number ({value!r})") from err
+
+
+def read_singmos_pro(
+    root: str | Path,
+    test_batches: Sequence[str] = ("singmospro-p1", "singmospro-p2", "singmospro-p3"),
+    sample_rate_filter: int | None = None,
+) -> Corpus:
+    """Read the SingMOS-Pro layout (info/split.json, info/score.json, wav/).
+
+    Domains are the annotation batches in split.json. The test part of the k-th entry of
+    `test_batches` becomes test set `test{k}`; test parts of other batches join training.
+    `sample_rate_filter=16000` keeps only 16 kHz clips, as the paper does.
+    """
+    root = Path(root)
+    split_path, score_path = root / "info" / "split.json", root / "info" / "score.json"
+    splits = _load_json(split_path)
+    scores = _load_json(score_path)
+    utterances = _get(scores, "utterance", score_path, "the top level")
+    if not isinstance(splits, Mapping) or not splits:
+        raise CorpusError(f"{split_path}: expected a non-empty object of annotation batches")
+    for name in test_batches:
+        if name not in splits:
+            raise CorpusError(f"{split_path}: missing key {name!r} (a test batch) at the top level")
+    test_names = {b: f"test{i + 1}" for i, b in enumerate(test_batches)}
+    clips = []
+    for batch in sorted(splits):
+        for part in SPLITS:
+            ids = _get(splits[batch], part, split_path, f"[{batch!r}]") if part != "test" else splits[batch].get("test", [])
+            for utt in ids:
+                entry = _get(utterances, utt, score_path, "['utterance']")
+                ctx = f"['utterance'][{utt!r}]"
+                score = _get(entry, "score", score_path, ctx)
+                mos = _number(_get(score, "mos", score_path, f"{ctx}['score']"), score_path, f"{ctx}['score']['mos']")
+                extra = {
+                    k: _number(v, score_path, f"{ctx}['score'][{k!r}]")
+                    for k, v in score.items()
+                    if k not in ("mos", "judges", "scores") and not isinstance(v, list | dict)
+                }
+                is_test = part == "test" and batch in test_names
+                clips.append(
+                    Clip(
+                        sample_id=str(utt),
+                        path=root / str(_get(entry, "wav", score_path, ctx)),
+                        mos=mos,
+                        system_id=str(_get(entry, "sys_id", score_path, ctx)),
+                        domain=batch,
+                        split="test" if is_test else ("train" if part == "test" else part),
+                        test_set=test_names[batch] if is_test else None,
+                        extra_scores=extra,
+                    )
+                )
+    corpus = Corpus(clips, sorted(splits)).check()
+    return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
+
+
+def read_vmc24(root: str | Path, sample_rate_filter: int | None = None) -> Corpus:
+    """Read the SingMOS VMC'24 track 2 layout: sets/{train,val,eval}_mos_list.txt and wav/<id>.wav."""
+    root = Path(root)
+    clips = []
+    for list_name, split in (("train", "train"), ("val", "valid"), ("eval", "test")):
+        path = root / "sets" / f"{list_name}_mos_list.txt"
+        if not path.is_file():
+            raise CorpusError(f"{path}: file not found")
+        for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            parts = line.strip().split(",")
+            if len(parts) != 2:
+                raise CorpusError(f"{path}:{lineno}: expected '<id>,<score>', found {line!r}")
+            sample_id, score = parts[0].removesuffix(".wav"), parts[1]
+            fields = sample_id.split("-")
+            if len(fields) < 3:
+                raise CorpusError(f"{path}:{lineno}: ID {sample_id!r} has no system field (third '-' field)")
+            clips.append(
+                Clip(
+                    sample_id=sample_id,
+                    path=root / "wav" / f"{sample_id}.wav",
+                    mos=_number(score, path, f"line {lineno} score"),
+                    system_id=fields[2],
+                    domain="vmc24",
+                    split=split,
+                    test_set="eval" if split == "test" else None,
+                )
+            )
+    corpus = Corpus(clips, ["vmc24"]).check()
+    return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
+
+
+REQUIRED_CSV_COLUMNS = ("wav_path", "score", "system_id", "sample_id")
+
+
+def read_csv_manifest(
+    path: str | Path, default_split: str | None = None, sample_rate_filter: int | None = None
+) -> Corpus:
+    """Read a SHEET-style CSV manifest; rows of one sample from several listeners are averaged.
+
+    Required columns: wav_path, score, system_id, sample_id. Optional: listener_id, domain_id,
+    split (else `default_split` for every row), test_set, and extra score columns `score_<name>`.
+    Relative paths resolve against the CSV's folder.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"{path}: file not found")
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        columns = reader.fieldnames or []
+        missing = [c for c in REQUIRED_CSV_COLUMNS if c not in columns]
+        if missing:
+            raise CorpusError(f"{path}: missing column(s) {missing}; found {columns}")
+        if "split" not in columns and default_split is None:
+            raise CorpusError(f"{path}: no 'split' column; add one or set default_split")
+        rows = list(reader)
+    grouped: dict[str, list[tuple[int, dict[str, str]]]] = {}
+    for lineno, row in enumerate(rows, start=2):
+        grouped.setdefault(row["sample_id"], []).append((lineno, row))
+    extra_cols = [c for c in columns if c.startswith("score_")]
+    clips = []
+    for sample_id, group in grouped.items():
+        lineno, first = group[0]
+        for other_line, other in group[1:]:
+            for key in ("wav_path", "system_id", "domain_id", "split", "test_set"):
+                if other.get(key) != first.get(key):
+                    raise CorpusError(
+                        f"{path}:{other_line}: {key} of sample {sample_id!r} differs from line {lineno}"
+                    )
+        mos = sum(_number(r["score"], path, f"line {n} score") for n, r in group) / len(group)
+        extra = {}
+        for col in extra_cols:
+            values = [_number(r[col], path, f"line {n} {col}") for n, r in group if r[col] not in ("", None)]
+            if values:
+                extra[col.removeprefix("score_")] = sum(values) / len(values)
+        wav = Path(first["wav_path"])
+        split = first.get("split") or default_split
+        clips.append(
+            Clip(
+                sample_id=sample_id,
+                path=wav if wav.is_absolute() else path.parent / wav,
+                mos=mos,
+                system_id=first["system_id"],
+                domain=first.get("domain_id") or "default",
+                split=str(split),
+                test_set=(first.get("test_set") or "test") if split == "test" else None,
+                extra_scores=extra,
+            )
+        )
+    domains = sorted({c.domain for c in clips}, key=_natural_key)
+    corpus = Corpus(clips, domains).check()
+    return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
+
+
+def _natural_key(name: str) -> list[tuple[int, int | str]]:
+    """Sort key that orders 'p2' before 'p10'."""
+    return [(0, int(t)) if t.isdigit() else (1, t) for t in re.findall(r"\d+|\D+", name)]

@@ -1,0 +1,157 @@
+"""LightningDataModule: one train loader, one validation loader per domain, one test loader per test set."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from sqa.data.audio import fit_length, load_audio
+from sqa.data.corpus import Clip, Corpus
+
+# Receptive field of the wav2vec2 and log-mel front ends: shorter clips are zero-padded to it.
+MIN_SAMPLES = 400
+
+
+class ClipDataset(Dataset):
+    """Clips of one split as mono float waveforms at `sample_rate`, plus their labels.
+
+    Training clips longer than `max_seconds` are cropped at a random offset each time they are
+    drawn (the crop policy); evaluation clips are always used whole.
+    """
+
+    def __init__(
+        self,
+        clips: Sequence[Clip],
+        corpus: Corpus,
+        sample_rate: int,
+        max_seconds: float | None = None,
+        preload: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.clips = list(clips)
+        self.domain_ids = [corpus.domain_index(c.domain) for c in self.clips]
+        self.sample_rate = sample_rate
+        self.max_samples = int(max_seconds * sample_rate) if max_seconds else None
+        self.seed = seed
+        self.draws = 0
+        self._cache = [self._read(i) for i in range(len(self.clips))] if preload else None
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def _read(self, index: int) -> np.ndarray:
+        return load_audio(self.clips[index].path, self.sample_rate)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        clip = self.clips[index]
+        wav = self._cache[index] if self._cache is not None else self._read(index)
+        rng = None
+        if self.max_samples is not None:
+            # A crop offset that depends only on the seed, the clip and how often it was drawn.
+            self.draws += 1
+            rng = np.random.default_rng([self.seed, index, self.draws])
+        wav = fit_length(wav, MIN_SAMPLES, self.max_samples, rng)
+        return {
+            "wav": torch.from_numpy(np.ascontiguousarray(wav)),
+            "mos": clip.mos,
+            "domain": self.domain_ids[index],
+            "sample_id": clip.sample_id,
+            "system_id": clip.system_id,
+            "test_set": clip.test_set or "",
+        }
+
+
+def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Zero-pad waveforms to the longest: wav (B, N), lengths (B,), mos (B,), domain (B,), id lists."""
+    lengths = torch.tensor([it["wav"].shape[0] for it in items])
+    wav = torch.zeros(len(items), int(lengths.max()))
+    for i, it in enumerate(items):
+        wav[i, : it["wav"].shape[0]] = it["wav"]
+    return {
+        "wav": wav,
+        "lengths": lengths,
+        "mos": torch.tensor([it["mos"] for it in items], dtype=torch.float32),
+        "domain": torch.tensor([it["domain"] for it in items]),
+        "sample_id": [it["sample_id"] for it in items],
+        "system_id": [it["system_id"] for it in items],
+        "test_set": [it["test_set"] for it in items],
+    }
+
+
+class MOSDataModule(L.LightningDataModule):
+    """Loaders over a `Corpus`: shuffled training clips, per-domain validation, per-set test."""
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        sample_rate: int = 16000,
+        batch_size: int = 8,
+        eval_batch_size: int = 8,
+        num_workers: int = 0,
+        max_train_seconds: float | None = 10.0,
+        preload: bool = False,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.corpus = corpus
+        self.sample_rate = sample_rate
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.num_workers = num_workers
+        self.max_train_seconds = max_train_seconds
+        self.preload = preload
+        self.seed = seed
+        self._datasets: dict[str, ClipDataset] = {}
+
+    @property
+    def valid_names(self) -> list[str]:
+        """Names of the validation sets (domains with a valid split), in loader order."""
+        return list(self.corpus.valid_sets())
+
+    @property
+    def test_names(self) -> list[str]:
+        """Names of the test sets, in loader order."""
+        return list(self.corpus.test_sets())
+
+    def _dataset(self, key: str, clips: Sequence[Clip], max_seconds: float | None = None) -> ClipDataset:
+        if key not in self._datasets:
+            self._datasets[key] = ClipDataset(
+                clips, self.corpus, self.sample_rate, max_seconds, self.preload, self.seed
+            )
+        return self._datasets[key]
+
+    def _loader(self, dataset: ClipDataset, shuffle: bool, batch_size: int) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            collate_fn=collate,
+            num_workers=self.num_workers,
+            generator=generator,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled training clips, randomly cropped to `max_train_seconds`."""
+        train = self._dataset("train", self.corpus.split("train"), self.max_train_seconds)
+        return self._loader(train, True, self.batch_size)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        """One loader per domain's validation split."""
+        return [
+            self._loader(self._dataset(f"valid/{name}", clips), False, self.eval_batch_size)
+            for name, clips in self.corpus.valid_sets().items()
+        ]
+
+    def test_dataloader(self) -> list[DataLoader]:
+        """One loader per test set, whole clips."""
+        return [
+            self._loader(self._dataset(f"test/{name}", clips), False, self.eval_batch_size)
+            for name, clips in self.corpus.test_sets().items()
+        ]

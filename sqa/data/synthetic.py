@@ -1,0 +1,260 @@
+"""The built-in synthetic singing corpus, written in the SingMOS-Pro layout.
+
+Sung phrases (harmonic source with vibrato, vowel formants, note glides, breath gaps) from random
+melodies are passed through "systems": degradation recipes whose severity sets a latent quality.
+Each annotation batch p1..p5 has its own rater bias and scale; every clip gets five integer
+ratings whose mean is its MOS. Everything is deterministic from the seed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+from scipy import signal
+
+from sqa.data.corpus import Corpus, CorpusError, read_singmos_pro
+
+BATCHES = ("singmospro-p1", "singmospro-p2", "singmospro-p3", "singmospro-p4", "singmospro-p5")
+TEST_BATCHES = BATCHES[:3]
+FORMAT_VERSION = 1
+
+# Vowel formant frequencies (Hz) and bandwidths: a, e, i, o, u.
+VOWELS = (
+    ((800, 1200, 2500), (80, 90, 120)),
+    ((500, 1800, 2500), (60, 100, 120)),
+    ((300, 2300, 3000), (50, 100, 120)),
+    ((500, 900, 2400), (60, 80, 120)),
+    ((320, 800, 2300), (50, 80, 120)),
+)
+
+
+@dataclass(frozen=True)
+class SystemRecipe:
+    """A degradation applied to every clip of a system, and the quality it leaves."""
+
+    kind: str
+    param: float
+    quality: float
+    sample_rate: int
+
+
+def _recipe_pool(rng: np.random.Generator) -> list[SystemRecipe]:
+    """Candidate systems: spectral degradations (noise, band limit, bit depth) and pitch errors."""
+    pool = [
+        ("clean", 0.0, 4.6),
+        ("noise", 35.0, 4.2),
+        ("noise", 25.0, 3.6),
+        ("noise", 15.0, 2.8),
+        ("noise", 8.0, 2.0),
+        ("noise", 3.0, 1.4),
+        ("lowpass", 6000.0, 4.0),
+        ("lowpass", 3500.0, 3.2),
+        ("lowpass", 2000.0, 2.4),
+        ("lowpass", 1200.0, 1.7),
+        ("bits", 8.0, 3.0),
+        ("bits", 6.0, 2.2),
+        ("bits", 4.0, 1.5),
+        ("detune", 25.0, 3.4),
+        ("detune", 45.0, 2.6),
+        ("drift", 80.0, 2.9),
+        ("jitter", 60.0, 2.5),
+        ("note_detune", 50.0, 2.7),
+        ("timing", 0.35, 3.8),
+    ]
+    rates = (16000, 16000, 16000, 24000, 44100)
+    return [SystemRecipe(k, p, q, int(rng.choice(rates))) for k, p, q in pool]
+
+
+def _melody(rng: np.random.Generator, sr: int, kind: str, param: float) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Per-sample f0 (Hz, 0 in gaps) and voicing for a random phrase, with the pitch errors of `kind`."""
+    base = int(rng.integers(52, 68))
+    n_notes = int(rng.integers(4, 8))
+    scale = np.array([0, 2, 4, 5, 7, 9, 11, 12])
+    notes = base + rng.choice(scale, size=n_notes)
+    durs = rng.uniform(0.22, 0.5, size=n_notes)
+    if kind == "timing":
+        durs = durs * np.exp(rng.normal(0.0, param, size=n_notes))
+    gaps = np.where(rng.random(n_notes) < 0.3, rng.uniform(0.05, 0.15, size=n_notes), 0.0)
+    midi_parts, voiced_parts = [], []
+    prev = float(notes[0])
+    for note, dur, gap in zip(notes, durs, gaps, strict=True):
+        n = max(int(dur * sr), 1)
+        target = float(note)
+        if kind == "note_detune":
+            target += rng.choice([-1.0, 1.0]) * rng.uniform(0.6, 1.0) * param / 100.0
+        glide = min(int(0.05 * sr), n)
+        track = np.full(n, target)
+        track[:glide] = np.linspace(prev, target, glide)
+        midi_parts.append(track)
+        voiced_parts.append(np.ones(n))
+        prev = target
+        if gap > 0:
+            g = int(gap * sr)
+            midi_parts.append(np.full(g, target))
+            voiced_parts.append(np.zeros(g))
+    midi = np.concatenate(midi_parts)
+    voiced = np.concatenate(voiced_parts)
+    t = np.arange(midi.size) / sr
+    vib_depth = rng.uniform(0.3, 0.6)  # semitones (30-60 cents)
+    midi = midi + vib_depth * np.sin(2 * np.pi * rng.uniform(5.0, 6.5) * t) * np.clip(t / 0.3, 0, 1)
+    if kind == "detune":
+        midi = midi + rng.choice([-1.0, 1.0]) * param / 100.0
+    elif kind == "drift":
+        midi = midi + rng.choice([-1.0, 1.0]) * (param / 100.0) * t / max(t[-1], 1e-3)
+    elif kind == "jitter":
+        # Fast random pitch wobble: a smoothed random walk of about `param` cents.
+        walk = signal.lfilter([1.0], [1.0, -0.995], rng.normal(0, 1, midi.size))
+        midi = midi + (param / 100.0) * walk / (np.std(walk) + 1e-9)
+    f0 = 440.0 * 2.0 ** ((midi - 69.0) / 12.0)
+    return f0, voiced, notes.tolist()
+
+
+def _sing(rng: np.random.Generator, sr: int, f0: np.ndarray, voiced: np.ndarray) -> np.ndarray:
+    """Harmonic voice source shaped by a vowel formant envelope, with breath noise in gaps."""
+    formants, bands = VOWELS[int(rng.integers(len(VOWELS)))]
+    phase = 2 * np.pi * np.cumsum(f0) / sr
+    out = np.zeros_like(f0)
+    n_harm = int(0.45 * sr / f0.max())
+    for k in range(1, n_harm + 1):
+        fk = k * f0
+        env = sum(np.exp(-0.5 * ((fk - fc) / bw) ** 2) for fc, bw in zip(formants, bands, strict=True))
+        amp = (0.3 + env) * k**-1.0 * (fk < 0.45 * sr)
+        out += amp * np.sin(k * phase)
+    smooth = signal.lfilter([0.002], [1, -0.998], voiced)
+    out = out * smooth / (smooth.max() + 1e-9)
+    out += 0.003 * rng.normal(size=out.size) * (1 - smooth)
+    return out
+
+
+def _degrade(rng: np.random.Generator, wav: np.ndarray, sr: int, recipe: SystemRecipe) -> np.ndarray:
+    """Apply the spectral degradation of `recipe` (pitch recipes act in `_melody`)."""
+    if recipe.kind == "noise":
+        power = np.mean(wav**2)
+        snr = recipe.param + rng.normal(0, 1.5)
+        wav = wav + rng.normal(size=wav.size) * np.sqrt(power / 10 ** (snr / 10))
+    elif recipe.kind == "lowpass":
+        sos = signal.butter(8, recipe.param, btype="low", fs=sr, output="sos")
+        wav = signal.sosfilt(sos, wav)
+    elif recipe.kind == "bits":
+        levels = 2 ** (recipe.param - 1)
+        wav = np.round(wav * levels) / levels
+    return wav
+
+
+def generate(root: str | Path, seed: int = 0, clips_per_system: int = 14, systems_per_batch: tuple[int, ...] = (12, 12, 10, 8, 8)) -> Path:
+    """Write the synthetic corpus under `root` in the SingMOS-Pro layout; returns `root`.
+
+    The corpus is written to a temporary folder and renamed into place, so an interrupted
+    generation leaves nothing half-written. An existing folder is never overwritten.
+    """
+    root = Path(root)
+    if root.exists():
+        raise CorpusError(f"{root}: already exists; refusing to overwrite it")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+    try:
+        _write(tmp, seed, clips_per_system, systems_per_batch)
+        tmp.rename(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return root
+
+
+def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tuple[int, ...]) -> None:
+    (root / "wav").mkdir(parents=True)
+    (root / "info").mkdir()
+    master = np.random.default_rng(seed)
+    pool = _recipe_pool(master)
+    split, utterances, systems, sys_info = {}, {}, {}, {}
+    sys_counter = 0
+    for b, (batch, n_sys) in enumerate(zip(BATCHES, systems_per_batch, strict=True)):
+        bias, gain = master.normal(0, 0.35), master.uniform(0.8, 1.15)
+        chosen = [pool[0]] + [pool[i] for i in master.choice(np.arange(1, len(pool)), n_sys - 1, replace=False)]
+        split[batch] = {"train": [], "valid": [], "test": []}
+        for recipe in chosen:
+            sys_counter += 1
+            sys_id = f"sys{sys_counter:04d}"
+            sys_info[sys_id] = {
+                "sample_rate": recipe.sample_rate,
+                "tag": {"domain_id": b},
+                "type": recipe.kind,
+                "model": f"{recipe.kind}-{recipe.param:g}",
+                "dataset": "synthetic",
+            }
+            sys_scores = []
+            for u in range(clips_per_system):
+                utt_id = f"{sys_id}-utt{u + 1:04d}"
+                rng = np.random.default_rng([seed, sys_counter, u])
+                sr = recipe.sample_rate
+                f0, voiced, _ = _melody(rng, sr, recipe.kind, recipe.param)
+                wav = _degrade(rng, _sing(rng, sr, f0, voiced), sr, recipe)
+                wav = 0.5 * wav / (np.abs(wav).max() + 1e-9) * rng.uniform(0.5, 1.0)
+                sf.write(root / "wav" / f"{utt_id}.wav", wav.astype(np.float32), sr, subtype="PCM_16")
+                quality = recipe.quality + rng.normal(0, 0.15)
+                raw = 3.0 + gain * (quality - 3.0) + bias + rng.normal(0, 0.6, size=5)
+                ratings = np.clip(np.rint(raw), 1, 5).astype(int).tolist()
+                mos = float(np.mean(ratings))
+                sys_scores.append(mos)
+                score = {"mos": mos, "judges": [f"{batch}-j{j}" for j in range(5)], "scores": ratings}
+                if b == 0:
+                    # Melody MOS for part of the corpus, to exercise optional score dimensions.
+                    pitch_err = recipe.kind in ("detune", "drift", "jitter", "note_detune")
+                    score["melody"] = float(np.clip(np.rint(4.5 - 2.0 * pitch_err + rng.normal(0, 0.5)), 1, 5))
+                utterances[utt_id] = {"sys_id": sys_id, "wav": f"wav/{utt_id}.wav", "score": score}
+                part = _split_of(u, clips_per_system, batch in TEST_BATCHES)
+                split[batch][part].append(utt_id)
+            systems[sys_id] = {"mos": float(np.mean(sys_scores))}
+    info = root / "info"
+    (info / "split.json").write_text(json.dumps(split, indent=1))
+    (info / "score.json").write_text(json.dumps({"utterance": utterances, "system": systems}, indent=1))
+    (info / "sys_info.json").write_text(json.dumps(sys_info, indent=1))
+    (info / "synthetic.json").write_text(json.dumps(_signature(seed, clips_per_system, systems_per_batch)))
+
+
+def _split_of(index: int, n: int, has_test: bool) -> str:
+    """Train/valid/test assignment of the index-th clip of a system (about 60/15/25 %)."""
+    n_test = round(0.3 * n) if has_test else 0
+    n_valid = max(1, round(0.15 * n))
+    if index < n_test:
+        return "test"
+    if index < n_test + n_valid:
+        return "valid"
+    return "train"
+
+
+def _signature(seed: int, clips_per_system: int, systems_per_batch: tuple[int, ...]) -> dict:
+    return {
+        "format": FORMAT_VERSION,
+        "seed": seed,
+        "clips_per_system": clips_per_system,
+        "systems_per_batch": list(systems_per_batch),
+    }
+
+
+def load_synthetic(
+    root: str | Path,
+    seed: int = 0,
+    clips_per_system: int = 14,
+    systems_per_batch: tuple[int, ...] = (12, 12, 10, 8, 8),
+    sample_rate_filter: int | None = None,
+) -> Corpus:
+    """Read the synthetic corpus at `root`, generating it first if the folder does not exist."""
+    root = Path(root)
+    systems_per_batch = tuple(systems_per_batch)
+    if not root.exists():
+        generate(root, seed, clips_per_system, systems_per_batch)
+    marker = root / "info" / "synthetic.json"
+    expected = _signature(seed, clips_per_system, systems_per_batch)
+    if not marker.is_file() or json.loads(marker.read_text()) != expected:
+        raise CorpusError(
+            f"{marker}: {root} holds a different corpus than seed={seed}, clips_per_system="
+            f"{clips_per_system}, systems_per_batch={list(systems_per_batch)}; choose another root"
+        )
+    return read_singmos_pro(root, TEST_BATCHES, sample_rate_filter)

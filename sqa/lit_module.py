@@ -1,0 +1,123 @@
+"""MOSModule: the Lightning training, validation and test loop around a MOSPredictor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+
+from sqa import metrics
+from sqa.models.predictor import MOSPredictor, Prediction
+
+LossFn = Callable[[Prediction, torch.Tensor], torch.Tensor]
+OptimizerFactory = Callable[..., torch.optim.Optimizer]
+
+
+class MOSModule(L.LightningModule):
+    """Trains a predictor with a configurable loss and optimizer; scores every eval set.
+
+    Validation logs `val/selection`: system-level SRCC averaged over the validation sets weighted
+    by their system counts, the quantity checkpoints are selected on. Test results (per set and
+    averaged) are kept in `test_results` and per-clip predictions in `test_predictions`.
+    """
+
+    def __init__(
+        self,
+        predictor: MOSPredictor,
+        loss: LossFn,
+        optimizer: OptimizerFactory,
+        valid_names: Sequence[str] = (),
+        test_names: Sequence[str] = (),
+    ) -> None:
+        super().__init__()
+        self.predictor = predictor
+        self.loss = loss
+        self.optimizer_factory = optimizer
+        self.valid_names = list(valid_names)
+        self.test_names = list(test_names)
+        self._outputs: dict[int, list[dict[str, Any]]] = {}
+        self.test_results: dict = {}
+        self.test_predictions: list[dict[str, Any]] = []
+
+    def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> Prediction:
+        """Score a padded batch: wav (B, N), lengths (B,)."""
+        return self.predictor(wav, lengths)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        """One optimisation step on a padded batch."""
+        out = self(batch["wav"], batch["lengths"])
+        loss = self.loss(out, batch["mos"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["mos"]))
+        return loss
+
+    def _collect(self, batch: dict[str, Any], dataloader_idx: int) -> None:
+        score = self(batch["wav"], batch["lengths"]).score.float().cpu()
+        rows = self._outputs.setdefault(dataloader_idx, [])
+        for i, sample_id in enumerate(batch["sample_id"]):
+            rows.append(
+                {
+                    "sample_id": sample_id,
+                    "system_id": batch["system_id"][i],
+                    "mos": float(batch["mos"][i]),
+                    "pred": float(score[i]),
+                }
+            )
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Collect predictions of one validation batch."""
+        self._collect(batch, dataloader_idx)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Collect predictions of one test batch."""
+        self._collect(batch, dataloader_idx)
+
+    def _blocks(self, names: Sequence[str]) -> dict[str, dict]:
+        blocks = {}
+        for idx, rows in sorted(self._outputs.items()):
+            name = names[idx] if idx < len(names) else str(idx)
+            blocks[name] = metrics.evaluate(
+                [r["pred"] for r in rows], [r["mos"] for r in rows], [r["system_id"] for r in rows]
+            )
+        return blocks
+
+    def on_validation_epoch_start(self) -> None:
+        """Start a fresh collection for this validation run."""
+        self._outputs = {}
+
+    def on_validation_epoch_end(self) -> None:
+        """Log per-set system SRCC / utterance RMSE and the selection score."""
+        blocks = self._blocks(self.valid_names)
+        self._outputs = {}
+        if not blocks:
+            return
+        for name, block in blocks.items():
+            self.log(f"val/{name}/sys_srcc", block["sys"]["srcc"], add_dataloader_idx=False)
+            self.log(f"val/{name}/utt_rmse", block["utt"]["rmse"], add_dataloader_idx=False)
+        self.log("val/selection", metrics.selection_score(blocks), prog_bar=True, add_dataloader_idx=False)
+
+    def on_test_epoch_start(self) -> None:
+        """Start a fresh collection for this test run."""
+        self._outputs = {}
+
+    def on_test_epoch_end(self) -> None:
+        """Compute metrics per test set and their weighted average."""
+        rows = []
+        for idx, batch_rows in sorted(self._outputs.items()):
+            name = self.test_names[idx] if idx < len(self.test_names) else str(idx)
+            rows.extend({**r, "test_set": name} for r in batch_rows)
+        self._outputs = {}
+        self.test_predictions = rows
+        self.test_results = metrics.evaluate_sets(
+            [r["pred"] for r in rows], [r["mos"] for r in rows],
+            [r["system_id"] for r in rows], [r["test_set"] for r in rows],
+        )
+        for name, block in self.test_results.items():
+            for level in ("utt", "sys"):
+                for key in metrics.METRIC_NAMES:
+                    self.log(f"test/{name}/{level}_{key}", block[level][key], add_dataloader_idx=False)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """The configured optimizer over all trainable parameters."""
+        return self.optimizer_factory(p for p in self.parameters() if p.requires_grad)

@@ -1,0 +1,101 @@
+"""Frame-level feature extractors behind one interface.
+
+Every backbone maps `(wav (B, N), lengths (B,)) -> (frames (B, T, D), frame_lengths (B,))`, has
+`output_dim` (D) and `min_samples` (its receptive field: shorter clips are zero-padded to it), and
+`export_config()` returns a Hydra config that rebuilds its architecture without the pretrained
+weights it started from (the export carries those in its state_dict).
+"""
+
+from __future__ import annotations
+
+import torch
+import torchaudio
+from torch import nn
+
+from sqa.masking import frame_mask
+
+# wav2vec2's convolutional front end: 400-sample receptive field, 320-sample (20 ms) stride.
+W2V_WINDOW = 400
+W2V_HOP = 320
+
+
+def conv_frame_lengths(lengths: torch.Tensor, window: int = W2V_WINDOW, hop: int = W2V_HOP) -> torch.Tensor:
+    """Frames a window/hop front end yields for `lengths` samples (B,), without any padding."""
+    return torch.div(lengths - window, hop, rounding_mode="floor").clamp_min(0) + 1
+
+
+class LogMelBackbone(nn.Module):
+    """Log-mel filterbank at a 20 ms hop followed by masked 1-D convolutions (and attention).
+
+    Each clip is normalised by one scalar mean and variance over its valid frames: per-band
+    normalisation would erase the spectral envelope that noise, band-limit and bit-depth
+    degradations change. Frames use only real samples (no centring), so a clip's frames are the
+    same alone and inside a padded batch, and T matches wav2vec2's frame count.
+    """
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        n_mels: int = 64,
+        channels: int = 128,
+        conv_layers: int = 3,
+        kernel_size: int = 5,
+        transformer_layers: int = 0,
+        heads: int = 4,
+    ) -> None:
+        super().__init__()
+        self.output_dim = channels
+        self.min_samples = W2V_WINDOW
+        self._config = {
+            "sample_rate": sample_rate,
+            "n_mels": n_mels,
+            "channels": channels,
+            "conv_layers": conv_layers,
+            "kernel_size": kernel_size,
+            "transformer_layers": transformer_layers,
+            "heads": heads,
+        }
+        fb = torchaudio.functional.melscale_fbanks(
+            W2V_WINDOW // 2 + 1, 0.0, sample_rate / 2, n_mels, sample_rate, norm="slaney", mel_scale="slaney"
+        )
+        self.register_buffer("fbank", fb, persistent=False)
+        self.register_buffer("window", torch.hann_window(W2V_WINDOW), persistent=False)
+        dims = [n_mels] + [channels] * conv_layers
+        self.convs = nn.ModuleList(
+            nn.Conv1d(i, o, kernel_size, padding=kernel_size // 2) for i, o in zip(dims[:-1], dims[1:], strict=True)
+        )
+        self.norms = nn.ModuleList(nn.LayerNorm(channels) for _ in range(conv_layers))
+        self.attention = nn.ModuleList(
+            nn.TransformerEncoderLayer(channels, heads, 2 * channels, dropout=0.1, batch_first=True)
+            for _ in range(transformer_layers)
+        )
+
+    def log_mel(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-clip normalised log-mel (B, T, n_mels) and frame counts (B,)."""
+        wav = nn.functional.pad(wav, (0, max(0, W2V_WINDOW - wav.shape[1])))
+        spec = torch.stft(
+            wav, W2V_WINDOW, W2V_HOP, window=self.window, center=False, return_complex=True
+        ).abs().pow(2)
+        mel = torch.log(spec.transpose(1, 2) @ self.fbank + 1e-6)
+        frame_lengths = conv_frame_lengths(lengths).clamp_max(mel.shape[1])
+        mask = frame_mask(frame_lengths, mel.shape[1])[..., None].to(mel.dtype)
+        count = mask.sum(dim=(1, 2), keepdim=True) * mel.shape[2]
+        mean = (mel * mask).sum(dim=(1, 2), keepdim=True) / count
+        var = (((mel - mean) * mask) ** 2).sum(dim=(1, 2), keepdim=True) / count
+        return (mel - mean) / torch.sqrt(var + 1e-5) * mask, frame_lengths
+
+    def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """wav (B, N), lengths (B,) -> frames (B, T, channels), frame_lengths (B,)."""
+        x, frame_lengths = self.log_mel(wav, lengths)
+        keep = frame_mask(frame_lengths, x.shape[1])[..., None].to(x.dtype)
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            # Zero the padding before every convolution so a clip sees the same zeros past its
+            # end whether it is alone or batched with longer clips.
+            x = norm(nn.functional.gelu(conv((x * keep).transpose(1, 2)).transpose(1, 2)))
+        for layer in self.attention:
+            x = layer(x, src_key_padding_mask=keep[..., 0] == 0)
+        return x * keep, frame_lengths
+
+    def export_config(self) -> dict:
+        """Hydra config rebuilding this backbone."""
+        return {"_target_": f"{__name__}.LogMelBackbone", **self._config}
