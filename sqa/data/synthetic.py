@@ -18,10 +18,14 @@ import numpy as np
 import soundfile as sf
 from scipy import signal
 
+from sqa.data.audio import resample
 from sqa.data.corpus import Corpus, CorpusError, read_singmos_pro
 
 BATCHES = ("singmospro-p1", "singmospro-p2", "singmospro-p3", "singmospro-p4", "singmospro-p5")
 TEST_BATCHES = BATCHES[:3]
+# Voices are synthesised at 16 kHz with harmonics up to 7 kHz, then resampled to the system's rate.
+SYNTH_RATE = 16000
+VOICE_BAND = 7000.0
 FORMAT_VERSION = 1
 
 # Vowel formant frequencies (Hz) and bandwidths: a, e, i, o, u.
@@ -71,7 +75,9 @@ def _recipe_pool(rng: np.random.Generator) -> list[SystemRecipe]:
     return [SystemRecipe(k, p, q, int(rng.choice(rates))) for k, p, q in pool]
 
 
-def _melody(rng: np.random.Generator, sr: int, kind: str, param: float) -> tuple[np.ndarray, np.ndarray, list[int]]:
+def _melody(
+    rng: np.random.Generator, sr: int, kind: str, param: float
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Per-sample f0 (Hz, 0 in gaps) and voicing for a random phrase, with the pitch errors of `kind`."""
     base = int(rng.integers(52, 68))
     n_notes = int(rng.integers(4, 8))
@@ -115,17 +121,25 @@ def _melody(rng: np.random.Generator, sr: int, kind: str, param: float) -> tuple
     return f0, voiced, notes.tolist()
 
 
-def _sing(rng: np.random.Generator, sr: int, f0: np.ndarray, voiced: np.ndarray) -> np.ndarray:
-    """Harmonic voice source shaped by a vowel formant envelope, with breath noise in gaps."""
+def _sing(rng: np.random.Generator, f0: np.ndarray, voiced: np.ndarray) -> np.ndarray:
+    """Harmonic voice source at SYNTH_RATE shaped by a vowel formant envelope, breath in gaps."""
     formants, bands = VOWELS[int(rng.integers(len(VOWELS)))]
-    phase = 2 * np.pi * np.cumsum(f0) / sr
+    grid = np.arange(0.0, SYNTH_RATE / 2, 10.0)
+    envelope = 0.3 + sum(
+        np.exp(-0.5 * ((grid - fc) / bw) ** 2) for fc, bw in zip(formants, bands, strict=True)
+    )
+    phase = 2 * np.pi * np.cumsum(f0) / SYNTH_RATE
     out = np.zeros_like(f0)
-    n_harm = int(0.45 * sr / f0.max())
-    for k in range(1, n_harm + 1):
-        fk = k * f0
-        env = sum(np.exp(-0.5 * ((fk - fc) / bw) ** 2) for fc, bw in zip(formants, bands, strict=True))
-        amp = (0.3 + env) * k**-1.0 * (fk < 0.45 * sr)
-        out += amp * np.sin(k * phase)
+    # sin(k·phase) by the Chebyshev recurrence: multiply-adds instead of a sine per harmonic.
+    two_cos = 2 * np.cos(phase)
+    # The envelope gain of each harmonic changes slowly: evaluate it every 64 samples (4 ms).
+    coarse_bins = f0[::64] / 10.0
+    prev, cur = np.zeros_like(phase), np.sin(phase)
+    for k in range(1, int(VOICE_BAND / f0.min()) + 1):
+        bins = np.minimum((k * coarse_bins).astype(np.int64), envelope.size - 1)
+        amp = np.where(bins * 10.0 < VOICE_BAND, envelope[bins], 0.0) / k
+        out += np.repeat(amp, 64)[: out.size] * cur
+        prev, cur = cur, two_cos * cur - prev
     smooth = signal.lfilter([0.002], [1, -0.998], voiced)
     out = out * smooth / (smooth.max() + 1e-9)
     out += 0.003 * rng.normal(size=out.size) * (1 - smooth)
@@ -193,8 +207,9 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                 utt_id = f"{sys_id}-utt{u + 1:04d}"
                 rng = np.random.default_rng([seed, sys_counter, u])
                 sr = recipe.sample_rate
-                f0, voiced, _ = _melody(rng, sr, recipe.kind, recipe.param)
-                wav = _degrade(rng, _sing(rng, sr, f0, voiced), sr, recipe)
+                f0, voiced, _ = _melody(rng, SYNTH_RATE, recipe.kind, recipe.param)
+                wav = resample(_sing(rng, f0, voiced), SYNTH_RATE, sr)
+                wav = _degrade(rng, wav, sr, recipe)
                 wav = 0.5 * wav / (np.abs(wav).max() + 1e-9) * rng.uniform(0.5, 1.0)
                 sf.write(root / "wav" / f"{utt_id}.wav", wav.astype(np.float32), sr, subtype="PCM_16")
                 quality = recipe.quality + rng.normal(0, 0.15)

@@ -31,6 +31,7 @@ class MOSPredictor(nn.Module):
         super().__init__()
         self.backbone = backbone
         self.range_clip = range_clip
+        self._config = {"head_dim": head_dim, "dropout": dropout, "range_clip": range_clip}
         self.head = nn.Sequential(
             nn.Linear(backbone.output_dim, head_dim),
             nn.ReLU(),
@@ -47,3 +48,11 @@ class MOSPredictor(nn.Module):
             frame_scores = 2.0 * torch.tanh(frame_scores) + 3.0
         frame_scores = frame_scores.masked_fill(~frame_mask(frame_lengths, frame_scores.shape[1]), 0.0)
         return Prediction(masked_mean(frame_scores, frame_lengths), frame_scores, frame_lengths)
+
+    def export_config(self) -> dict:
+        """Hydra config rebuilding this predictor's architecture (no pretrained-weight paths)."""
+        return {
+            "_target_": f"{__name__}.MOSPredictor",
+            "backbone": self.backbone.export_config(),
+            **self._config,
+        }

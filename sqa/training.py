@@ -1,0 +1,92 @@
+"""One training run: build from a Hydra config, fit, test every test set, write results, export."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+
+from sqa import metrics
+from sqa.data.datamodule import MOSDataModule
+from sqa.export import export_predictor
+from sqa.lit_module import MOSModule
+
+PREDICTION_COLUMNS = ("sample_id", "system_id", "test_set", "mos", "pred")
+
+
+def default_precision() -> str:
+    """bf16 mixed precision on GPUs that support it, fp16 mixed on other GPUs, fp32 on CPU."""
+    if not torch.cuda.is_available():
+        return "32-true"
+    return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+
+
+def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
+    """Instantiate the data module and the Lightning module described by `cfg`."""
+    datamodule: MOSDataModule = instantiate(cfg.data)
+    predictor = instantiate(cfg.model)
+    module = MOSModule(
+        predictor,
+        loss=instantiate(cfg.loss),
+        optimizer=instantiate(cfg.optim),
+        valid_names=datamodule.valid_names,
+        test_names=datamodule.test_names,
+    )
+    return datamodule, module
+
+
+def write_predictions(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write one CSV row per test clip: sample_id, system_id, test_set, mos, pred."""
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=PREDICTION_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (repr(row[k]) if isinstance(row[k], float) else row[k]) for k in PREDICTION_COLUMNS})
+
+
+def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Fit, select the best validation checkpoint, test it, write metrics and export it."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(cfg.seed, workers=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    datamodule, module = build(cfg)
+    checkpoint = ModelCheckpoint(
+        dirpath=run_dir / "checkpoints",
+        filename="best-{step}",
+        monitor="val/selection",
+        mode="max",
+        save_last=True,
+        save_weights_only=False,
+    )
+    callbacks: list[L.Callback] = [checkpoint]
+    if cfg.early_stopping_patience:
+        callbacks.append(EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience))
+    logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
+    trainer: L.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=str(run_dir)
+    )
+    trainer.fit(module, datamodule=datamodule)
+    trainer.test(module, datamodule=datamodule, ckpt_path="best", verbose=False)
+    results = module.test_results
+    (run_dir / "metrics.json").write_text(json.dumps(results, indent=2))
+    write_predictions(module.test_predictions, run_dir / "predictions.csv")
+    print(f"\nTest results (best checkpoint {Path(checkpoint.best_model_path).name}):")
+    print(metrics.format_table(results))
+    export_predictor(
+        module.predictor,
+        run_dir / "export",
+        sample_rate=datamodule.sample_rate,
+        domains=datamodule.corpus.domains,
+        metrics=results,
+        overwrite=cfg.overwrite_export,
+    )
+    print(f"Exported the best model to {run_dir / 'export'}")
+    return results

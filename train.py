@@ -1,0 +1,27 @@
+"""Hydra entry point: build -> fit -> test every test set -> export the best checkpoint.
+
+    python train.py                               # log-mel model on the built-in synthetic corpus
+    python train.py model/backbone=tiny_wav2vec2  # same run with a tiny wav2vec2
+    python train.py experiment=singmos_pro_ssl data.corpus.root=... model.backbone.checkpoint=...
+"""
+
+from __future__ import annotations
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from sqa.training import default_precision, run
+
+OmegaConf.register_new_resolver("sqa_precision", default_precision, replace=True)
+
+
+@hydra.main(config_path="conf", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float:
+    """Train one configuration; returns the average system-level test SRCC (for sweepers)."""
+    results = run(cfg, HydraConfig.get().runtime.output_dir)
+    return float(results["avg"]["sys"]["srcc"])
+
+
+if __name__ == "__main__":
+    main()
