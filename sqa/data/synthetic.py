@@ -26,7 +26,7 @@ TEST_BATCHES = BATCHES[:3]
 # Voices are synthesised at 16 kHz with harmonics up to 7 kHz, then resampled to the system's rate.
 SYNTH_RATE = 16000
 VOICE_BAND = 7000.0
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 # Vowel formant frequencies (Hz) and bandwidths: a, e, i, o, u.
 VOWELS = (
@@ -69,7 +69,6 @@ def _recipe_pool(rng: np.random.Generator) -> list[SystemRecipe]:
         ("drift", 80.0, 2.9),
         ("jitter", 60.0, 2.5),
         ("note_detune", 50.0, 2.7),
-        ("timing", 0.35, 3.8),
     ]
     rates = (16000, 16000, 16000, 24000, 44100)
     return [SystemRecipe(k, p, q, int(rng.choice(rates))) for k, p, q in pool]
@@ -84,8 +83,6 @@ def _melody(
     scale = np.array([0, 2, 4, 5, 7, 9, 11, 12])
     notes = base + rng.choice(scale, size=n_notes)
     durs = rng.uniform(0.22, 0.5, size=n_notes)
-    if kind == "timing":
-        durs = durs * np.exp(rng.normal(0.0, param, size=n_notes))
     gaps = np.where(rng.random(n_notes) < 0.3, rng.uniform(0.05, 0.15, size=n_notes), 0.0)
     midi_parts, voiced_parts = [], []
     prev = float(notes[0])
@@ -175,6 +172,11 @@ def generate(root: str | Path, seed: int = 0, clips_per_system: int = 14, system
     try:
         _write(tmp, seed, clips_per_system, systems_per_batch)
         tmp.rename(root)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        # Another process (a parallel run) finished the same corpus first: use theirs.
+        if not (root / "info" / "synthetic.json").is_file():
+            raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -213,7 +215,7 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                 wav = 0.5 * wav / (np.abs(wav).max() + 1e-9) * rng.uniform(0.5, 1.0)
                 sf.write(root / "wav" / f"{utt_id}.wav", wav.astype(np.float32), sr, subtype="PCM_16")
                 quality = recipe.quality + rng.normal(0, 0.15)
-                raw = 3.0 + gain * (quality - 3.0) + bias + rng.normal(0, 0.6, size=5)
+                raw = 3.0 + gain * (quality - 3.0) + bias + rng.normal(0, 0.5, size=5)
                 ratings = np.clip(np.rint(raw), 1, 5).astype(int).tolist()
                 mos = float(np.mean(ratings))
                 sys_scores.append(mos)

@@ -1,0 +1,132 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from sqa.data.corpus import CorpusError, read_csv_manifest, read_singmos_pro, read_vmc24
+
+
+def write_wav(path: Path, sr: int = 16000, seconds: float = 0.2) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t = np.arange(int(sr * seconds)) / sr
+    sf.write(path, 0.1 * np.sin(2 * np.pi * 220 * t), sr)
+
+
+def make_singmos_pro(root: Path, sr_of=lambda utt: 16000) -> Path:
+    split = {
+        "singmospro-p1": {"train": ["s1-u1", "s2-u1"], "valid": ["s1-u2"], "test": ["s1-u3", "s2-u3"]},
+        "singmospro-p2": {"train": ["s3-u1"], "valid": ["s3-u2"], "test": ["s3-u3"]},
+        "singmospro-p4": {"train": ["s4-u1"], "valid": [], "test": ["s4-u2"]},
+    }
+    utterance = {}
+    for batch in split.values():
+        for part in batch.values():
+            for utt in part:
+                write_wav(root / "wav" / f"{utt}.wav", sr_of(utt))
+                score = {"mos": 3.5, "judges": ["a"], "scores": [3, 4]}
+                if utt == "s1-u1":
+                    score["melody"] = 4.0
+                utterance[utt] = {"sys_id": utt.split("-")[0], "wav": f"wav/{utt}.wav", "score": score}
+    (root / "info").mkdir(parents=True)
+    (root / "info" / "split.json").write_text(json.dumps(split))
+    (root / "info" / "score.json").write_text(json.dumps({"utterance": utterance, "system": {}}))
+    return root
+
+
+def test_singmos_pro_reader_assigns_domains_splits_and_test_sets(tmp_path):
+    corpus = read_singmos_pro(make_singmos_pro(tmp_path), test_batches=["singmospro-p1", "singmospro-p2"])
+    assert corpus.domains == ["singmospro-p1", "singmospro-p2", "singmospro-p4"]
+    tests = corpus.test_sets()
+    assert {k: sorted(c.sample_id for c in v) for k, v in tests.items()} == {
+        "test1": ["s1-u3", "s2-u3"],
+        "test2": ["s3-u3"],
+    }
+    # The test part of a batch that is not a test batch goes to training.
+    assert {c.sample_id for c in corpus.split("train")} == {"s1-u1", "s2-u1", "s3-u1", "s4-u1", "s4-u2"}
+    assert list(corpus.valid_sets()) == ["singmospro-p1", "singmospro-p2"]
+    clip = next(c for c in corpus.clips if c.sample_id == "s1-u1")
+    assert clip.extra_scores == {"melody": 4.0}
+    assert clip.system_id == "s1" and clip.path == tmp_path / "wav" / "s1-u1.wav"
+
+
+def test_singmos_pro_sample_rate_filter_keeps_16k_only(tmp_path):
+    root = make_singmos_pro(tmp_path, sr_of=lambda utt: 24000 if utt.startswith("s2") else 16000)
+    corpus = read_singmos_pro(root, ["singmospro-p1"], sample_rate_filter=16000)
+    assert not any(c.system_id == "s2" for c in corpus.clips)
+    assert len(corpus.clips) == 8
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s, sc: sc["utterance"]["s1-u1"].pop("sys_id"), "missing key 'sys_id'"),
+        (lambda s, sc: sc["utterance"]["s1-u1"]["score"].pop("mos"), "missing key 'mos'"),
+        (lambda s, sc: sc.pop("utterance"), "missing key 'utterance'"),
+        (lambda s, sc: s["singmospro-p1"].pop("valid"), "missing key 'valid'"),
+        (lambda s, sc: sc["utterance"].pop("s2-u1"), "missing key 's2-u1'"),
+        (lambda s, sc: sc["utterance"]["s1-u1"]["score"].update(mos="good"), "is not a number"),
+    ],
+)
+def test_singmos_pro_errors_name_file_and_key(tmp_path, mutate, message):
+    root = make_singmos_pro(tmp_path)
+    split = json.loads((root / "info" / "split.json").read_text())
+    score = json.loads((root / "info" / "score.json").read_text())
+    mutate(split, score)
+    (root / "info" / "split.json").write_text(json.dumps(split))
+    (root / "info" / "score.json").write_text(json.dumps(score))
+    with pytest.raises(CorpusError, match=message) as err:
+        read_singmos_pro(root, ["singmospro-p1"])
+    assert ".json" in str(err.value)
+
+
+def test_singmos_pro_missing_audio_is_reported(tmp_path):
+    root = make_singmos_pro(tmp_path)
+    (root / "wav" / "s3-u1.wav").unlink()
+    with pytest.raises(CorpusError, match="s3-u1.wav: audio file"):
+        read_singmos_pro(root, ["singmospro-p1"])
+
+
+def test_vmc24_reader(tmp_path):
+    (tmp_path / "sets").mkdir()
+    ids = {"train": ["a-b-sys01-u1", "a-b-sys02-u1"], "val": ["a-b-sys01-u2"], "eval": ["a-b-sys02-u3"]}
+    for name, lst in ids.items():
+        (tmp_path / "sets" / f"{name}_mos_list.txt").write_text("".join(f"{i},4.0\n" for i in lst))
+        for i in lst:
+            write_wav(tmp_path / "wav" / f"{i}.wav")
+    corpus = read_vmc24(tmp_path)
+    assert [c.system_id for c in corpus.split("train")] == ["sys01", "sys02"]
+    assert [c.split for c in corpus.clips] == ["train", "train", "valid", "test"]
+    assert list(corpus.test_sets()) == ["eval"]
+    (tmp_path / "sets" / "val_mos_list.txt").write_text("a-b-sys01-u2;4.0\n")
+    with pytest.raises(CorpusError, match=r"val_mos_list.txt:1"):
+        read_vmc24(tmp_path)
+
+
+def test_csv_manifest_averages_listeners_and_resolves_relative_paths(tmp_path):
+    write_wav(tmp_path / "audio" / "x.wav")
+    write_wav(tmp_path / "audio" / "y.wav")
+    (tmp_path / "m.csv").write_text(
+        "wav_path,score,system_id,sample_id,listener_id,split,domain_id,score_lyrics\n"
+        "audio/x.wav,4,A,x,l1,train,d2,5\n"
+        "audio/x.wav,3,A,x,l2,train,d2,\n"
+        "audio/y.wav,2,B,y,l1,test,d10,1\n"
+    )
+    corpus = read_csv_manifest(tmp_path / "m.csv")
+    x = corpus.clips[0]
+    assert x.mos == pytest.approx(3.5) and x.extra_scores == {"lyrics": 5.0}
+    assert x.path == tmp_path / "audio" / "x.wav"
+    assert corpus.domains == ["d2", "d10"]
+    assert list(corpus.test_sets()) == ["test"]
+
+
+def test_csv_manifest_errors(tmp_path):
+    (tmp_path / "m.csv").write_text("wav_path,score,sample_id\nx.wav,3,x\n")
+    with pytest.raises(CorpusError, match=r"missing column\(s\) \['system_id'\]"):
+        read_csv_manifest(tmp_path / "m.csv")
+    write_wav(tmp_path / "x.wav")
+    (tmp_path / "m.csv").write_text("wav_path,score,system_id,sample_id\nx.wav,3,A,x\n")
+    with pytest.raises(CorpusError, match="no 'split' column"):
+        read_csv_manifest(tmp_path / "m.csv")
+    assert read_csv_manifest(tmp_path / "m.csv", default_split="test").clips[0].split == "test"

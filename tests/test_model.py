@@ -1,0 +1,91 @@
+import argparse
+
+import pytest
+import torch
+import yaml
+
+from sqa.export import ExportError, export_predictor, load_export
+from sqa.models.backbone import LogMelBackbone, conv_frame_lengths
+from sqa.models.predictor import MOSPredictor
+
+
+def logmel_predictor(**kwargs) -> MOSPredictor:
+    torch.manual_seed(0)
+    return MOSPredictor(LogMelBackbone(**kwargs)).eval()
+
+
+def padded_batch(clips: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([c.shape[0] for c in clips])
+    wav = torch.zeros(len(clips), int(lengths.max()))
+    for i, c in enumerate(clips):
+        wav[i, : c.shape[0]] = c
+    return wav, lengths
+
+
+@pytest.mark.parametrize("transformer_layers", [0, 2])
+def test_score_alone_equals_score_in_padded_batch(transformer_layers):
+    model = logmel_predictor(transformer_layers=transformer_layers)
+    torch.manual_seed(1)
+    short = 0.1 * torch.randn(7000)
+    others = [0.1 * torch.randn(n) for n in (16000, 48000)]
+    with torch.no_grad():
+        alone = model(short[None], torch.tensor([7000])).score
+        wav, lengths = padded_batch([*others, short])
+        batched = model(wav, lengths).score
+    assert batched[2].item() == pytest.approx(alone[0].item(), abs=1e-4)
+
+
+def test_frame_count_matches_wav2vec2_front_end():
+    lengths = torch.tensor([400, 719, 720, 16000])
+    assert conv_frame_lengths(lengths).tolist() == [1, 1, 2, 49]
+    model = logmel_predictor()
+    wav, _ = padded_batch([torch.randn(16000)])
+    assert model(wav, torch.tensor([16000])).frame_scores.shape == (1, 49)
+
+
+def test_scores_stay_in_mos_range_with_range_clip():
+    model = logmel_predictor()
+    with torch.no_grad():
+        model.head[-1].bias.fill_(100.0)
+        assert model(torch.randn(2, 8000), torch.tensor([8000, 8000])).score.max() <= 5.0
+
+
+def test_export_round_trip_reproduces_outputs(tmp_path):
+    model = logmel_predictor(n_mels=32, channels=16)
+    export_predictor(model, tmp_path / "exp", sample_rate=16000, domains=["a"], metrics={"x": 1})
+    loaded, config = load_export(tmp_path / "exp")
+    wav = torch.randn(2, 9000)
+    lengths = torch.tensor([9000, 5000])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(wav, lengths).score, model(wav, lengths).score)
+    assert config["sample_rate"] == 16000 and config["domains"] == ["a"]
+    assert torch.load(tmp_path / "exp" / "model.pt", weights_only=True).keys() == model.state_dict().keys()
+
+
+def test_export_refuses_to_overwrite_without_flag(tmp_path):
+    model = logmel_predictor(n_mels=32, channels=16)
+    export_predictor(model, tmp_path / "exp", 16000, ["a"])
+    before = (tmp_path / "exp" / "model.pt").read_bytes()
+    with pytest.raises(ExportError, match="already exists"):
+        export_predictor(logmel_predictor(n_mels=32, channels=8), tmp_path / "exp", 16000, ["a"])
+    assert (tmp_path / "exp" / "model.pt").read_bytes() == before
+    export_predictor(model, tmp_path / "exp", 16000, ["b"], overwrite=True)
+    assert load_export(tmp_path / "exp")[1]["domains"] == ["b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+
+
+def test_load_refuses_foreign_targets_and_pickled_objects(tmp_path):
+    model = logmel_predictor(n_mels=32, channels=16)
+    export_predictor(model, tmp_path / "exp", 16000, ["a"])
+    config_path = tmp_path / "exp" / "config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config["model"]["backbone"]["_target_"] = "os.system"
+    config_path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ExportError, match="refusing to build 'os.system'"):
+        load_export(tmp_path / "exp")
+
+    export_predictor(model, tmp_path / "exp2", 16000, ["a"])
+    # An arbitrary object in the pickle: weights_only loading must refuse it.
+    torch.save({"w": argparse.Namespace(cmd="rm -rf /")}, tmp_path / "exp2" / "model.pt")
+    with pytest.raises(ExportError, match="model.pt: not a plain tensor state_dict"):
+        load_export(tmp_path / "exp2")

@@ -1,0 +1,53 @@
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from sqa.data.corpus import CorpusError
+from sqa.data.synthetic import BATCHES, generate, load_synthetic
+
+
+def test_layout_batches_test_sets_and_mixed_rates(synthetic_root):
+    corpus = load_synthetic(synthetic_root, seed=0)
+    assert corpus.domains == list(BATCHES)
+    assert list(corpus.test_sets()) == ["test1", "test2", "test3"]
+    for test_set, clips in corpus.test_sets().items():
+        assert len({c.system_id for c in clips}) >= 8, test_set
+    rates = {sf.info(str(c.path)).samplerate for c in corpus.clips}
+    assert rates == {16000, 24000, 44100}
+    sys_info = json.loads((synthetic_root / "info" / "sys_info.json").read_text())
+    assert {v["tag"]["domain_id"] for v in sys_info.values()} == {0, 1, 2, 3, 4}
+
+
+def test_mos_is_the_mean_of_five_integer_ratings(synthetic_root):
+    scores = json.loads((synthetic_root / "info" / "score.json").read_text())["utterance"]
+    for entry in scores.values():
+        ratings = entry["score"]["scores"]
+        assert len(ratings) == 5 and all(isinstance(r, int) and 1 <= r <= 5 for r in ratings)
+        assert entry["score"]["mos"] == pytest.approx(np.mean(ratings))
+
+
+def test_quality_follows_degradation_severity(synthetic_root):
+    corpus = load_synthetic(synthetic_root, seed=0)
+    sys_info = json.loads((synthetic_root / "info" / "sys_info.json").read_text())
+    by_model: dict[str, list[float]] = {}
+    for clip in corpus.clips:
+        by_model.setdefault(sys_info[clip.system_id]["model"], []).append(clip.mos)
+    means = {k: np.mean(v) for k, v in by_model.items()}
+    assert means["clean-0"] > 3.8
+    worst = [k for k in ("noise-3", "bits-4", "lowpass-1200") if k in means]
+    assert worst and all(means[k] < means["clean-0"] - 1.5 for k in worst)
+
+
+def test_generation_is_deterministic_and_never_overwrites(tmp_path):
+    a = generate(tmp_path / "a", seed=7, clips_per_system=3, systems_per_batch=(3, 3, 3, 2, 2))
+    b = generate(tmp_path / "b", seed=7, clips_per_system=3, systems_per_batch=(3, 3, 3, 2, 2))
+    for name in ("split.json", "score.json", "sys_info.json"):
+        assert (a / "info" / name).read_text() == (b / "info" / name).read_text()
+    wav = sorted((a / "wav").iterdir())[4]
+    assert wav.read_bytes() == (b / "wav" / wav.name).read_bytes()
+    with pytest.raises(CorpusError, match="refusing to overwrite"):
+        generate(a, seed=7)
+    with pytest.raises(CorpusError, match="different corpus"):
+        load_synthetic(a, seed=8, clips_per_system=3, systems_per_batch=(3, 3, 3, 2, 2))
