@@ -20,3 +20,17 @@ def synthetic_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from sqa.data.synthetic import generate
 
     return generate(tmp_path_factory.mktemp("corpus") / "synthetic-seed0", seed=0)
+
+
+@pytest.fixture(scope="session")
+def default_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An export of an untrained default log-mel predictor (for scorer plumbing tests)."""
+    import torch
+
+    from sqa.export import export_predictor
+    from sqa.models.backbone import LogMelBackbone
+    from sqa.models.predictor import MOSPredictor
+
+    torch.manual_seed(0)
+    model = MOSPredictor(LogMelBackbone())
+    return export_predictor(model, tmp_path_factory.mktemp("export") / "export", 16000, ["d"])

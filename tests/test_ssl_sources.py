@@ -1,0 +1,520 @@
+"""wav2vec2 backbones from torchaudio, s3prl, fairseq2 and transformers on tiny random-init models.
+
+Each source saves a tiny model in its own native format, loads it back through the backbone class
+and must reproduce the library's own outputs; then batch invariance, the export round trip, the
+weighted layer sum, the frozen feature encoder and the path errors. The network is blocked for
+the whole module, so any download attempt fails the test that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+import torchaudio
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from torch import nn
+
+from sqa.models.backbone import conv_frame_lengths
+from sqa.models.ssl import (
+    TINY_TORCHAUDIO,
+    Fairseq2Wav2Vec2,
+    S3prlWav2Vec2,
+    TorchaudioWav2Vec2,
+    TransformersWav2Vec2,
+    normalize_waveform,
+    patch_torchaudio_for_s3prl,
+    s3prl_upstream_names,
+)
+
+LENGTHS = [4800, 2345, 1234, 250]
+CONV = [(128, 10, 5)] + [(128, 3, 2)] * 4 + [(128, 2, 2)] * 2
+
+# fairseq's (and s3prl's copy of fairseq's) names for the tiny wav2vec2.
+FAIRSEQ_TINY = {
+    "extractor_mode": "layer_norm",
+    "conv_feature_layers": "[(128, 10, 5)] + [(128, 3, 2)] * 4 + [(128, 2, 2)] * 2",
+    "conv_bias": True,
+    "encoder_layers": 2,
+    "encoder_embed_dim": 256,
+    "encoder_ffn_embed_dim": 512,
+    "encoder_attention_heads": 4,
+    "layer_norm_first": True,
+    "quantize_targets": True,
+    "latent_vars": 8,
+    "latent_groups": 2,
+    "latent_dim": 64,
+    "final_dim": 64,
+    "dropout": 0.0,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "encoder_layerdrop": 0.0,
+}
+# The same architecture as overrides of a fairseq2 arch config.
+FAIRSEQ2_TINY = {
+    "encoder_config": {
+        "model_dim": 256,
+        "num_encoder_layers": 2,
+        "num_encoder_attn_heads": 4,
+        "ffn_inner_dim": 512,
+        "feature_dim": 128,
+        "feature_extractor_layer_descs": CONV,
+    },
+    "quantized_dim": 64,
+    "final_dim": 64,
+    "num_codebook_entries": 8,
+}
+TRANSFORMERS_TINY = {
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 512,
+    "conv_dim": [128] * 7,
+    "conv_bias": True,
+    "feat_extract_norm": "layer",
+    "do_stable_layer_norm": True,
+}
+
+# (final output, first layer output, frame lengths) computed by the library itself from the
+# real lengths; a clip shorter than 400 samples counts as zero-padded to 400, as in the backbones.
+Reference = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class Source:
+    """A backbone class, its constructor kwargs for the saved tiny model, and the library's view."""
+
+    cls: type[nn.Module]
+    kwargs: dict
+    reference: Reference
+    feature_encoder: str
+    root: Path
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero-padded random audio (B, N) and lengths (B,), one clip shorter than 400 samples."""
+    generator = torch.Generator().manual_seed(1)
+    lengths = torch.tensor(LENGTHS)
+    wav = 0.1 * torch.randn(len(LENGTHS), max(LENGTHS), generator=generator)
+    return wav * (torch.arange(wav.shape[1]) < lengths[:, None]), lengths
+
+
+def padding_mask(wav: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    return torch.arange(wav.shape[1])[None, :] >= lengths[:, None]
+
+
+def torchaudio_source(tmp_path: Path, layer_norm_first: bool = True) -> Source:
+    torch.manual_seed(0)
+    model = torchaudio.models.wav2vec2_model(
+        **{**TINY_TORCHAUDIO, "encoder_layer_norm_first": layer_norm_first}
+    ).eval()
+    torch.save(model.state_dict(), tmp_path / "torchaudio.pt")
+
+    def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
+        lengths = lengths.clamp_min(400)
+        final, frame_lengths = model(wav, lengths)
+        return final, model.extract_features(wav, lengths)[0][0], frame_lengths
+
+    kwargs = {"checkpoint": str(tmp_path / "torchaudio.pt")}
+    if not layer_norm_first:
+        kwargs["arch_kwargs"] = {"encoder_layer_norm_first": False}
+    return Source(TorchaudioWav2Vec2, kwargs, reference, "model.feature_extractor.", tmp_path)
+
+
+def fairseq_reference_model(model_config: dict) -> nn.Module:
+    """A tiny wav2vec2 in fairseq's own module layout (s3prl ships a copy of fairseq's code)."""
+    from s3prl.upstream.utils import merge_with_parent
+    from s3prl.upstream.wav2vec2.wav2vec2_model import Wav2Vec2Config, Wav2Vec2Model
+
+    torch.manual_seed(0)
+    return Wav2Vec2Model(merge_with_parent(Wav2Vec2Config, model_config)).eval()
+
+
+def s3prl_source(tmp_path: Path) -> Source:
+    from s3prl.upstream.wav2vec2.expert import UpstreamExpert
+
+    model = fairseq_reference_model(FAIRSEQ_TINY)
+    # The layout s3prl's load_and_convert_fairseq_ckpt writes; normalize exercises the task config.
+    converted = {
+        "task_cfg": {"normalize": True, "sample_rate": 16000},
+        "model_cfg": FAIRSEQ_TINY,
+        "model_weight": model.state_dict(),
+    }
+    torch.save(converted, tmp_path / "s3prl_converted.pt")
+    expert = UpstreamExpert(str(tmp_path / "s3prl_converted.pt")).eval()
+
+    def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
+        # s3prl's own upstream takes a list of unpadded clips and hooks its layers. It would
+        # normalise the clip shorter than the 400-sample receptive field after padding it, so
+        # every clip is normalised here (over its real samples) and then padded.
+        clips = [
+            nn.functional.pad(nn.functional.layer_norm(clip[:n], (n,)), (0, max(0, 400 - n)))
+            for clip, n in zip(wav, lengths.tolist(), strict=True)
+        ]
+        expert.wav_normalize = False
+        hidden = expert(clips)["hidden_states"]
+        frame_lengths = conv_frame_lengths(lengths.clamp_min(400))
+        return hidden[-1], hidden[1], frame_lengths
+
+    kwargs = {"checkpoint": str(tmp_path / "s3prl_converted.pt")}
+    return Source(S3prlWav2Vec2, kwargs, reference, "model.feature_extractor.", tmp_path)
+
+
+def fairseq2_reference(model: nn.Module) -> Reference:
+    from fairseq2.nn import BatchLayout
+
+    def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
+        lengths = lengths.clamp_min(400)
+        layers: list[torch.Tensor] = []
+        handle = model.encoder.register_layer_hook(
+            lambda i, out, layout, n: layers.append(out) or True
+        )
+        seqs, layout = model.encoder_frontend(wav, BatchLayout.of(wav, lengths.tolist()))
+        final = model.encoder(seqs, layout)
+        handle.remove()
+        return final, layers[0], torch.tensor(layout.seq_lens)
+
+    return reference
+
+
+def fairseq2_source(tmp_path: Path) -> Source:
+    """Tiny fairseq2 model saved by fairseq2's own checkpoint manager (a training checkpoint)."""
+    from fairseq2.checkpoint import StandardCheckpointManager
+    from fairseq2.device import CPU
+    from fairseq2.gang import create_fake_gangs
+    from fairseq2.models.wav2vec2 import get_wav2vec2_model_hub
+    from fairseq2.runtime.dependency import get_dependency_resolver, wire_object
+
+    hub = get_wav2vec2_model_hub()
+    config = hub.get_arch_config("large_lv60k")
+    config.encoder_config.__dict__.update(FAIRSEQ2_TINY["encoder_config"])
+    config.quantized_dim, config.final_dim, config.num_codebook_entries = 64, 64, 8
+    torch.manual_seed(0)
+    model = hub.create_new_model(config, device=CPU).eval()
+    manager = wire_object(
+        get_dependency_resolver(),
+        StandardCheckpointManager,
+        output_dir=tmp_path / "fairseq2",
+        gangs=create_fake_gangs(CPU),
+    )
+    manager.save_model_only(1, model, blocking=True)
+    checkpoint = tmp_path / "fairseq2" / "checkpoints" / "step_1" / "model"
+    assert (checkpoint / "pp_00" / "tp_00" / "sdp_00.pt").is_file()
+    # The single-file layout of fairseq2's released wav2vec2_fs2_*.pt checkpoints.
+    torch.save({"model": model.state_dict()}, tmp_path / "fairseq2_single.pt")
+    kwargs = {"checkpoint": str(checkpoint), "config_overrides": FAIRSEQ2_TINY}
+    encoder = "model.encoder_frontend.feature_extractor."
+    return Source(Fairseq2Wav2Vec2, kwargs, fairseq2_reference(model), encoder, tmp_path)
+
+
+def fairseq_original_source(tmp_path: Path, post_ln: bool = False) -> Source:
+    """An original fairseq wav2vec2 .pt, loaded through fairseq2's conversion.
+
+    fairseq itself is not installable here, but s3prl's wav2vec2_model.py is a copy of fairseq's
+    module code, so its state dict has fairseq's keys; s3prl's converter writes exactly
+    {"task_cfg": cfg["task"], "model_cfg": cfg["model"], "model_weight": state["model"]}, so the
+    inverse below is a fairseq checkpoint. The reference is that fairseq-code model itself.
+    """
+    if post_ln:
+        # The base layout: GroupNorm front end, no conv bias, post-LN transformer.
+        model_config = {**FAIRSEQ_TINY, "extractor_mode": "default", "conv_bias": False}
+        model_config["layer_norm_first"] = False
+        state = {"args": None, "cfg": {"model": model_config, "task": {"normalize": False}}}
+        arch = "base"
+    else:
+        model_config = FAIRSEQ_TINY
+        # Checkpoints from 2020 (e.g. wav2vec_vox_new.pt) pickle their argparse args.
+        state = {"args": argparse.Namespace(arch="wav2vec2", normalize=True)}
+        arch = "large_lv60k"
+    model = fairseq_reference_model(model_config)
+    state["model"] = model.state_dict()
+    torch.save(state, tmp_path / "fairseq.pt")
+
+    def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
+        lengths = lengths.clamp_min(400)
+        result = model.extract_features(wav, padding_mask(wav, lengths))
+        first = result["layer_results"][0][0].transpose(0, 1)
+        return result["x"], first, model._get_feat_extract_output_lengths(lengths)
+
+    kwargs = {"checkpoint": str(tmp_path / "fairseq.pt"), "arch": arch}
+    kwargs["config_overrides"] = FAIRSEQ2_TINY
+    encoder = "model.encoder_frontend.feature_extractor."
+    return Source(Fairseq2Wav2Vec2, kwargs, reference, encoder, tmp_path)
+
+
+def transformers_source(tmp_path: Path) -> Source:
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    torch.manual_seed(0)
+    model = Wav2Vec2Model(Wav2Vec2Config(**TRANSFORMERS_TINY)).eval()
+    model.save_pretrained(tmp_path / "hf")
+
+    def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
+        lengths = lengths.clamp_min(400)
+        attention_mask = (~padding_mask(wav, lengths)).long()
+        output = model(wav, attention_mask=attention_mask, output_hidden_states=True)
+        frame_lengths = model._get_feat_extract_output_lengths(lengths)
+        return output.last_hidden_state, output.hidden_states[1], frame_lengths
+
+    kwargs = {"path": str(tmp_path / "hf")}
+    return Source(TransformersWav2Vec2, kwargs, reference, "model.feature_extractor.", tmp_path)
+
+
+SOURCES = {
+    "torchaudio": torchaudio_source,
+    "s3prl": s3prl_source,
+    "fairseq2": fairseq2_source,
+    "transformers": transformers_source,
+}
+# Further native formats that must match their library too (not batch-invariant ones included).
+EXTRA_SOURCES = {
+    "torchaudio-post-ln": lambda tmp_path: torchaudio_source(tmp_path, layer_norm_first=False),
+    "fairseq-original-pt": fairseq_original_source,
+    "fairseq-original-pt-base": lambda tmp_path: fairseq_original_source(tmp_path, post_ln=True),
+}
+
+
+@pytest.fixture(scope="module", params=list(SOURCES))
+def source(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Source:
+    """Each source's tiny model, saved once per module in its native format."""
+    return SOURCES[request.param](tmp_path_factory.mktemp(request.param))
+
+
+def assert_frames_close(
+    frames: torch.Tensor, expected: torch.Tensor, frame_lengths: torch.Tensor, atol: float
+) -> None:
+    for row, n in enumerate(frame_lengths.tolist()):
+        torch.testing.assert_close(frames[row, :n], expected[row, :n], atol=atol, rtol=0)
+
+
+def check_reproduces_library(source: Source, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    backbone = source.cls(**source.kwargs).eval()
+    wav, lengths = batch
+    frames, frame_lengths = backbone(wav, lengths)
+    final, _, expected_lengths = source.reference(wav, lengths)
+    assert torch.equal(frame_lengths, expected_lengths.long())
+    assert torch.equal(frame_lengths, conv_frame_lengths(lengths.clamp_min(backbone.min_samples)))
+    assert backbone.min_samples == 400 and frames.shape[-1] == backbone.output_dim == 256
+    assert_frames_close(frames, final, frame_lengths, atol=1e-5)
+
+
+@torch.no_grad()
+def test_native_checkpoint_reproduces_library_outputs(source: Source, batch: tuple) -> None:
+    check_reproduces_library(source, batch)
+
+
+@pytest.mark.parametrize("name", list(EXTRA_SOURCES))
+@torch.no_grad()
+def test_more_native_formats_reproduce_library_outputs(
+    name: str, tmp_path: Path, batch: tuple
+) -> None:
+    check_reproduces_library(EXTRA_SOURCES[name](tmp_path), batch)
+
+
+@torch.no_grad()
+def test_fairseq2_single_file_checkpoint(tmp_path: Path, batch: tuple) -> None:
+    source = fairseq2_source(tmp_path)
+    kwargs = {**source.kwargs, "checkpoint": str(tmp_path / "fairseq2_single.pt")}
+    frames, frame_lengths = Fairseq2Wav2Vec2(**kwargs).eval()(*batch)
+    assert_frames_close(frames, source.reference(*batch)[0], frame_lengths, atol=1e-5)
+
+
+@torch.no_grad()
+def test_batch_invariance(source: Source, batch: tuple) -> None:
+    # Unequal weights on both layers: the first layer and the final output must be invariant.
+    backbone = source.cls(**source.kwargs, layer="weighted").eval()
+    backbone.select.weights.copy_(torch.tensor([0.3, -0.2]))
+    wav, lengths = batch
+    frames, frame_lengths = backbone(wav, lengths)
+    for row, n in enumerate(LENGTHS):
+        alone, alone_lengths = backbone(wav[row : row + 1, :n], lengths[row : row + 1])
+        valid = int(alone_lengths)
+        assert valid == frame_lengths[row] and alone.shape[1] == valid
+        torch.testing.assert_close(frames[row, :valid], alone[0], atol=1e-4, rtol=0)
+        assert torch.all(frames[row, valid:] == 0)
+
+
+def test_export_config_rebuilds_architecture(source: Source, batch: tuple) -> None:
+    backbone = source.cls(**source.kwargs, layer="weighted").eval()
+    with torch.no_grad():
+        backbone.select.weights.copy_(torch.tensor([0.3, -0.2]))
+    config = backbone.export_config()
+    assert config["_target_"] == f"sqa.models.ssl.{source.cls.__name__}"
+    # Through YAML, as an export's config.yaml; it must not point at the pretrained weights.
+    text = OmegaConf.to_yaml(OmegaConf.create(config))
+    assert str(source.root) not in text
+    rebuilt = instantiate(OmegaConf.create(text)).eval()
+    assert type(rebuilt) is source.cls
+    rebuilt.load_state_dict(backbone.state_dict(), strict=True)
+    with torch.no_grad():
+        expected, expected_lengths = backbone(*batch)
+        frames, frame_lengths = rebuilt(*batch)
+    assert torch.equal(frame_lengths, expected_lengths)
+    torch.testing.assert_close(frames, expected, atol=1e-6, rtol=0)
+
+
+def test_weighted_layer_sum(source: Source, batch: tuple) -> None:
+    backbone = source.cls(**source.kwargs, layer="weighted").eval()
+    weights = backbone.select.weights
+    assert isinstance(weights, nn.Parameter) and weights.requires_grad
+    assert torch.equal(weights, torch.zeros(2))  # one per transformer layer, equal at the start
+    assert any(p is weights for p in backbone.parameters())
+    assert "select.weights" in backbone.state_dict()
+    wav, lengths = batch
+    with torch.no_grad():
+        final, first, frame_lengths = source.reference(wav, lengths)
+        # Near one-hot weights pick out the library's first layer and its final output.
+        for values, expected in (([40.0, -40.0], first), ([-40.0, 40.0], final)):
+            weights.copy_(torch.tensor(values))
+            assert_frames_close(backbone(wav, lengths)[0], expected, frame_lengths, atol=1e-5)
+        weights.zero_()
+    frames, frame_lengths = backbone(wav, lengths)
+    assert_frames_close(frames.detach(), (first + final) / 2, frame_lengths, atol=1e-5)
+    frames.pow(2).sum().backward()
+    assert weights.grad is not None and weights.grad.abs().min() > 0
+
+
+def test_freeze_feature_encoder(source: Source, batch: tuple) -> None:
+    frozen = source.cls(**source.kwargs).train()
+    frozen(*batch)[0].sum().backward()
+    for param_name, param in frozen.named_parameters():
+        in_encoder = param_name.startswith(source.feature_encoder)
+        assert param.requires_grad is not in_encoder, param_name
+        if in_encoder:
+            assert param.grad is None
+    assert any(p.grad is not None for n, p in frozen.named_parameters() if ".layers.1." in n)
+    trainable = source.cls(**source.kwargs, freeze_feature_encoder=False)
+    assert all(p.requires_grad for p in trainable.parameters())
+
+
+def test_layer_choice() -> None:
+    assert "select.weights" not in TorchaudioWav2Vec2().state_dict()
+    with pytest.raises(ValueError, match="layer must be one of"):
+        TorchaudioWav2Vec2(layer="middle")
+
+
+def raises_naming(error: type[Exception], path: Path | str) -> pytest.RaisesContext:
+    return pytest.raises(error, match=re.escape(str(path)))
+
+
+def test_torchaudio_path_errors(tmp_path: Path) -> None:
+    with raises_naming(FileNotFoundError, tmp_path / "missing.pt"):
+        TorchaudioWav2Vec2(checkpoint=str(tmp_path / "missing.pt"))
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    with raises_naming(ValueError, tmp_path / "notes.txt"):
+        TorchaudioWav2Vec2(checkpoint=str(tmp_path / "notes.txt"))
+    deeper = torchaudio.models.wav2vec2_model(**{**TINY_TORCHAUDIO, "encoder_num_layers": 3})
+    torch.save(deeper.state_dict(), tmp_path / "three_layers.pt")
+    with pytest.raises(ValueError, match="does not match torchaudio arch 'tiny'"):
+        TorchaudioWav2Vec2(checkpoint=str(tmp_path / "three_layers.pt"))
+    with pytest.raises(ValueError, match="wav2vec2_large_lv60k"):
+        TorchaudioWav2Vec2(arch="wav2vec2_huge")
+
+
+def test_s3prl_path_errors(tmp_path: Path) -> None:
+    with raises_naming(FileNotFoundError, tmp_path / "missing.pt"):
+        S3prlWav2Vec2(checkpoint=str(tmp_path / "missing.pt"))
+    torch.save(torchaudio.models.wav2vec2_model(**TINY_TORCHAUDIO).state_dict(), tmp_path / "ta.pt")
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "ta.pt")) + ".*model_cfg"):
+        S3prlWav2Vec2(checkpoint=str(tmp_path / "ta.pt"))
+    with pytest.raises(ValueError, match="exactly one"):
+        S3prlWav2Vec2()
+
+
+def test_s3prl_named_upstream_comes_from_the_local_cache_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: tuple
+) -> None:
+    from s3prl.util import download
+
+    monkeypatch.setattr(download, "_download_dir", tmp_path / "s3prl-cache")
+    assert "wav2vec2_large_ll60k" in s3prl_upstream_names()
+    assert "wav2vec2_custom" not in s3prl_upstream_names()
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "s3prl-cache"))):
+        S3prlWav2Vec2(upstream="wav2vec2_large_ll60k")
+    with pytest.raises(ValueError, match="wav2vec2_large_ll60k"):
+        S3prlWav2Vec2(upstream="wav2vec2_giant")
+    # The file s3prl would have downloaded for that entry, already in the cache: it loads.
+    source = s3prl_source(tmp_path)
+    url = "https://huggingface.co/s3prl/converted_ckpts/resolve/main/wav2vec_vox_new.pt"
+    cached = Path(download._urls_to_filepaths(url, download=False))
+    cached.write_bytes((tmp_path / "s3prl_converted.pt").read_bytes())
+    backbone = S3prlWav2Vec2(upstream="wav2vec2_large_ll60k").eval()
+    assert "upstream" not in backbone.export_config()
+    with torch.no_grad():
+        frames, frame_lengths = backbone(*batch)
+        assert_frames_close(frames, source.reference(*batch)[0], frame_lengths, atol=1e-5)
+
+
+def test_s3prl_import_shim() -> None:
+    patch_torchaudio_for_s3prl()
+    # These s3prl modules call torchaudio.set_audio_backend / import torchaudio.sox_effects at
+    # import time, as s3prl.nn and s3prl.hub do through them.
+    importlib.import_module("s3prl.upstream.byol_s.byol_a.common")
+    importlib.import_module("s3prl.upstream.mos_prediction.expert")
+    from torchaudio.sox_effects import apply_effects_tensor
+
+    with pytest.raises(RuntimeError, match="removed"):
+        apply_effects_tensor(torch.zeros(1, 10), 16000, [])
+
+
+def test_fairseq2_path_errors(tmp_path: Path) -> None:
+    with raises_naming(FileNotFoundError, tmp_path / "missing"):
+        Fairseq2Wav2Vec2(checkpoint=str(tmp_path / "missing"), config_overrides=FAIRSEQ2_TINY)
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    with raises_naming(ValueError, tmp_path / "notes.txt"):
+        Fairseq2Wav2Vec2(checkpoint=str(tmp_path / "notes.txt"), config_overrides=FAIRSEQ2_TINY)
+    source = fairseq2_source(tmp_path)
+    overrides = {**FAIRSEQ2_TINY, "encoder_config": {**FAIRSEQ2_TINY["encoder_config"]}}
+    overrides["encoder_config"]["num_encoder_layers"] = 3
+    with raises_naming(ValueError, source.kwargs["checkpoint"]):
+        Fairseq2Wav2Vec2(checkpoint=source.kwargs["checkpoint"], config_overrides=overrides)
+    with pytest.raises(ValueError, match="large_lv60k"):
+        Fairseq2Wav2Vec2(arch="huge")
+    with pytest.raises(ValueError, match="no field 'num_layers'"):
+        Fairseq2Wav2Vec2(config_overrides={"encoder_config": {"num_layers": 2}})
+
+
+def test_transformers_path_errors(tmp_path: Path) -> None:
+    with raises_naming(FileNotFoundError, tmp_path / "missing"):
+        TransformersWav2Vec2(path=str(tmp_path / "missing"))
+    # A hub id is not a local directory: an error, not a download.
+    with raises_naming(FileNotFoundError, "facebook/wav2vec2-large-lv60"):
+        TransformersWav2Vec2(path="facebook/wav2vec2-large-lv60")
+    (tmp_path / "empty").mkdir()
+    with raises_naming(ValueError, tmp_path / "empty"):
+        TransformersWav2Vec2(path=str(tmp_path / "empty"))
+    transformers_source(tmp_path)
+    for weights in (tmp_path / "hf").glob("*.safetensors"):
+        weights.unlink()
+    with raises_naming(ValueError, tmp_path / "hf"):
+        TransformersWav2Vec2(path=str(tmp_path / "hf"))
+
+
+def test_normalize_waveform_uses_valid_samples_only(batch: tuple) -> None:
+    wav, lengths = batch
+    normalized = normalize_waveform(wav, lengths)
+    for row, n in enumerate(LENGTHS):
+        expected = torch.nn.functional.layer_norm(wav[row, :n], (n,))
+        torch.testing.assert_close(normalized[row, :n], expected, atol=1e-5, rtol=0)
+        assert torch.all(normalized[row, n:] == 0)
