@@ -1,8 +1,8 @@
 """Hydra entry point: build -> fit -> test every test set -> export the best checkpoint.
 
-    python train.py                               # log-mel model on the built-in synthetic corpus
-    python train.py model/backbone=tiny_wav2vec2  # same run with a tiny wav2vec2
-    python train.py experiment=singmos_pro_ssl data.corpus.root=... model.backbone.checkpoint=...
+python train.py                               # log-mel model on the built-in synthetic corpus
+python train.py model/backbone=tiny_wav2vec2  # same run with a tiny wav2vec2
+python train.py experiment=singmos_pro_ssl data.corpus.root=... model.backbone.checkpoint=...
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def export_predictor(
     metrics: Mapping[str, Any] | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write `predictor` to `directory` atomically; refuse an existing directory unless `overwrite`."""
+    """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`."""
     directory = Path(directory)
     if directory.exists() and not overwrite:
         raise ExportError(f"{directory}: already exists; pass overwrite=True to replace it")
@@ -84,7 +84,9 @@ def _check_targets(node: Any, where: Path) -> None:
     if isinstance(node, Mapping):
         target = node.get("_target_")
         if target is not None and target not in ALLOWED_TARGETS:
-            raise ExportError(f"{where}: refusing to build {target!r}; only sqa's own classes are allowed")
+            raise ExportError(
+                f"{where}: refusing to build {target!r}; only sqa's own classes are allowed"
+            )
         for value in node.values():
             _check_targets(value, where)
     elif isinstance(node, list):
@@ -108,7 +110,9 @@ def load_export(directory: str | Path) -> tuple[MOSPredictor, dict[str, Any]]:
         state = torch.load(weights_path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises UnpicklingError or RuntimeError variants
         raise ExportError(f"{weights_path}: not a plain tensor state_dict ({err})") from err
-    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+    if not isinstance(state, Mapping) or not all(
+        isinstance(v, torch.Tensor) for v in state.values()
+    ):
         raise ExportError(f"{weights_path}: expected a mapping of parameter names to tensors")
     predictor.load_state_dict(state)
     return predictor.eval(), config

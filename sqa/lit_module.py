@@ -65,7 +65,9 @@ class MOSModule(L.LightningModule):
                 }
             )
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+    def validation_step(
+        self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         """Collect predictions of one validation batch."""
         self._collect(batch, dataloader_idx)
 
@@ -95,7 +97,12 @@ class MOSModule(L.LightningModule):
         for name, block in blocks.items():
             self.log(f"val/{name}/sys_srcc", block["sys"]["srcc"], add_dataloader_idx=False)
             self.log(f"val/{name}/utt_rmse", block["utt"]["rmse"], add_dataloader_idx=False)
-        self.log("val/selection", metrics.selection_score(blocks), prog_bar=True, add_dataloader_idx=False)
+        self.log(
+            "val/selection",
+            metrics.selection_score(blocks),
+            prog_bar=True,
+            add_dataloader_idx=False,
+        )
 
     def on_test_epoch_start(self) -> None:
         """Start a fresh collection for this test run."""
@@ -110,13 +117,17 @@ class MOSModule(L.LightningModule):
         self._outputs = {}
         self.test_predictions = rows
         self.test_results = metrics.evaluate_sets(
-            [r["pred"] for r in rows], [r["mos"] for r in rows],
-            [r["system_id"] for r in rows], [r["test_set"] for r in rows],
+            [r["pred"] for r in rows],
+            [r["mos"] for r in rows],
+            [r["system_id"] for r in rows],
+            [r["test_set"] for r in rows],
         )
         for name, block in self.test_results.items():
             for level in ("utt", "sys"):
                 for key in metrics.METRIC_NAMES:
-                    self.log(f"test/{name}/{level}_{key}", block[level][key], add_dataloader_idx=False)
+                    self.log(
+                        f"test/{name}/{level}_{key}", block[level][key], add_dataloader_idx=False
+                    )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """The configured optimizer over all trainable parameters."""

@@ -23,7 +23,9 @@ def correlations(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
     pred = np.asarray(pred, dtype=np.float64)
     true = np.asarray(true, dtype=np.float64)
     if pred.shape != true.shape or pred.ndim != 1:
-        raise ValueError(f"pred and true must be 1-D of equal length, got {pred.shape} and {true.shape}")
+        raise ValueError(
+            f"pred and true must be 1-D of equal length, got {pred.shape} and {true.shape}"
+        )
     n = int(pred.size)
     rmse = float(np.sqrt(np.mean((pred - true) ** 2))) if n else math.nan
     # Correlations are undefined for fewer than two points or a constant input; report NaN.
@@ -66,16 +68,14 @@ def evaluate(
 
 
 def weighted_average(blocks: Mapping[str, Mapping[str, Mapping[str, float]]]) -> dict:
-    """Average per-test-set results `{name: {utt|sys: metrics}}`, weighting each block by its `n`."""
+    """Average per-set results `{name: {utt|sys: metrics}}`, weighting each block by its `n`."""
     out: dict[str, dict[str, float]] = {}
     for level in ("utt", "sys"):
         items = [b[level] for b in blocks.values()]
         total = sum(int(m["n"]) for m in items)
         avg: dict[str, float] = {"n": total}
         for name in METRIC_NAMES:
-            avg[name] = (
-                sum(m[name] * m["n"] for m in items) / total if total else math.nan
-            )
+            avg[name] = sum(m[name] * m["n"] for m in items) / total if total else math.nan
         out[level] = avg
     return out
 
@@ -120,6 +120,8 @@ def format_table(results: Mapping[str, Mapping[str, Mapping[str, float]]]) -> st
             cell = "/".join(vals[:-1]) + ("|" if len(vals) > 1 else "") + vals[-1]
             cell += f"|{results[AVERAGE_KEY][level][name]:.3f}"
             lines.append(f"{level:<6} {name:<6} {cell}")
-    counts = ", ".join(f"{s}: {results[s]['utt']['n']} clips/{results[s]['sys']['n']} systems" for s in sets)
+    counts = ", ".join(
+        f"{s}: {results[s]['utt']['n']} clips/{results[s]['sys']['n']} systems" for s in sets
+    )
     lines.append(f"({counts})")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Score audio with an exported predictor, in length-sorted batches identical to one-by-one scoring."""
+"""Score audio with an exported predictor in length-sorted batches (equal to one-by-one scoring)."""
 
 from __future__ import annotations
 
@@ -42,9 +42,17 @@ class Scorer:
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
             batch = collate(
-                [{"wav": torch.from_numpy(fit_length(wavs[i], self.min_samples, None, None)),
-                  "mos": 0.0, "domain": 0, "sample_id": "", "system_id": "", "test_set": ""}
-                 for i in idx]
+                [
+                    {
+                        "wav": torch.from_numpy(fit_length(wavs[i], self.min_samples, None, None)),
+                        "mos": 0.0,
+                        "domain": 0,
+                        "sample_id": "",
+                        "system_id": "",
+                        "test_set": "",
+                    }
+                    for i in idx
+                ]
             )
             out = self.predictor(batch["wav"].to(self.device), batch["lengths"].to(self.device))
             for i, s in zip(idx, out.score.float().cpu().tolist(), strict=True):

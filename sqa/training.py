@@ -48,7 +48,12 @@ def write_predictions(rows: list[dict[str, Any]], path: Path) -> None:
         writer = csv.DictWriter(fh, fieldnames=PREDICTION_COLUMNS)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: (repr(row[k]) if isinstance(row[k], float) else row[k]) for k in PREDICTION_COLUMNS})
+            writer.writerow(
+                {
+                    k: (repr(row[k]) if isinstance(row[k], float) else row[k])
+                    for k in PREDICTION_COLUMNS
+                }
+            )
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
@@ -68,7 +73,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     )
     callbacks: list[L.Callback] = [checkpoint]
     if cfg.early_stopping_patience:
-        callbacks.append(EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience))
+        callbacks.append(
+            EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience)
+        )
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
     trainer: L.Trainer = instantiate(
         cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=str(run_dir)

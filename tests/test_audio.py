@@ -9,7 +9,9 @@ def tone(freq: float, sr: int, seconds: float) -> np.ndarray:
     return 0.5 * np.sin(2 * np.pi * freq * np.arange(int(sr * seconds)) / sr)
 
 
-@pytest.mark.parametrize(("sr", "subtype"), [(44100, "PCM_16"), (24000, "PCM_24"), (8000, "FLOAT"), (16000, "PCM_32")])
+@pytest.mark.parametrize(
+    ("sr", "subtype"), [(44100, "PCM_16"), (24000, "PCM_24"), (8000, "FLOAT"), (16000, "PCM_32")]
+)
 def test_load_resamples_to_16k_and_keeps_pitch_and_duration(tmp_path, sr, subtype):
     path = tmp_path / "a.wav"
     sf.write(path, tone(440.0, sr, 1.0), sr, subtype=subtype)

@@ -16,7 +16,11 @@ def write_wav(path: Path, sr: int = 16000, seconds: float = 0.2) -> None:
 
 def make_singmos_pro(root: Path, sr_of=lambda utt: 16000) -> Path:
     split = {
-        "singmospro-p1": {"train": ["s1-u1", "s2-u1"], "valid": ["s1-u2"], "test": ["s1-u3", "s2-u3"]},
+        "singmospro-p1": {
+            "train": ["s1-u1", "s2-u1"],
+            "valid": ["s1-u2"],
+            "test": ["s1-u3", "s2-u3"],
+        },
         "singmospro-p2": {"train": ["s3-u1"], "valid": ["s3-u2"], "test": ["s3-u3"]},
         "singmospro-p4": {"train": ["s4-u1"], "valid": [], "test": ["s4-u2"]},
     }
@@ -28,7 +32,11 @@ def make_singmos_pro(root: Path, sr_of=lambda utt: 16000) -> Path:
                 score = {"mos": 3.5, "judges": ["a"], "scores": [3, 4]}
                 if utt == "s1-u1":
                     score["melody"] = 4.0
-                utterance[utt] = {"sys_id": utt.split("-")[0], "wav": f"wav/{utt}.wav", "score": score}
+                utterance[utt] = {
+                    "sys_id": utt.split("-")[0],
+                    "wav": f"wav/{utt}.wav",
+                    "score": score,
+                }
     (root / "info").mkdir(parents=True)
     (root / "info" / "split.json").write_text(json.dumps(split))
     (root / "info" / "score.json").write_text(json.dumps({"utterance": utterance, "system": {}}))
@@ -36,7 +44,9 @@ def make_singmos_pro(root: Path, sr_of=lambda utt: 16000) -> Path:
 
 
 def test_singmos_pro_reader_assigns_domains_splits_and_test_sets(tmp_path):
-    corpus = read_singmos_pro(make_singmos_pro(tmp_path), test_batches=["singmospro-p1", "singmospro-p2"])
+    corpus = read_singmos_pro(
+        make_singmos_pro(tmp_path), test_batches=["singmospro-p1", "singmospro-p2"]
+    )
     assert corpus.domains == ["singmospro-p1", "singmospro-p2", "singmospro-p4"]
     tests = corpus.test_sets()
     assert {k: sorted(c.sample_id for c in v) for k, v in tests.items()} == {
@@ -44,7 +54,13 @@ def test_singmos_pro_reader_assigns_domains_splits_and_test_sets(tmp_path):
         "test2": ["s3-u3"],
     }
     # The test part of a batch that is not a test batch goes to training.
-    assert {c.sample_id for c in corpus.split("train")} == {"s1-u1", "s2-u1", "s3-u1", "s4-u1", "s4-u2"}
+    assert {c.sample_id for c in corpus.split("train")} == {
+        "s1-u1",
+        "s2-u1",
+        "s3-u1",
+        "s4-u1",
+        "s4-u2",
+    }
     assert list(corpus.valid_sets()) == ["singmospro-p1", "singmospro-p2"]
     clip = next(c for c in corpus.clips if c.sample_id == "s1-u1")
     assert clip.extra_scores == {"melody": 4.0}
@@ -90,7 +106,11 @@ def test_singmos_pro_missing_audio_is_reported(tmp_path):
 
 def test_vmc24_reader(tmp_path):
     (tmp_path / "sets").mkdir()
-    ids = {"train": ["a-b-sys01-u1", "a-b-sys02-u1"], "val": ["a-b-sys01-u2"], "eval": ["a-b-sys02-u3"]}
+    ids = {
+        "train": ["a-b-sys01-u1", "a-b-sys02-u1"],
+        "val": ["a-b-sys01-u2"],
+        "eval": ["a-b-sys02-u3"],
+    }
     for name, lst in ids.items():
         (tmp_path / "sets" / f"{name}_mos_list.txt").write_text("".join(f"{i},4.0\n" for i in lst))
         for i in lst:

@@ -31,7 +31,8 @@ def test_clipped_mse_and_contrastive_by_hand():
     out = pred([1.0, 3.0])
     target = torch.tensor([1.2, 2.0])
     assert losses.clipped_mse(out, target, tau=0.5).item() == pytest.approx(1.0 / 2)
-    # Pair differences: (1-3)-(1.2-2) = -1.2 and +1.2, diagonal 0: max(0, 1.2-0.1) twice over 4, halved.
+    # Pair differences (1-3)-(1.2-2) = -1.2 and +1.2, diagonal 0:
+    # max(0, 1.2-0.1) twice, over 4 pairs, halved.
     assert losses.contrastive(out, target, margin=0.1).item() == pytest.approx(2 * 1.1 / 4 / 2)
 
 

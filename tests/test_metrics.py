@@ -65,7 +65,10 @@ def test_selection_score_weights_by_systems_and_counts_nan_as_zero():
 
 def test_table_has_paper_layout():
     results = metrics.evaluate_sets(
-        [1.0, 2.0, 3.0] * 3, [1.0, 2.5, 3.0] * 3, ["a", "b", "c"] * 3, ["test1"] * 3 + ["test2"] * 3 + ["test3"] * 3
+        [1.0, 2.0, 3.0] * 3,
+        [1.0, 2.5, 3.0] * 3,
+        ["a", "b", "c"] * 3,
+        ["test1"] * 3 + ["test2"] * 3 + ["test3"] * 3,
     )
     table = metrics.format_table(results)
     assert "test1/test2|test3|Avg" in table

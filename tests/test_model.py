@@ -59,7 +59,10 @@ def test_export_round_trip_reproduces_outputs(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(loaded(wav, lengths).score, model(wav, lengths).score)
     assert config["sample_rate"] == 16000 and config["domains"] == ["a"]
-    assert torch.load(tmp_path / "exp" / "model.pt", weights_only=True).keys() == model.state_dict().keys()
+    assert (
+        torch.load(tmp_path / "exp" / "model.pt", weights_only=True).keys()
+        == model.state_dict().keys()
+    )
 
 
 def test_export_refuses_to_overwrite_without_flag(tmp_path):

@@ -40,11 +40,15 @@ def resample(wav: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
     """Band-limited resampling (soxr, high quality) of a mono float array (N,) -> (N',)."""
     if orig_sr == target_sr:
         return np.ascontiguousarray(wav, dtype=np.float32)
-    return soxr.resample(wav.astype(np.float32), orig_sr, target_sr, quality="HQ").astype(np.float32)
+    return soxr.resample(wav.astype(np.float32), orig_sr, target_sr, quality="HQ").astype(
+        np.float32
+    )
 
 
-def fit_length(wav: np.ndarray, min_samples: int, max_samples: int | None, rng: np.random.Generator | None) -> np.ndarray:
-    """Zero-pad to at least `min_samples`; crop to `max_samples` (random offset if `rng`, else centred)."""
+def fit_length(
+    wav: np.ndarray, min_samples: int, max_samples: int | None, rng: np.random.Generator | None
+) -> np.ndarray:
+    """Zero-pad to `min_samples`; crop to `max_samples` (random offset with `rng`, else centred)."""
     if wav.shape[0] < min_samples:
         wav = np.pad(wav, (0, min_samples - wav.shape[0]))
     if max_samples is not None and wav.shape[0] > max_samples:

@@ -54,7 +54,9 @@ class Corpus:
 
     def valid_sets(self) -> dict[str, list[Clip]]:
         """Validation clips grouped by domain, in domain order, empty groups left out."""
-        groups = {d: [c for c in self.clips if c.split == "valid" and c.domain == d] for d in self.domains}
+        groups = {
+            d: [c for c in self.clips if c.split == "valid" and c.domain == d] for d in self.domains
+        }
         return {d: clips for d, clips in groups.items() if clips}
 
     def test_sets(self) -> dict[str, list[Clip]]:
@@ -107,7 +109,9 @@ def _load_json(path: Path) -> object:
 def _get(mapping: object, key: str, where: Path, context: str) -> object:
     """mapping[key], or a CorpusError naming the file, the place in it and the missing key."""
     if not isinstance(mapping, Mapping):
-        raise CorpusError(f"{where}: expected an object at {context}, found {type(mapping).__name__}")
+        raise CorpusError(
+            f"{where}: expected an object at {context}, found {type(mapping).__name__}"
+        )
     if key not in mapping:
         raise CorpusError(f"{where}: missing key {key!r} at {context}")
     return mapping[key]
@@ -145,12 +149,20 @@ def read_singmos_pro(
     clips = []
     for batch in sorted(splits):
         for part in SPLITS:
-            ids = _get(splits[batch], part, split_path, f"[{batch!r}]") if part != "test" else splits[batch].get("test", [])
+            ids = (
+                _get(splits[batch], part, split_path, f"[{batch!r}]")
+                if part != "test"
+                else splits[batch].get("test", [])
+            )
             for utt in ids:
                 entry = _get(utterances, utt, score_path, "['utterance']")
                 ctx = f"['utterance'][{utt!r}]"
                 score = _get(entry, "score", score_path, ctx)
-                mos = _number(_get(score, "mos", score_path, f"{ctx}['score']"), score_path, f"{ctx}['score']['mos']")
+                mos = _number(
+                    _get(score, "mos", score_path, f"{ctx}['score']"),
+                    score_path,
+                    f"{ctx}['score']['mos']",
+                )
                 extra = {
                     k: _number(v, score_path, f"{ctx}['score'][{k!r}]")
                     for k, v in score.items()
@@ -174,7 +186,7 @@ def read_singmos_pro(
 
 
 def read_vmc24(root: str | Path, sample_rate_filter: int | None = None) -> Corpus:
-    """Read the SingMOS VMC'24 track 2 layout: sets/{train,val,eval}_mos_list.txt and wav/<id>.wav."""
+    """Read the SingMOS VMC'24 track 2 layout: sets/{train,val,eval}_mos_list.txt, wav/<id>.wav."""
     root = Path(root)
     clips = []
     for list_name, split in (("train", "train"), ("val", "valid"), ("eval", "test")):
@@ -190,7 +202,9 @@ def read_vmc24(root: str | Path, sample_rate_filter: int | None = None) -> Corpu
             sample_id, score = parts[0].removesuffix(".wav"), parts[1]
             fields = sample_id.split("-")
             if len(fields) < 3:
-                raise CorpusError(f"{path}:{lineno}: ID {sample_id!r} has no system field (third '-' field)")
+                raise CorpusError(
+                    f"{path}:{lineno}: ID {sample_id!r} has no system field (third '-' field)"
+                )
             clips.append(
                 Clip(
                     sample_id=sample_id,
@@ -241,12 +255,17 @@ def read_csv_manifest(
             for key in ("wav_path", "system_id", "domain_id", "split", "test_set"):
                 if other.get(key) != first.get(key):
                     raise CorpusError(
-                        f"{path}:{other_line}: {key} of sample {sample_id!r} differs from line {lineno}"
+                        f"{path}:{other_line}: {key} of sample {sample_id!r} differs from "
+                        f"line {lineno}"
                     )
         mos = sum(_number(r["score"], path, f"line {n} score") for n, r in group) / len(group)
         extra = {}
         for col in extra_cols:
-            values = [_number(r[col], path, f"line {n} {col}") for n, r in group if r[col] not in ("", None)]
+            values = [
+                _number(r[col], path, f"line {n} {col}")
+                for n, r in group
+                if r[col] not in ("", None)
+            ]
             if values:
                 extra[col.removeprefix("score_")] = sum(values) / len(values)
         wav = Path(first["wav_path"])

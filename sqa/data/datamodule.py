@@ -1,4 +1,4 @@
-"""LightningDataModule: one train loader, one validation loader per domain, one test loader per test set."""
+"""LightningDataModule: train loader, a validation loader per domain, a test loader per test set."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class ClipDataset(Dataset):
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Zero-pad waveforms to the longest: wav (B, N), lengths (B,), mos (B,), domain (B,), id lists."""
+    """Zero-pad to the longest clip: wav (B, N), lengths (B,), mos (B,), domain (B,), id lists."""
     lengths = torch.tensor([it["wav"].shape[0] for it in items])
     wav = torch.zeros(len(items), int(lengths.max()))
     for i, it in enumerate(items):
@@ -118,7 +118,9 @@ class MOSDataModule(L.LightningDataModule):
         """Names of the test sets, in loader order."""
         return list(self.corpus.test_sets())
 
-    def _dataset(self, key: str, clips: Sequence[Clip], max_seconds: float | None = None) -> ClipDataset:
+    def _dataset(
+        self, key: str, clips: Sequence[Clip], max_seconds: float | None = None
+    ) -> ClipDataset:
         if key not in self._datasets:
             self._datasets[key] = ClipDataset(
                 clips, self.corpus, self.sample_rate, max_seconds, self.preload, self.seed

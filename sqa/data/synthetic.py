@@ -77,7 +77,7 @@ def _recipe_pool(rng: np.random.Generator) -> list[SystemRecipe]:
 def _melody(
     rng: np.random.Generator, sr: int, kind: str, param: float
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Per-sample f0 (Hz, 0 in gaps) and voicing for a random phrase, with the pitch errors of `kind`."""
+    """Per-sample f0 (Hz) and voicing of a random phrase, with the pitch errors of `kind`."""
     base = int(rng.integers(52, 68))
     n_notes = int(rng.integers(4, 8))
     scale = np.array([0, 2, 4, 5, 7, 9, 11, 12])
@@ -143,7 +143,9 @@ def _sing(rng: np.random.Generator, f0: np.ndarray, voiced: np.ndarray) -> np.nd
     return out
 
 
-def _degrade(rng: np.random.Generator, wav: np.ndarray, sr: int, recipe: SystemRecipe) -> np.ndarray:
+def _degrade(
+    rng: np.random.Generator, wav: np.ndarray, sr: int, recipe: SystemRecipe
+) -> np.ndarray:
     """Apply the spectral degradation of `recipe` (pitch recipes act in `_melody`)."""
     if recipe.kind == "noise":
         power = np.mean(wav**2)
@@ -158,7 +160,12 @@ def _degrade(rng: np.random.Generator, wav: np.ndarray, sr: int, recipe: SystemR
     return wav
 
 
-def generate(root: str | Path, seed: int = 0, clips_per_system: int = 14, systems_per_batch: tuple[int, ...] = (12, 12, 10, 8, 8)) -> Path:
+def generate(
+    root: str | Path,
+    seed: int = 0,
+    clips_per_system: int = 14,
+    systems_per_batch: tuple[int, ...] = (12, 12, 10, 8, 8),
+) -> Path:
     """Write the synthetic corpus under `root` in the SingMOS-Pro layout; returns `root`.
 
     The corpus is written to a temporary folder and renamed into place, so an interrupted
@@ -183,7 +190,9 @@ def generate(root: str | Path, seed: int = 0, clips_per_system: int = 14, system
     return root
 
 
-def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tuple[int, ...]) -> None:
+def _write(
+    root: Path, seed: int, clips_per_system: int, systems_per_batch: tuple[int, ...]
+) -> None:
     (root / "wav").mkdir(parents=True)
     (root / "info").mkdir()
     master = np.random.default_rng(seed)
@@ -192,7 +201,9 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
     sys_counter = 0
     for b, (batch, n_sys) in enumerate(zip(BATCHES, systems_per_batch, strict=True)):
         bias, gain = master.normal(0, 0.35), master.uniform(0.8, 1.15)
-        chosen = [pool[0]] + [pool[i] for i in master.choice(np.arange(1, len(pool)), n_sys - 1, replace=False)]
+        chosen = [pool[0]] + [
+            pool[i] for i in master.choice(np.arange(1, len(pool)), n_sys - 1, replace=False)
+        ]
         split[batch] = {"train": [], "valid": [], "test": []}
         for recipe in chosen:
             sys_counter += 1
@@ -213,26 +224,38 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                 wav = resample(_sing(rng, f0, voiced), SYNTH_RATE, sr)
                 wav = _degrade(rng, wav, sr, recipe)
                 wav = 0.5 * wav / (np.abs(wav).max() + 1e-9) * rng.uniform(0.5, 1.0)
-                sf.write(root / "wav" / f"{utt_id}.wav", wav.astype(np.float32), sr, subtype="PCM_16")
+                sf.write(
+                    root / "wav" / f"{utt_id}.wav", wav.astype(np.float32), sr, subtype="PCM_16"
+                )
                 quality = recipe.quality + rng.normal(0, 0.15)
                 raw = 3.0 + gain * (quality - 3.0) + bias + rng.normal(0, 0.5, size=5)
                 ratings = np.clip(np.rint(raw), 1, 5).astype(int).tolist()
                 mos = float(np.mean(ratings))
                 sys_scores.append(mos)
-                score = {"mos": mos, "judges": [f"{batch}-j{j}" for j in range(5)], "scores": ratings}
+                score = {
+                    "mos": mos,
+                    "judges": [f"{batch}-j{j}" for j in range(5)],
+                    "scores": ratings,
+                }
                 if b == 0:
                     # Melody MOS for part of the corpus, to exercise optional score dimensions.
                     pitch_err = recipe.kind in ("detune", "drift", "jitter", "note_detune")
-                    score["melody"] = float(np.clip(np.rint(4.5 - 2.0 * pitch_err + rng.normal(0, 0.5)), 1, 5))
+                    score["melody"] = float(
+                        np.clip(np.rint(4.5 - 2.0 * pitch_err + rng.normal(0, 0.5)), 1, 5)
+                    )
                 utterances[utt_id] = {"sys_id": sys_id, "wav": f"wav/{utt_id}.wav", "score": score}
                 part = _split_of(u, clips_per_system, batch in TEST_BATCHES)
                 split[batch][part].append(utt_id)
             systems[sys_id] = {"mos": float(np.mean(sys_scores))}
     info = root / "info"
     (info / "split.json").write_text(json.dumps(split, indent=1))
-    (info / "score.json").write_text(json.dumps({"utterance": utterances, "system": systems}, indent=1))
+    (info / "score.json").write_text(
+        json.dumps({"utterance": utterances, "system": systems}, indent=1)
+    )
     (info / "sys_info.json").write_text(json.dumps(sys_info, indent=1))
-    (info / "synthetic.json").write_text(json.dumps(_signature(seed, clips_per_system, systems_per_batch)))
+    (info / "synthetic.json").write_text(
+        json.dumps(_signature(seed, clips_per_system, systems_per_batch))
+    )
 
 
 def _split_of(index: int, n: int, has_test: bool) -> str:

@@ -19,7 +19,9 @@ W2V_WINDOW = 400
 W2V_HOP = 320
 
 
-def conv_frame_lengths(lengths: torch.Tensor, window: int = W2V_WINDOW, hop: int = W2V_HOP) -> torch.Tensor:
+def conv_frame_lengths(
+    lengths: torch.Tensor, window: int = W2V_WINDOW, hop: int = W2V_HOP
+) -> torch.Tensor:
     """Frames a window/hop front end yields for `lengths` samples (B,), without any padding."""
     return torch.div(lengths - window, hop, rounding_mode="floor").clamp_min(0) + 1
 
@@ -56,13 +58,20 @@ class LogMelBackbone(nn.Module):
             "heads": heads,
         }
         fb = torchaudio.functional.melscale_fbanks(
-            W2V_WINDOW // 2 + 1, 0.0, sample_rate / 2, n_mels, sample_rate, norm="slaney", mel_scale="slaney"
+            W2V_WINDOW // 2 + 1,
+            0.0,
+            sample_rate / 2,
+            n_mels,
+            sample_rate,
+            norm="slaney",
+            mel_scale="slaney",
         )
         self.register_buffer("fbank", fb, persistent=False)
         self.register_buffer("window", torch.hann_window(W2V_WINDOW), persistent=False)
         dims = [n_mels] + [channels] * conv_layers
         self.convs = nn.ModuleList(
-            nn.Conv1d(i, o, kernel_size, padding=kernel_size // 2) for i, o in zip(dims[:-1], dims[1:], strict=True)
+            nn.Conv1d(i, o, kernel_size, padding=kernel_size // 2)
+            for i, o in zip(dims[:-1], dims[1:], strict=True)
         )
         self.norms = nn.ModuleList(nn.LayerNorm(channels) for _ in range(conv_layers))
         self.attention = nn.ModuleList(
@@ -70,12 +79,18 @@ class LogMelBackbone(nn.Module):
             for _ in range(transformer_layers)
         )
 
-    def log_mel(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_mel(
+        self, wav: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-clip normalised log-mel (B, T, n_mels) and frame counts (B,)."""
         wav = nn.functional.pad(wav, (0, max(0, W2V_WINDOW - wav.shape[1])))
-        spec = torch.stft(
-            wav, W2V_WINDOW, W2V_HOP, window=self.window, center=False, return_complex=True
-        ).abs().pow(2)
+        spec = (
+            torch.stft(
+                wav, W2V_WINDOW, W2V_HOP, window=self.window, center=False, return_complex=True
+            )
+            .abs()
+            .pow(2)
+        )
         mel = torch.log(spec.transpose(1, 2) @ self.fbank + 1e-6)
         frame_lengths = conv_frame_lengths(lengths).clamp_max(mel.shape[1])
         mask = frame_mask(frame_lengths, mel.shape[1])[..., None].to(mel.dtype)
@@ -84,8 +99,10 @@ class LogMelBackbone(nn.Module):
         var = (((mel - mean) * mask) ** 2).sum(dim=(1, 2), keepdim=True) / count
         return (mel - mean) / torch.sqrt(var + 1e-5) * mask, frame_lengths
 
-    def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """wav (B, N), lengths (B,) -> frames (B, T, channels), frame_lengths (B,)."""
+    def forward(
+        self, wav: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Wav (B, N), lengths (B,) -> frames (B, T, channels), frame_lengths (B,)."""
         x, frame_lengths = self.log_mel(wav, lengths)
         keep = frame_mask(frame_lengths, x.shape[1])[..., None].to(x.dtype)
         for conv, norm in zip(self.convs, self.norms, strict=True):

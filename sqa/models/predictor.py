@@ -46,7 +46,9 @@ class MOSPredictor(nn.Module):
         if self.range_clip:
             # Keeps every frame inside the 1..5 MOS scale.
             frame_scores = 2.0 * torch.tanh(frame_scores) + 3.0
-        frame_scores = frame_scores.masked_fill(~frame_mask(frame_lengths, frame_scores.shape[1]), 0.0)
+        frame_scores = frame_scores.masked_fill(
+            ~frame_mask(frame_lengths, frame_scores.shape[1]), 0.0
+        )
         return Prediction(masked_mean(frame_scores, frame_lengths), frame_scores, frame_lengths)
 
     def export_config(self) -> dict:
