@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from sqa.training import default_precision, run
-
-OmegaConf.register_new_resolver("sqa_precision", default_precision, replace=True)
+from sqa.training import run
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")

@@ -28,6 +28,11 @@ def default_precision() -> str:
     return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
 
 
+# The trainer config asks for `${sqa_precision:}`; registered here so that every composer of the
+# config (train.py, sweeps, tests) has it once it imports this module.
+OmegaConf.register_new_resolver("sqa_precision", default_precision, replace=True)
+
+
 def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
     """Instantiate the data module and the Lightning module described by `cfg`."""
     datamodule: MOSDataModule = instantiate(cfg.data)
@@ -59,6 +64,12 @@ def write_predictions(rows: list[dict[str, Any]], path: Path) -> None:
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Fit, select the best validation checkpoint, test it, write metrics and export it."""
     run_dir = Path(run_dir)
+    export_dir = run_dir / "export"
+    if export_dir.exists() and not cfg.overwrite_export:
+        # Checked before training so that a long run never fails at its very end.
+        raise FileExistsError(
+            f"{export_dir} already exists; set overwrite_export=true to replace it"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     L.seed_everything(cfg.seed, workers=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -89,11 +100,11 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     print(metrics.format_table(results))
     export_predictor(
         module.predictor,
-        run_dir / "export",
+        export_dir,
         sample_rate=datamodule.sample_rate,
         domains=datamodule.corpus.domains,
         metrics=results,
         overwrite=cfg.overwrite_export,
     )
-    print(f"Exported the best model to {run_dir / 'export'}")
+    print(f"Exported the best model to {export_dir}")
     return results

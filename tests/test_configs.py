@@ -6,14 +6,12 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
+import sqa.training  # noqa: F401  (registers the config resolver)
 from sqa.models.predictor import MOSPredictor, Prediction
-from sqa.training import default_precision
 
 from .conftest import REPO
 
-OmegaConf.register_new_resolver("sqa_precision", default_precision, replace=True)
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 BACKBONES = sorted(p.stem for p in (REPO / "conf" / "model" / "backbone").glob("*.yaml"))
 

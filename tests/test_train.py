@@ -14,11 +14,9 @@ from scipy import stats
 
 from sqa import score
 from sqa.data.synthetic import load_synthetic
-from sqa.training import default_precision, run
+from sqa.training import run
 
 from .conftest import REPO
-
-OmegaConf.register_new_resolver("sqa_precision", default_precision, replace=True)
 
 
 def compose_train(overrides: list[str]):
