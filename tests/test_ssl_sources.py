@@ -13,7 +13,7 @@ import importlib
 import os
 import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,13 +102,15 @@ class Source:
     root: Path
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(scope="module", autouse=True)
+def no_network() -> Iterator[None]:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("network access attempted")
 
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "connect", refuse)
+        patch.setattr(socket, "create_connection", refuse)
+        yield
 
 
 @pytest.fixture
@@ -408,8 +410,18 @@ def test_freeze_feature_encoder(source: Source, batch: tuple) -> None:
     assert all(p.requires_grad for p in trainable.parameters())
 
 
-def test_layer_choice() -> None:
-    assert "select.weights" not in TorchaudioWav2Vec2().state_dict()
+def test_tiny_torchaudio_arch_and_layer_choice() -> None:
+    backbone = TorchaudioWav2Vec2()
+    extractor, encoder = backbone.model.feature_extractor, backbone.model.encoder
+    assert [(b.conv.out_channels, b.kernel_size, b.stride) for b in extractor.conv_layers] == CONV
+    assert all(b.layer_norm is not None for b in extractor.conv_layers)  # extractor_mode layer_norm
+    layers = encoder.transformer.layers
+    assert len(layers) == 2 and layers[0].attention.num_heads == 4
+    assert layers[0].feed_forward.intermediate_dense.out_features == 512
+    pos_conv = encoder.transformer.pos_conv_embed.conv
+    assert pos_conv.kernel_size == (128,) and pos_conv.groups == 16
+    assert backbone.output_dim == 256 and backbone.min_samples == 400
+    assert "select.weights" not in backbone.state_dict()
     with pytest.raises(ValueError, match="layer must be one of"):
         TorchaudioWav2Vec2(layer="middle")
 

@@ -193,6 +193,8 @@ class _Wav2Vec2Backbone(nn.Module):
         self.min_samples = receptive_field(conv_layers)
         self.normalize = normalize
         self.select = LayerSelect(layer, num_layers)
+        # Libraries hand models back in different modes (from_pretrained: eval); follow ours.
+        model.train(self.training)
         # Fine-tuning recipes keep the convolutional feature encoder fixed: a few thousand clips
         # are too few to retrain it, and it saves its backward pass.
         feature_encoder.requires_grad_(not freeze_feature_encoder)
@@ -205,8 +207,10 @@ class TorchaudioWav2Vec2(_Wav2Vec2Backbone):
     `torchaudio.models.wav2vec2_model`) or the name of a torchaudio builder ("wav2vec2_model",
     "wav2vec2_base", "wav2vec2_large", "wav2vec2_large_lv60k", "wav2vec2_xlsr_300m", ...);
     `arch_kwargs` go to the builder (for "tiny" they override `TINY_TORCHAUDIO`). `checkpoint`
-    is a local `torch.save(model.state_dict())` file of that architecture, e.g. from a
-    `torchaudio.pipelines.WAV2VEC2_*` bundle's `get_model()`. The group_norm archs
+    is a local torchaudio state_dict of that architecture: `torch.save(model.state_dict())`, or
+    the `.pth` a `torchaudio.pipelines.WAV2VEC2_*` bundle keeps in torch.hub's cache (e.g.
+    `~/.cache/torch/hub/checkpoints/wav2vec2_fairseq_large_lv60k.pth`; the LV60K and XLS-R
+    bundles normalise the waveform, so pass `normalize=True` for those). The group_norm archs
     (wav2vec2_base, wav2vec2_large) are not batch-invariant: their first layer's GroupNorm
     normalises over time, padding included.
     """
@@ -232,14 +236,12 @@ class TorchaudioWav2Vec2(_Wav2Vec2Backbone):
         model = self._build(arch, arch_kwargs)
         if checkpoint is not None:
             _load_torchaudio_checkpoint(model, checkpoint, arch)
-        conv_layers = [
-            (block.kernel_size, block.stride) for block in model.feature_extractor.conv_layers
-        ]
+        blocks = model.feature_extractor.conv_layers
         transformer = model.encoder.transformer
         self._setup(
             model,
             model.feature_extractor,
-            conv_layers,
+            [(block.kernel_size, block.stride) for block in blocks],
             transformer.layer_norm.normalized_shape[0],
             len(transformer.layers),
             layer,
@@ -398,7 +400,7 @@ def _s3prl_cached_checkpoint(upstream: str) -> Path:
     """Find hub entry `upstream`'s converted checkpoint in s3prl's cache; never download it."""
     patch_torchaudio_for_s3prl()
     from s3prl.upstream.wav2vec2 import hubconf
-    from s3prl.util.download import _urls_to_filepaths
+    from s3prl.util.download import urls_to_filepaths
 
     names = s3prl_upstream_names()
     if upstream not in names:
@@ -412,7 +414,7 @@ def _s3prl_cached_checkpoint(upstream: str) -> Path:
         hubconf, "wav2vec2_custom", lambda **kwargs: urls.append(kwargs["ckpt"])
     ):
         getattr(hubconf, upstream)()
-    path = Path(_urls_to_filepaths(urls[0], download=False))
+    path = Path(urls_to_filepaths(urls[0], download=False))
     if not path.is_file():
         raise FileNotFoundError(
             f"{path} does not exist: s3prl upstream {upstream!r} is not in the local s3prl cache "
@@ -432,9 +434,8 @@ def _read_s3prl_checkpoint(checkpoint: str) -> tuple[dict, dict, dict]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
         raise ValueError(f"{path} cannot be read as {expected}: {error}") from error
-    if not isinstance(state, Mapping) or not {"model_cfg", "task_cfg", "model_weight"} <= set(
-        state
-    ):
+    required = {"model_cfg", "task_cfg", "model_weight"}
+    if not isinstance(state, Mapping) or not required <= state.keys():
         found = sorted(state) if isinstance(state, Mapping) else type(state).__name__
         raise ValueError(f"{path} is not {expected}; found {found}")
     return dict(state["model_cfg"]), dict(state["task_cfg"]), state["model_weight"]
@@ -486,13 +487,11 @@ class Fairseq2Wav2Vec2(_Wav2Vec2Backbone):
             "normalize": normalize,
         }
         encoder_config = config.encoder_config
+        descs = encoder_config.feature_extractor_layer_descs
         self._setup(
             model,
             model.encoder_frontend.feature_extractor,
-            [
-                (kernel, stride)
-                for _, kernel, stride in encoder_config.feature_extractor_layer_descs
-            ],
+            [(kernel, stride) for _, kernel, stride in descs],
             encoder_config.model_dim,
             encoder_config.num_encoder_layers,
             layer,
@@ -621,15 +620,19 @@ class TransformersWav2Vec2(_Wav2Vec2Backbone):
             model = Wav2Vec2Model(Wav2Vec2Config(**{**_plain(config), **runtime}))
         if model.config.add_adapter:
             raise ValueError("wav2vec2 models with an adapter (add_adapter=True) are not supported")
-        config = model.config.to_dict()
+        exported = model.config.to_dict()
         # from_pretrained records the directory it read; the export must not point at it.
-        config.pop("_name_or_path", None)
+        exported.pop("_name_or_path", None)
         self._config = {
-            "config": config,
+            "config": exported,
             "layer": layer,
             "freeze_feature_encoder": freeze_feature_encoder,
             "normalize": normalize,
         }
+        if freeze_feature_encoder:
+            # transformers' own switch: besides the parameters, it stops the feature encoder
+            # from making its input require grad (a backward pass through the frozen convs).
+            model.freeze_feature_encoder()
         cfg = model.config
         self._setup(
             model,

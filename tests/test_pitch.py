@@ -1,0 +1,90 @@
+"""Pitch features on hand-made f0 tracks and synthetic tones (DESIGN §5 definitions)."""
+
+import numpy as np
+import pytest
+import torch
+
+from sqa.data.pitch import F0Extractor, align_frames, midi_notes, midi_variance, pitch_histogram
+
+
+def test_midi_notes_of_known_pitches_and_unvoiced_frames():
+    f0 = torch.tensor([[440.0, 0.0, 261.6256, 880.0, 466.1638, 452.0]])
+    # A4=69, unvoiced=0, C4=60, A5=81, Bb4=70, 452 Hz is 46 cents above A4 -> rounds to 69.
+    assert midi_notes(f0).tolist() == [[69, 0, 60, 81, 70, 69]]
+
+
+def test_midi_variance_definition():
+    notes = torch.tensor([[60, 62, 62, 0, 57]])
+    assert midi_variance(notes).tolist() == [[60, 130, 128, 66, 185]]
+
+
+def test_histogram_bins_and_normalisation_by_voiced_frames():
+    # 440 Hz -> 0 cents -> bin 0; 220 and 110 Hz fold onto the same bin; unvoiced frames do not count.
+    f0 = torch.tensor([[440.0, 220.0, 110.0, 0.0, 0.0, 466.1638]])
+    hist = pitch_histogram(f0, torch.tensor([6]))
+    assert hist.shape == (1, 120)
+    assert hist[0, 0].item() == pytest.approx(3 / 4)
+    # Bb4: 466 Hz after rounding to integer Hz is 99.7 cents above A4 -> bin 9.
+    assert hist[0, 9].item() == pytest.approx(1 / 4)
+    assert hist.sum().item() == pytest.approx(1.0)
+
+
+def test_histogram_bin_edge_and_clipping():
+    # 1200·log2(f/440) = 10 cents exactly at f = 440·2^(1/120) = 442.54 Hz; rounding to 443 Hz
+    # gives 10.03 cents -> bin 1, while 442 Hz (7.86 cents) stays in bin 0.
+    f0 = torch.tensor([[442.0, 443.0, 1000.0, 30.0]])
+    hist = pitch_histogram(f0, torch.tensor([4]))
+    assert hist[0, 0].item() == pytest.approx(0.25) and hist[0, 1].item() == pytest.approx(0.25)
+    # 1000 Hz clips to 799 Hz: 1032.6 cents -> bin 103; 30 Hz clips to 40 Hz: -4151.3 cents
+    # -> (-415.13 mod 120) = 64.87 -> bin 64.
+    assert hist[0, 103].item() == pytest.approx(0.25) and hist[0, 64].item() == pytest.approx(0.25)
+
+
+def test_histogram_of_all_unvoiced_clip_is_zero_and_padding_is_ignored():
+    f0 = torch.tensor([[0.0, 0.0, 0.0], [440.0, 220.0, 300.0]])
+    hist = pitch_histogram(f0, torch.tensor([3, 2]))
+    assert hist[0].abs().sum().item() == 0.0
+    assert hist[1, 0].item() == pytest.approx(1.0)  # the third (padded) frame is not counted
+
+
+def test_align_frames_truncates_and_pads():
+    f0 = torch.arange(1.0, 6.0)[None]
+    assert align_frames(f0, 3).tolist() == [[1.0, 2.0, 3.0]]
+    assert align_frames(f0, 7).tolist() == [[1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0]]
+
+
+def tone(freq, sr=16000, seconds=1.0, silence=0.0):
+    t = np.arange(int(sr * seconds)) / sr
+    wav = 0.3 * np.sin(2 * np.pi * freq * t)
+    return np.concatenate([wav, np.zeros(int(sr * silence))])
+
+
+@pytest.mark.parametrize("method", ["dio", "fcpe"])
+@pytest.mark.parametrize("freq", [196.0, 440.0])
+def test_extractors_find_known_pitch_of_tones(method, freq):
+    f0 = F0Extractor(method)(tone(freq, silence=0.5), 16000)
+    assert f0.shape == (76,)  # 1.5 s at a 20 ms frame period, frames at 0, 20, ..., 1500 ms
+    voiced = f0[5:45]
+    assert np.all(voiced > 0)
+    assert np.median(voiced) == pytest.approx(freq, rel=0.01)
+    assert np.all(f0[-10:] == 0)  # the trailing silence is unvoiced
+
+
+def test_dio_clips_voiced_f0_at_ceiling():
+    f0 = F0Extractor("dio", f0_ceil=300.0)(tone(290.0), 16000)
+    assert f0.max() <= 300.0
+
+
+def test_cache_computes_once_per_clip_and_setting(tmp_path):
+    wav = tone(330.0)
+    extractor = F0Extractor("dio", cache_dir=str(tmp_path))
+    first = extractor(wav, 16000)
+    second = extractor(wav, 16000)
+    assert extractor.computed == 1
+    np.testing.assert_array_equal(first, second)
+    fresh = F0Extractor("dio", cache_dir=str(tmp_path))  # a second run reuses the disk cache
+    fresh(wav, 16000)
+    assert fresh.computed == 0
+    other = F0Extractor("dio", f0_ceil=500.0, cache_dir=str(tmp_path))
+    other(wav, 16000)
+    assert other.computed == 1  # another setting is another cache entry
