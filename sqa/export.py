@@ -18,6 +18,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from sqa.data.pitch import F0Extractor
 from sqa.models.predictor import MOSPredictor
 
 FORMAT_VERSION = 1
@@ -29,6 +30,7 @@ ALLOWED_TARGETS = frozenset(
         "sqa.models.ssl.S3prlWav2Vec2",
         "sqa.models.ssl.Fairseq2Wav2Vec2",
         "sqa.models.ssl.TransformersWav2Vec2",
+        "sqa.data.pitch.F0Extractor",
     }
 )
 
@@ -44,6 +46,7 @@ def export_predictor(
     domains: list[str],
     metrics: Mapping[str, Any] | None = None,
     overwrite: bool = False,
+    f0_extractor: F0Extractor | None = None,
 ) -> Path:
     """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`."""
     directory = Path(directory)
@@ -56,6 +59,7 @@ def export_predictor(
         "sample_rate": sample_rate,
         "domains": list(domains),
         "model": predictor.export_config(),
+        "f0": f0_extractor.export_config() if f0_extractor is not None else None,
     }
     try:
         state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}
@@ -84,9 +88,7 @@ def _check_targets(node: Any, where: Path) -> None:
     if isinstance(node, Mapping):
         target = node.get("_target_")
         if target is not None and target not in ALLOWED_TARGETS:
-            raise ExportError(
-                f"{where}: refusing to build {target!r}; only sqa's own classes are allowed"
-            )
+            raise ExportError(f"{where}: refusing to build {target!r}; only sqa's own classes are allowed")
         for value in node.values():
             _check_targets(value, where)
     elif isinstance(node, list):
@@ -94,8 +96,10 @@ def _check_targets(node: Any, where: Path) -> None:
             _check_targets(value, where)
 
 
-def load_export(directory: str | Path) -> tuple[MOSPredictor, dict[str, Any]]:
-    """Rebuild the predictor of an export directory in eval mode; returns (predictor, config)."""
+def load_export(
+    directory: str | Path,
+) -> tuple[MOSPredictor, dict[str, Any], F0Extractor | None]:
+    """Rebuild an export's predictor (eval mode); returns (predictor, config, f0 extractor)."""
     directory = Path(directory)
     config_path, weights_path = directory / "config.yaml", directory / "model.pt"
     for path in (config_path, weights_path):
@@ -105,14 +109,14 @@ def load_export(directory: str | Path) -> tuple[MOSPredictor, dict[str, Any]]:
     if not isinstance(config, dict) or "model" not in config or "sample_rate" not in config:
         raise ExportError(f"{config_path}: missing 'model' or 'sample_rate'")
     _check_targets(config["model"], config_path)
+    _check_targets(config.get("f0"), config_path)
     predictor = instantiate(config["model"], _convert_="all")
+    f0_extractor = instantiate(config["f0"]) if config.get("f0") else None
     try:
         state = torch.load(weights_path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises UnpicklingError or RuntimeError variants
         raise ExportError(f"{weights_path}: not a plain tensor state_dict ({err})") from err
-    if not isinstance(state, Mapping) or not all(
-        isinstance(v, torch.Tensor) for v in state.values()
-    ):
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ExportError(f"{weights_path}: expected a mapping of parameter names to tensors")
     predictor.load_state_dict(state)
-    return predictor.eval(), config
+    return predictor.eval(), config, f0_extractor

@@ -41,19 +41,19 @@ class MOSModule(L.LightningModule):
         self.test_results: dict = {}
         self.test_predictions: list[dict[str, Any]] = []
 
-    def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> Prediction:
-        """Score a padded batch: wav (B, N), lengths (B,)."""
-        return self.predictor(wav, lengths)
+    def forward(self, batch: dict[str, Any]) -> Prediction:
+        """Score a collated batch (wav (B, N), lengths (B,), domain (B,), f0 (B, T') or None)."""
+        return self.predictor(batch["wav"], batch["lengths"], batch["domain"], batch.get("f0"))
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         """One optimisation step on a padded batch."""
-        out = self(batch["wav"], batch["lengths"])
+        out = self(batch)
         loss = self.loss(out, batch["mos"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["mos"]))
         return loss
 
     def _collect(self, batch: dict[str, Any], dataloader_idx: int) -> None:
-        score = self(batch["wav"], batch["lengths"]).score.float().cpu()
+        score = self(batch).score.float().cpu()
         rows = self._outputs.setdefault(dataloader_idx, [])
         for i, sample_id in enumerate(batch["sample_id"]):
             rows.append(
@@ -65,9 +65,7 @@ class MOSModule(L.LightningModule):
                 }
             )
 
-    def validation_step(
-        self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         """Collect predictions of one validation batch."""
         self._collect(batch, dataloader_idx)
 
@@ -125,9 +123,7 @@ class MOSModule(L.LightningModule):
         for name, block in self.test_results.items():
             for level in ("utt", "sys"):
                 for key in metrics.METRIC_NAMES:
-                    self.log(
-                        f"test/{name}/{level}_{key}", block[level][key], add_dataloader_idx=False
-                    )
+                    self.log(f"test/{name}/{level}_{key}", block[level][key], add_dataloader_idx=False)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """The configured optimizer over all trainable parameters."""

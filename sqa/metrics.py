@@ -23,9 +23,7 @@ def correlations(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
     pred = np.asarray(pred, dtype=np.float64)
     true = np.asarray(true, dtype=np.float64)
     if pred.shape != true.shape or pred.ndim != 1:
-        raise ValueError(
-            f"pred and true must be 1-D of equal length, got {pred.shape} and {true.shape}"
-        )
+        raise ValueError(f"pred and true must be 1-D of equal length, got {pred.shape} and {true.shape}")
     n = int(pred.size)
     rmse = float(np.sqrt(np.mean((pred - true) ** 2))) if n else math.nan
     # Correlations are undefined for fewer than two points or a constant input; report NaN.
@@ -90,9 +88,7 @@ def evaluate_sets(
     result = {}
     for name in sorted(groups):
         idx = groups[name]
-        result[name] = evaluate(
-            [pred[i] for i in idx], [true[i] for i in idx], [systems[i] for i in idx]
-        )
+        result[name] = evaluate([pred[i] for i in idx], [true[i] for i in idx], [systems[i] for i in idx])
     result[AVERAGE_KEY] = weighted_average(result)
     return result
 
@@ -120,8 +116,6 @@ def format_table(results: Mapping[str, Mapping[str, Mapping[str, float]]]) -> st
             cell = "/".join(vals[:-1]) + ("|" if len(vals) > 1 else "") + vals[-1]
             cell += f"|{results[AVERAGE_KEY][level][name]:.3f}"
             lines.append(f"{level:<6} {name:<6} {cell}")
-    counts = ", ".join(
-        f"{s}: {results[s]['utt']['n']} clips/{results[s]['sys']['n']} systems" for s in sets
-    )
+    counts = ", ".join(f"{s}: {results[s]['utt']['n']} clips/{results[s]['sys']['n']} systems" for s in sets)
     lines.append(f"({counts})")
     return "\n".join(lines)

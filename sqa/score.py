@@ -28,9 +28,7 @@ def expand_inputs(inputs: list[str]) -> Iterator[str]:
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            yield from (
-                str(p) for p in sorted(path.rglob("*")) if p.suffix.lower() in AUDIO_SUFFIXES
-            )
+            yield from (str(p) for p in sorted(path.rglob("*")) if p.suffix.lower() in AUDIO_SUFFIXES)
         elif path.suffix.lower() == ".csv" and path.is_file():
             with path.open(newline="") as fh:
                 for row in csv.DictReader(fh):
@@ -49,9 +47,7 @@ def write_results(results: list[ScoreResult], output: str | None) -> None:
     """Write `path,score` rows as CSV (stdout or a .csv file) or a JSON list (.json file)."""
     good = [r for r in results if r.error is None]
     if output and output.endswith(".json"):
-        Path(output).write_text(
-            json.dumps([{"path": r.path, "score": r.score} for r in good], indent=1)
-        )
+        Path(output).write_text(json.dumps([{"path": r.path, "score": r.score} for r in good], indent=1))
         return
     fh = open(output, "w", newline="") if output else sys.stdout  # noqa: SIM115
     try:
@@ -67,19 +63,19 @@ def write_results(results: list[ScoreResult], output: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `sqa-score`; returns the exit code."""
     parser = argparse.ArgumentParser(prog="sqa-score", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--checkpoint", required=True, help="export directory (model.pt, config.yaml)"
-    )
+    parser.add_argument("--checkpoint", required=True, help="export directory (model.pt, config.yaml)")
     parser.add_argument("--output", help="output .csv or .json (default: CSV on stdout)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
-        "inputs", nargs="+", help="audio files, folders, CSV manifests or .txt lists"
+        "--domain",
+        help="domain name or index for models trained with domain IDs (default: the first domain)",
     )
+    parser.add_argument("inputs", nargs="+", help="audio files, folders, CSV manifests or .txt lists")
     args = parser.parse_args(argv)
     try:
-        scorer = Scorer(args.checkpoint, args.device, args.batch_size)
-    except ExportError as err:
+        scorer = Scorer(args.checkpoint, args.device, args.batch_size, args.domain)
+    except (ExportError, ValueError) as err:
         print(f"sqa-score: {err}", file=sys.stderr)
         return 2
     paths = list(expand_inputs(args.inputs))

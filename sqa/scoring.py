@@ -9,9 +9,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sqa.data.audio import AudioError, fit_length, load_audio
-from sqa.data.datamodule import collate
+from sqa.data.audio import AudioError, load_audio, pad_to
+from sqa.data.datamodule import pad_batch
 from sqa.export import load_export
+
+
+def resolve_domain(domain: str | int | None, domains: list[str]) -> int:
+    """Index of `domain` (a name or an index) in `domains`; None means the first one."""
+    if domain is None:
+        return 0
+    if isinstance(domain, int) or str(domain).isdigit():
+        index = int(domain)
+        if not 0 <= index < max(len(domains), 1):
+            raise ValueError(f"domain index {index} out of range for domains {domains}")
+        return index
+    if domain not in domains:
+        raise ValueError(f"unknown domain {domain!r}; the export knows {domains}")
+    return domains.index(domain)
 
 
 @dataclass(frozen=True)
@@ -24,10 +38,22 @@ class ScoreResult:
 
 
 class Scorer:
-    """Loads an export once and scores waveforms or files of any sample rate and channel count."""
+    """Loads an export once and scores waveforms or files of any sample rate and channel count.
 
-    def __init__(self, export_dir: str | Path, device: str = "cpu", batch_size: int = 8) -> None:
-        self.predictor, self.config = load_export(export_dir)
+    A predictor trained with domain IDs scores every clip as coming from `domain` (a domain name
+    or index of the export's `domains` list); the default is the first domain of that list
+    (annotation batch p1 for SingMOS-Pro).
+    """
+
+    def __init__(
+        self,
+        export_dir: str | Path,
+        device: str = "cpu",
+        batch_size: int = 8,
+        domain: str | int | None = None,
+    ) -> None:
+        self.predictor, self.config, self.f0_extractor = load_export(export_dir)
+        self.domain = resolve_domain(domain, self.config.get("domains", []))
         self.device = torch.device(device)
         self.predictor.to(self.device)
         self.sample_rate = int(self.config["sample_rate"])
@@ -41,20 +67,15 @@ class Scorer:
         scores = [0.0] * len(wavs)
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
-            batch = collate(
-                [
-                    {
-                        "wav": torch.from_numpy(fit_length(wavs[i], self.min_samples, None, None)),
-                        "mos": 0.0,
-                        "domain": 0,
-                        "sample_id": "",
-                        "system_id": "",
-                        "test_set": "",
-                    }
-                    for i in idx
-                ]
-            )
-            out = self.predictor(batch["wav"].to(self.device), batch["lengths"].to(self.device))
+            padded = [pad_to(wavs[i], self.min_samples) for i in idx]
+            wav, lengths = pad_batch([torch.from_numpy(w) for w in padded])
+            f0 = None
+            if self.f0_extractor is not None:
+                f0 = pad_batch([torch.from_numpy(self.f0_extractor(w, self.sample_rate)) for w in padded])[
+                    0
+                ].to(self.device)
+            domain = torch.full((len(idx),), self.domain, device=self.device)
+            out = self.predictor(wav.to(self.device), lengths.to(self.device), domain, f0)
             for i, s in zip(idx, out.score.float().cpu().tolist(), strict=True):
                 scores[i] = s
         return scores

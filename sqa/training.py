@@ -35,8 +35,10 @@ OmegaConf.register_new_resolver("sqa_precision", default_precision, replace=True
 
 def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
     """Instantiate the data module and the Lightning module described by `cfg`."""
-    datamodule: MOSDataModule = instantiate(cfg.data)
-    predictor = instantiate(cfg.model)
+    # f0 is extracted only when the model has a pitch branch; the domain count is the corpus's.
+    f0_extractor = instantiate(cfg.f0) if cfg.model.get("pitch") else None
+    datamodule: MOSDataModule = instantiate(cfg.data, f0_extractor=f0_extractor)
+    predictor = instantiate(cfg.model, num_domains=len(datamodule.corpus.domains))
     module = MOSModule(
         predictor,
         loss=instantiate(cfg.loss),
@@ -54,10 +56,7 @@ def write_predictions(rows: list[dict[str, Any]], path: Path) -> None:
         writer.writeheader()
         for row in rows:
             writer.writerow(
-                {
-                    k: (repr(row[k]) if isinstance(row[k], float) else row[k])
-                    for k in PREDICTION_COLUMNS
-                }
+                {k: (repr(row[k]) if isinstance(row[k], float) else row[k]) for k in PREDICTION_COLUMNS}
             )
 
 
@@ -67,9 +66,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     export_dir = run_dir / "export"
     if export_dir.exists() and not cfg.overwrite_export:
         # Checked before training so that a long run never fails at its very end.
-        raise FileExistsError(
-            f"{export_dir} already exists; set overwrite_export=true to replace it"
-        )
+        raise FileExistsError(f"{export_dir} already exists; set overwrite_export=true to replace it")
     run_dir.mkdir(parents=True, exist_ok=True)
     L.seed_everything(cfg.seed, workers=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -84,9 +81,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     )
     callbacks: list[L.Callback] = [checkpoint]
     if cfg.early_stopping_patience:
-        callbacks.append(
-            EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience)
-        )
+        callbacks.append(EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience))
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
     trainer: L.Trainer = instantiate(
         cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=str(run_dir)
@@ -105,6 +100,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         domains=datamodule.corpus.domains,
         metrics=results,
         overwrite=cfg.overwrite_export,
+        f0_extractor=datamodule.f0_extractor,
     )
     print(f"Exported the best model to {export_dir}")
     return results

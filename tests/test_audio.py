@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from sqa.data.audio import AudioError, fit_length, load_audio
+from sqa.data.audio import AudioError, crop_start, load_audio, pad_to
 
 
 def tone(freq: float, sr: int, seconds: float) -> np.ndarray:
@@ -44,12 +44,13 @@ def test_unreadable_and_empty_files_name_the_file(tmp_path):
         load_audio(tmp_path / "empty.wav", 16000)
 
 
-def test_fit_length_pads_short_and_crops_long_deterministically():
-    assert fit_length(np.ones(10, np.float32), 400, None, None).shape == (400,)
-    wav = np.arange(1000, dtype=np.float32)
-    centre = fit_length(wav, 400, 600, None)
-    np.testing.assert_array_equal(centre, wav[200:800])
-    a = fit_length(wav, 400, 600, np.random.default_rng(3))
-    b = fit_length(wav, 400, 600, np.random.default_rng(3))
-    np.testing.assert_array_equal(a, b)
-    assert a.shape == (600,) and a[0] == int(a[0]) and np.all(np.diff(a) == 1)
+def test_pad_and_crop_start():
+    assert pad_to(np.ones(10, np.float32), 400).shape == (400,)
+    assert pad_to(np.ones(500, np.float32), 400).shape == (500,)
+    assert crop_start(1000, None, None) == 0 and crop_start(500, 600, None) == 0
+    assert crop_start(1000, 600, None) == 200
+    starts = {crop_start(10000, 3000, np.random.default_rng(s), align=320) for s in range(50)}
+    assert all(s % 320 == 0 and 0 <= s <= 7000 for s in starts) and len(starts) > 5
+    assert crop_start(10000, 3000, np.random.default_rng(3), 320) == crop_start(
+        10000, 3000, np.random.default_rng(3), 320
+    )

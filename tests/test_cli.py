@@ -35,9 +35,7 @@ def test_train_tiny_wav2vec2_end_to_end_then_score(synthetic_root, tmp_path):
     )
     assert "test1/test2|test3|Avg" in result.stdout
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["avg"]["utt"]["n"] == sum(
-        metrics[t]["utt"]["n"] for t in ("test1", "test2", "test3")
-    )
+    assert metrics["avg"]["utt"]["n"] == sum(metrics[t]["utt"]["n"] for t in ("test1", "test2", "test3"))
     with (run_dir / "predictions.csv").open() as fh:
         rows = list(csv.DictReader(fh))[:6]
     wavs = [str(synthetic_root / "wav" / f"{r['sample_id']}.wav") for r in rows]
@@ -64,9 +62,7 @@ def test_multirun_writes_one_run_directory_per_job(synthetic_root, tmp_path):
         assert (tmp_path / job / "export" / "model.pt").is_file()
 
 
-def test_score_reports_bad_inputs_and_still_scores_good_ones(
-    default_export, synthetic_root, tmp_path
-):
+def test_score_reports_bad_inputs_and_still_scores_good_ones(default_export, synthetic_root, tmp_path):
     bad = tmp_path / "broken.wav"
     bad.write_bytes(b"not audio")
     good = sorted((synthetic_root / "wav").iterdir())[:2]

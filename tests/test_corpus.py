@@ -44,9 +44,7 @@ def make_singmos_pro(root: Path, sr_of=lambda utt: 16000) -> Path:
 
 
 def test_singmos_pro_reader_assigns_domains_splits_and_test_sets(tmp_path):
-    corpus = read_singmos_pro(
-        make_singmos_pro(tmp_path), test_batches=["singmospro-p1", "singmospro-p2"]
-    )
+    corpus = read_singmos_pro(make_singmos_pro(tmp_path), test_batches=["singmospro-p1", "singmospro-p2"])
     assert corpus.domains == ["singmospro-p1", "singmospro-p2", "singmospro-p4"]
     tests = corpus.test_sets()
     assert {k: sorted(c.sample_id for c in v) for k, v in tests.items()} == {

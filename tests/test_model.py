@@ -53,16 +53,14 @@ def test_scores_stay_in_mos_range_with_range_clip():
 def test_export_round_trip_reproduces_outputs(tmp_path):
     model = logmel_predictor(n_mels=32, channels=16)
     export_predictor(model, tmp_path / "exp", sample_rate=16000, domains=["a"], metrics={"x": 1})
-    loaded, config = load_export(tmp_path / "exp")
+    loaded, config, f0_extractor = load_export(tmp_path / "exp")
+    assert f0_extractor is None
     wav = torch.randn(2, 9000)
     lengths = torch.tensor([9000, 5000])
     with torch.no_grad():
         torch.testing.assert_close(loaded(wav, lengths).score, model(wav, lengths).score)
     assert config["sample_rate"] == 16000 and config["domains"] == ["a"]
-    assert (
-        torch.load(tmp_path / "exp" / "model.pt", weights_only=True).keys()
-        == model.state_dict().keys()
-    )
+    assert torch.load(tmp_path / "exp" / "model.pt", weights_only=True).keys() == model.state_dict().keys()
 
 
 def test_export_refuses_to_overwrite_without_flag(tmp_path):

@@ -63,20 +63,13 @@ def test_metrics_json_agrees_with_independent_computation(default_run):
         assert saved[test_set]["utt"]["lcc"] == pytest.approx(stats.pearsonr(pred, mos)[0])
         assert saved[test_set]["utt"]["ktau"] == pytest.approx(stats.kendalltau(pred, mos)[0])
         systems = sorted({r["system_id"] for r in part})
-        sys_pred = [
-            np.mean([float(r["pred"]) for r in part if r["system_id"] == s]) for s in systems
-        ]
+        sys_pred = [np.mean([float(r["pred"]) for r in part if r["system_id"] == s]) for s in systems]
         sys_mos = [np.mean([float(r["mos"]) for r in part if r["system_id"] == s]) for s in systems]
         assert saved[test_set]["sys"]["n"] == len(systems)
-        assert saved[test_set]["sys"]["srcc"] == pytest.approx(
-            stats.spearmanr(sys_pred, sys_mos)[0]
-        )
+        assert saved[test_set]["sys"]["srcc"] == pytest.approx(stats.spearmanr(sys_pred, sys_mos)[0])
         assert saved[test_set]["sys"]["lcc"] == pytest.approx(stats.pearsonr(sys_pred, sys_mos)[0])
     n_utt = sum(saved[t]["utt"]["n"] for t in ("test1", "test2", "test3"))
-    avg = (
-        sum(saved[t]["utt"]["srcc"] * saved[t]["utt"]["n"] for t in ("test1", "test2", "test3"))
-        / n_utt
-    )
+    avg = sum(saved[t]["utt"]["srcc"] * saved[t]["utt"]["n"] for t in ("test1", "test2", "test3")) / n_utt
     assert saved["avg"]["utt"]["srcc"] == pytest.approx(avg)
 
 
@@ -96,9 +89,7 @@ def test_export_then_score_reproduces_predictions(default_run, synthetic_root, t
 
 def test_run_directory_holds_config_logs_and_checkpoints(default_run):
     run_dir, _ = default_run
-    assert OmegaConf.load(run_dir / "config.yaml").model.backbone._target_.endswith(
-        "LogMelBackbone"
-    )
+    assert OmegaConf.load(run_dir / "config.yaml").model.backbone._target_.endswith("LogMelBackbone")
     assert list((run_dir / "checkpoints").glob("best-step=*.ckpt"))
     assert list((run_dir / "logs").rglob("metrics.csv"))
     assert json.loads((run_dir / "export" / "metrics.json").read_text())["avg"]["sys"]["n"] > 0

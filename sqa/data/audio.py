@@ -40,19 +40,21 @@ def resample(wav: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
     """Band-limited resampling (soxr, high quality) of a mono float array (N,) -> (N',)."""
     if orig_sr == target_sr:
         return np.ascontiguousarray(wav, dtype=np.float32)
-    return soxr.resample(wav.astype(np.float32), orig_sr, target_sr, quality="HQ").astype(
-        np.float32
-    )
+    return soxr.resample(wav.astype(np.float32), orig_sr, target_sr, quality="HQ").astype(np.float32)
 
 
-def fit_length(
-    wav: np.ndarray, min_samples: int, max_samples: int | None, rng: np.random.Generator | None
-) -> np.ndarray:
-    """Zero-pad to `min_samples`; crop to `max_samples` (random offset with `rng`, else centred)."""
-    if wav.shape[0] < min_samples:
-        wav = np.pad(wav, (0, min_samples - wav.shape[0]))
-    if max_samples is not None and wav.shape[0] > max_samples:
-        excess = wav.shape[0] - max_samples
-        start = int(rng.integers(0, excess + 1)) if rng is not None else excess // 2
-        wav = wav[start : start + max_samples]
-    return wav
+def crop_start(length: int, max_samples: int | None, rng: np.random.Generator | None, align: int = 1) -> int:
+    """Start of a `max_samples` crop: a random multiple of `align` with `rng`, else centred."""
+    if max_samples is None or length <= max_samples:
+        return 0
+    excess = length - max_samples
+    if rng is None:
+        return excess // 2 // align * align
+    return int(rng.integers(0, excess // align + 1)) * align
+
+
+def pad_to(wav: np.ndarray, min_samples: int) -> np.ndarray:
+    """Zero-pad a waveform (N,) at the end to at least `min_samples`."""
+    if wav.shape[0] >= min_samples:
+        return wav
+    return np.pad(wav, (0, min_samples - wav.shape[0]))

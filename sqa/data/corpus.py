@@ -54,9 +54,7 @@ class Corpus:
 
     def valid_sets(self) -> dict[str, list[Clip]]:
         """Validation clips grouped by domain, in domain order, empty groups left out."""
-        groups = {
-            d: [c for c in self.clips if c.split == "valid" and c.domain == d] for d in self.domains
-        }
+        groups = {d: [c for c in self.clips if c.split == "valid" and c.domain == d] for d in self.domains}
         return {d: clips for d, clips in groups.items() if clips}
 
     def test_sets(self) -> dict[str, list[Clip]]:
@@ -109,9 +107,7 @@ def _load_json(path: Path) -> object:
 def _get(mapping: object, key: str, where: Path, context: str) -> object:
     """mapping[key], or a CorpusError naming the file, the place in it and the missing key."""
     if not isinstance(mapping, Mapping):
-        raise CorpusError(
-            f"{where}: expected an object at {context}, found {type(mapping).__name__}"
-        )
+        raise CorpusError(f"{where}: expected an object at {context}, found {type(mapping).__name__}")
     if key not in mapping:
         raise CorpusError(f"{where}: missing key {key!r} at {context}")
     return mapping[key]
@@ -202,9 +198,7 @@ def read_vmc24(root: str | Path, sample_rate_filter: int | None = None) -> Corpu
             sample_id, score = parts[0].removesuffix(".wav"), parts[1]
             fields = sample_id.split("-")
             if len(fields) < 3:
-                raise CorpusError(
-                    f"{path}:{lineno}: ID {sample_id!r} has no system field (third '-' field)"
-                )
+                raise CorpusError(f"{path}:{lineno}: ID {sample_id!r} has no system field (third '-' field)")
             clips.append(
                 Clip(
                     sample_id=sample_id,
@@ -255,17 +249,12 @@ def read_csv_manifest(
             for key in ("wav_path", "system_id", "domain_id", "split", "test_set"):
                 if other.get(key) != first.get(key):
                     raise CorpusError(
-                        f"{path}:{other_line}: {key} of sample {sample_id!r} differs from "
-                        f"line {lineno}"
+                        f"{path}:{other_line}: {key} of sample {sample_id!r} differs from line {lineno}"
                     )
         mos = sum(_number(r["score"], path, f"line {n} score") for n, r in group) / len(group)
         extra = {}
         for col in extra_cols:
-            values = [
-                _number(r[col], path, f"line {n} {col}")
-                for n, r in group
-                if r[col] not in ("", None)
-            ]
+            values = [_number(r[col], path, f"line {n} {col}") for n, r in group if r[col] not in ("", None)]
             if values:
                 extra[col.removeprefix("score_")] = sum(values) / len(values)
         wav = Path(first["wav_path"])

@@ -10,8 +10,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from sqa.data.audio import fit_length, load_audio
+from sqa.data.audio import crop_start, load_audio, pad_to
 from sqa.data.corpus import Clip, Corpus
+from sqa.data.pitch import F0Extractor
 
 # Receptive field of the wav2vec2 and log-mel front ends: shorter clips are zero-padded to it.
 MIN_SAMPLES = 400
@@ -20,8 +21,9 @@ MIN_SAMPLES = 400
 class ClipDataset(Dataset):
     """Clips of one split as mono float waveforms at `sample_rate`, plus their labels.
 
-    Training clips longer than `max_seconds` are cropped at a random offset each time they are
-    drawn (the crop policy); evaluation clips are always used whole.
+    Training clips longer than `max_seconds` are cropped at a random offset (a multiple of the
+    f0 hop, so the f0 track stays aligned) each time they are drawn (the crop policy); evaluation
+    clips are always used whole. With an `f0_extractor`, items carry the clip's f0 track.
     """
 
     def __init__(
@@ -32,8 +34,11 @@ class ClipDataset(Dataset):
         max_seconds: float | None = None,
         preload: bool = False,
         seed: int = 0,
+        f0_extractor: F0Extractor | None = None,
     ) -> None:
         self.clips = list(clips)
+        self.f0_extractor = f0_extractor
+        self.hop = int(round(sample_rate * f0_extractor.frame_period_ms / 1000)) if f0_extractor else 1
         self.domain_ids = [corpus.domain_index(c.domain) for c in self.clips]
         self.sample_rate = sample_rate
         self.max_samples = int(max_seconds * sample_rate) if max_seconds else None
@@ -44,20 +49,27 @@ class ClipDataset(Dataset):
     def __len__(self) -> int:
         return len(self.clips)
 
-    def _read(self, index: int) -> np.ndarray:
-        return load_audio(self.clips[index].path, self.sample_rate)
+    def _read(self, index: int) -> tuple[np.ndarray, np.ndarray | None]:
+        wav = pad_to(load_audio(self.clips[index].path, self.sample_rate), MIN_SAMPLES)
+        f0 = self.f0_extractor(wav, self.sample_rate) if self.f0_extractor else None
+        return wav, f0
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         clip = self.clips[index]
-        wav = self._cache[index] if self._cache is not None else self._read(index)
+        wav, f0 = self._cache[index] if self._cache is not None else self._read(index)
         rng = None
         if self.max_samples is not None:
             # A crop offset that depends only on the seed, the clip and how often it was drawn.
             self.draws += 1
             rng = np.random.default_rng([self.seed, index, self.draws])
-        wav = fit_length(wav, MIN_SAMPLES, self.max_samples, rng)
+        start = crop_start(wav.shape[0], self.max_samples, rng, self.hop)
+        if self.max_samples is not None:
+            wav = wav[start : start + self.max_samples]
+            if f0 is not None:
+                f0 = f0[start // self.hop : (start + self.max_samples) // self.hop + 1]
         return {
             "wav": torch.from_numpy(np.ascontiguousarray(wav)),
+            "f0": torch.from_numpy(np.ascontiguousarray(f0)) if f0 is not None else None,
             "mos": clip.mos,
             "domain": self.domain_ids[index],
             "sample_id": clip.sample_id,
@@ -66,15 +78,23 @@ class ClipDataset(Dataset):
         }
 
 
+def pad_batch(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero-pad 1-D tensors to a (B, N_max) batch; returns it and the lengths (B,)."""
+    lengths = torch.tensor([t.shape[0] for t in tensors])
+    out = torch.zeros(len(tensors), int(lengths.max()), dtype=tensors[0].dtype)
+    for i, t in enumerate(tensors):
+        out[i, : t.shape[0]] = t
+    return out, lengths
+
+
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Zero-pad to the longest clip: wav (B, N), lengths (B,), mos (B,), domain (B,), id lists."""
-    lengths = torch.tensor([it["wav"].shape[0] for it in items])
-    wav = torch.zeros(len(items), int(lengths.max()))
-    for i, it in enumerate(items):
-        wav[i, : it["wav"].shape[0]] = it["wav"]
+    """Pad a batch: wav (B, N), lengths (B,), f0 (B, T') or None, mos (B,), domain (B,), ids."""
+    wav, lengths = pad_batch([it["wav"] for it in items])
+    f0 = pad_batch([it["f0"] for it in items])[0] if items[0].get("f0") is not None else None
     return {
         "wav": wav,
         "lengths": lengths,
+        "f0": f0,
         "mos": torch.tensor([it["mos"] for it in items], dtype=torch.float32),
         "domain": torch.tensor([it["domain"] for it in items]),
         "sample_id": [it["sample_id"] for it in items],
@@ -96,6 +116,8 @@ class MOSDataModule(L.LightningDataModule):
         max_train_seconds: float | None = 10.0,
         preload: bool = False,
         seed: int = 0,
+        f0_extractor: F0Extractor | None = None,
+        train_domains: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         self.corpus = corpus
@@ -106,6 +128,8 @@ class MOSDataModule(L.LightningDataModule):
         self.max_train_seconds = max_train_seconds
         self.preload = preload
         self.seed = seed
+        self.f0_extractor = f0_extractor
+        self.train_domains = list(train_domains) if train_domains else None
         self._datasets: dict[str, ClipDataset] = {}
 
     @property
@@ -118,12 +142,16 @@ class MOSDataModule(L.LightningDataModule):
         """Names of the test sets, in loader order."""
         return list(self.corpus.test_sets())
 
-    def _dataset(
-        self, key: str, clips: Sequence[Clip], max_seconds: float | None = None
-    ) -> ClipDataset:
+    def _dataset(self, key: str, clips: Sequence[Clip], max_seconds: float | None = None) -> ClipDataset:
         if key not in self._datasets:
             self._datasets[key] = ClipDataset(
-                clips, self.corpus, self.sample_rate, max_seconds, self.preload, self.seed
+                clips,
+                self.corpus,
+                self.sample_rate,
+                max_seconds,
+                self.preload,
+                self.seed,
+                self.f0_extractor,
             )
         return self._datasets[key]
 
@@ -140,8 +168,14 @@ class MOSDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled training clips, randomly cropped to `max_train_seconds`."""
-        train = self._dataset("train", self.corpus.split("train"), self.max_train_seconds)
+        """Shuffled training clips (of `train_domains` only, if set), cropped to `max_train_seconds`."""
+        clips = self.corpus.split("train")
+        if self.train_domains is not None:
+            unknown = set(self.train_domains) - set(self.corpus.domains)
+            if unknown:
+                raise ValueError(f"train_domains {sorted(unknown)} not in the corpus {self.corpus.domains}")
+            clips = [c for c in clips if c.domain in self.train_domains]
+        train = self._dataset("train", clips, self.max_train_seconds)
         return self._loader(train, True, self.batch_size)
 
     def val_dataloader(self) -> list[DataLoader]:

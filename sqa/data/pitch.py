@@ -89,10 +89,7 @@ class F0Extractor:
     def compute(self, wav: np.ndarray, sample_rate: int) -> np.ndarray:
         """Extract f0 (T,) without the cache; T = N / hop + 1 frames centred on multiples of hop."""
         self.computed += 1
-        if self.method == "dio":
-            f0 = self._dio(wav, sample_rate)
-        else:
-            f0 = self._fcpe_f0(wav, sample_rate)
+        f0 = self._dio(wav, sample_rate) if self.method == "dio" else self._fcpe_f0(wav, sample_rate)
         f0 = np.where(f0 > 0, np.minimum(f0, self.f0_ceil), 0.0)
         return f0.astype(np.float32)
 

@@ -143,9 +143,7 @@ def _sing(rng: np.random.Generator, f0: np.ndarray, voiced: np.ndarray) -> np.nd
     return out
 
 
-def _degrade(
-    rng: np.random.Generator, wav: np.ndarray, sr: int, recipe: SystemRecipe
-) -> np.ndarray:
+def _degrade(rng: np.random.Generator, wav: np.ndarray, sr: int, recipe: SystemRecipe) -> np.ndarray:
     """Apply the spectral degradation of `recipe` (pitch recipes act in `_melody`)."""
     if recipe.kind == "noise":
         power = np.mean(wav**2)
@@ -190,9 +188,7 @@ def generate(
     return root
 
 
-def _write(
-    root: Path, seed: int, clips_per_system: int, systems_per_batch: tuple[int, ...]
-) -> None:
+def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tuple[int, ...]) -> None:
     (root / "wav").mkdir(parents=True)
     (root / "info").mkdir()
     master = np.random.default_rng(seed)
@@ -224,9 +220,7 @@ def _write(
                 wav = resample(_sing(rng, f0, voiced), SYNTH_RATE, sr)
                 wav = _degrade(rng, wav, sr, recipe)
                 wav = 0.5 * wav / (np.abs(wav).max() + 1e-9) * rng.uniform(0.5, 1.0)
-                sf.write(
-                    root / "wav" / f"{utt_id}.wav", wav.astype(np.float32), sr, subtype="PCM_16"
-                )
+                sf.write(root / "wav" / f"{utt_id}.wav", wav.astype(np.float32), sr, subtype="PCM_16")
                 quality = recipe.quality + rng.normal(0, 0.15)
                 raw = 3.0 + gain * (quality - 3.0) + bias + rng.normal(0, 0.5, size=5)
                 ratings = np.clip(np.rint(raw), 1, 5).astype(int).tolist()
@@ -249,13 +243,9 @@ def _write(
             systems[sys_id] = {"mos": float(np.mean(sys_scores))}
     info = root / "info"
     (info / "split.json").write_text(json.dumps(split, indent=1))
-    (info / "score.json").write_text(
-        json.dumps({"utterance": utterances, "system": systems}, indent=1)
-    )
+    (info / "score.json").write_text(json.dumps({"utterance": utterances, "system": systems}, indent=1))
     (info / "sys_info.json").write_text(json.dumps(sys_info, indent=1))
-    (info / "synthetic.json").write_text(
-        json.dumps(_signature(seed, clips_per_system, systems_per_batch))
-    )
+    (info / "synthetic.json").write_text(json.dumps(_signature(seed, clips_per_system, systems_per_batch)))
 
 
 def _split_of(index: int, n: int, has_test: bool) -> str:

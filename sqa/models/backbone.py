@@ -19,9 +19,7 @@ W2V_WINDOW = 400
 W2V_HOP = 320
 
 
-def conv_frame_lengths(
-    lengths: torch.Tensor, window: int = W2V_WINDOW, hop: int = W2V_HOP
-) -> torch.Tensor:
+def conv_frame_lengths(lengths: torch.Tensor, window: int = W2V_WINDOW, hop: int = W2V_HOP) -> torch.Tensor:
     """Frames a window/hop front end yields for `lengths` samples (B,), without any padding."""
     return torch.div(lengths - window, hop, rounding_mode="floor").clamp_min(0) + 1
 
@@ -79,15 +77,11 @@ class LogMelBackbone(nn.Module):
             for _ in range(transformer_layers)
         )
 
-    def log_mel(
-        self, wav: torch.Tensor, lengths: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_mel(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-clip normalised log-mel (B, T, n_mels) and frame counts (B,)."""
         wav = nn.functional.pad(wav, (0, max(0, W2V_WINDOW - wav.shape[1])))
         spec = (
-            torch.stft(
-                wav, W2V_WINDOW, W2V_HOP, window=self.window, center=False, return_complex=True
-            )
+            torch.stft(wav, W2V_WINDOW, W2V_HOP, window=self.window, center=False, return_complex=True)
             .abs()
             .pow(2)
         )
@@ -99,9 +93,7 @@ class LogMelBackbone(nn.Module):
         var = (((mel - mean) * mask) ** 2).sum(dim=(1, 2), keepdim=True) / count
         return (mel - mean) / torch.sqrt(var + 1e-5) * mask, frame_lengths
 
-    def forward(
-        self, wav: torch.Tensor, lengths: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Wav (B, N), lengths (B,) -> frames (B, T, channels), frame_lengths (B,)."""
         x, frame_lengths = self.log_mel(wav, lengths)
         keep = frame_mask(frame_lengths, x.shape[1])[..., None].to(x.dtype)

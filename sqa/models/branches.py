@@ -1,0 +1,53 @@
+"""Optional per-frame inputs to the SSL-MOS head: domain-ID embedding and pitch branches."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from sqa.data.pitch import HIST_BINS, align_frames, midi_notes, midi_variance, pitch_histogram
+
+
+class DomainEmbedding(nn.Module):
+    """Domain (annotation batch) ID (B,) -> embedding tiled over time (B, T, dim)."""
+
+    def __init__(self, num_domains: int, dim: int = 128) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(num_domains, dim)
+        self.output_dim = dim
+
+    def forward(self, domain: torch.Tensor, num_frames: int) -> torch.Tensor:
+        """Domain (B,) long -> (B, num_frames, dim)."""
+        return self.embedding(domain)[:, None, :].expand(-1, num_frames, -1)
+
+
+class MidiPitchBranch(nn.Module):
+    """MIDI note (Embedding(128, dim)) and note variance (Embedding(256, dim)) per frame."""
+
+    def __init__(self, dim: int = 128) -> None:
+        super().__init__()
+        self.note = nn.Embedding(128, dim)
+        self.variance = nn.Embedding(256, dim)
+        self.output_dim = 2 * dim
+
+    def forward(self, f0: torch.Tensor, frame_lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
+        """f0 (B, T') Hz -> (B, num_frames, 2·dim), aligned to the backbone's frames."""
+        notes = midi_notes(align_frames(f0, num_frames))
+        return torch.cat([self.note(notes), self.variance(midi_variance(notes))], dim=-1)
+
+
+class HistogramBranch(nn.Module):
+    """Clip pitch histogram (120 bins) -> Linear(120, dim), tiled over time."""
+
+    def __init__(self, dim: int = 128) -> None:
+        super().__init__()
+        self.linear = nn.Linear(HIST_BINS, dim)
+        self.output_dim = dim
+
+    def forward(self, f0: torch.Tensor, frame_lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
+        """f0 (B, T') Hz -> (B, num_frames, dim); the histogram covers each clip's valid frames."""
+        hist = pitch_histogram(align_frames(f0, num_frames), frame_lengths)
+        return self.linear(hist)[:, None, :].expand(-1, num_frames, -1)
+
+
+PITCH_BRANCHES = {"midi": MidiPitchBranch, "histogram": HistogramBranch}
