@@ -13,6 +13,7 @@ import importlib
 import os
 import re
 import socket
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,9 +190,7 @@ def fairseq2_reference(model: nn.Module) -> Reference:
     def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
         lengths = lengths.clamp_min(400)
         layers: list[torch.Tensor] = []
-        handle = model.encoder.register_layer_hook(
-            lambda i, out, layout, n: layers.append(out) or True
-        )
+        handle = model.encoder.register_layer_hook(lambda i, out, layout, n: layers.append(out) or True)
         seqs, layout = model.encoder_frontend(wav, BatchLayout.of(wav, lengths.tolist()))
         final = model.encoder(seqs, layout)
         handle.remove()
@@ -330,9 +329,7 @@ def test_native_checkpoint_reproduces_library_outputs(source: Source, batch: tup
 
 @pytest.mark.parametrize("name", list(EXTRA_SOURCES))
 @torch.no_grad()
-def test_more_native_formats_reproduce_library_outputs(
-    name: str, tmp_path: Path, batch: tuple
-) -> None:
+def test_more_native_formats_reproduce_library_outputs(name: str, tmp_path: Path, batch: tuple) -> None:
     check_reproduces_library(EXTRA_SOURCES[name](tmp_path), batch)
 
 
@@ -498,6 +495,10 @@ def test_fairseq2_path_errors(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("not a checkpoint")
     with raises_naming(ValueError, tmp_path / "notes.txt"):
         Fairseq2Wav2Vec2(checkpoint=str(tmp_path / "notes.txt"), config_overrides=FAIRSEQ2_TINY)
+    # A checkpoint that pickles an arbitrary Python object is refused, with the way out.
+    torch.save({"model": {}, "extra_state": types.SimpleNamespace(epoch=3)}, tmp_path / "obj.pt")
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "obj.pt")) + ".*weights_only"):
+        Fairseq2Wav2Vec2(checkpoint=str(tmp_path / "obj.pt"), config_overrides=FAIRSEQ2_TINY)
     source = fairseq2_source(tmp_path)
     overrides = {**FAIRSEQ2_TINY, "encoder_config": {**FAIRSEQ2_TINY["encoder_config"]}}
     overrides["encoder_config"]["num_encoder_layers"] = 3

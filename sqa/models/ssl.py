@@ -163,9 +163,7 @@ class _Wav2Vec2Backbone(nn.Module):
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
-    def forward(
-        self, wav: torch.Tensor, lengths: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Map wav (B, N), lengths (B,) to frames (B, T, output_dim), frame_lengths (B,)."""
         if self.normalize:
             wav = normalize_waveform(wav, lengths)
@@ -342,9 +340,7 @@ class S3prlWav2Vec2(_Wav2Vec2Backbone):
             try:
                 model.load_state_dict(weights)
             except RuntimeError as error:
-                raise ValueError(
-                    f"{checkpoint} weights do not match its model_cfg: {error}"
-                ) from error
+                raise ValueError(f"{checkpoint} weights do not match its model_cfg: {error}") from error
         # As s3prl's wav2vec2 expert does: LayerDrop would make the layer selection random.
         model.encoder.layerdrop = 0.0
         normalize = task.normalize if normalize is None else normalize
@@ -404,15 +400,11 @@ def _s3prl_cached_checkpoint(upstream: str) -> Path:
 
     names = s3prl_upstream_names()
     if upstream not in names:
-        raise ValueError(
-            f"upstream must be one of the s3prl wav2vec2 entries {names}, got {upstream!r}"
-        )
+        raise ValueError(f"upstream must be one of the s3prl wav2vec2 entries {names}, got {upstream!r}")
     # s3prl keeps each entry's URL inside its hub function, which would download it; intercepting
     # the wav2vec2_custom call it ends in reads the URL without loading anything.
     urls: list[str] = []
-    with mock.patch.object(
-        hubconf, "wav2vec2_custom", lambda **kwargs: urls.append(kwargs["ckpt"])
-    ):
+    with mock.patch.object(hubconf, "wav2vec2_custom", lambda **kwargs: urls.append(kwargs["ckpt"])):
         getattr(hubconf, upstream)()
     path = Path(urls_to_filepaths(urls[0], download=False))
     if not path.is_file():
@@ -426,9 +418,7 @@ def _s3prl_cached_checkpoint(upstream: str) -> Path:
 
 def _read_s3prl_checkpoint(checkpoint: str) -> tuple[dict, dict, dict]:
     """(model_cfg, task_cfg, model_weight) of an s3prl-converted wav2vec2 checkpoint."""
-    expected = (
-        "an s3prl-converted wav2vec2 checkpoint (a dict with model_cfg, task_cfg, model_weight)"
-    )
+    expected = "an s3prl-converted wav2vec2 checkpoint (a dict with model_cfg, task_cfg, model_weight)"
     path = _existing(checkpoint, expected)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -506,9 +496,7 @@ class Fairseq2Wav2Vec2(_Wav2Vec2Backbone):
 
         hidden: list[torch.Tensor] = []
 
-        def keep(
-            layer_idx: int, output: torch.Tensor, layout: BatchLayout, num_layers: int
-        ) -> bool:
+        def keep(layer_idx: int, output: torch.Tensor, layout: BatchLayout, num_layers: int) -> bool:
             hidden.append(output)
             return True
 
@@ -544,9 +532,7 @@ def _override(config: Any, overrides: Mapping, where: str) -> None:
             setattr(config, key, value)
 
 
-def _load_fairseq2_checkpoint(
-    hub: Any, model: nn.Module, config: Any, checkpoint: str, arch: str
-) -> None:
+def _load_fairseq2_checkpoint(hub: Any, model: nn.Module, config: Any, checkpoint: str, arch: str) -> None:
     from fairseq2.model_checkpoint import CorruptModelCheckpointError
 
     expected = (
@@ -559,7 +545,11 @@ def _load_fairseq2_checkpoint(
         with torch.serialization.safe_globals([argparse.Namespace]):
             state = dict(hub.iter_checkpoint(path, config))
     except CorruptModelCheckpointError as error:
-        raise ValueError(f"{path} is not {expected}: {error}") from error
+        raise ValueError(
+            f"{path} is not {expected}: {error} An original fairseq .pt that "
+            "pickles other Python objects can be reduced to its weights from a trusted copy: "
+            "torch.save({'model': torch.load(path, weights_only=False)['model']}, 'weights.pt')"
+        ) from error
     if "mask_emb" in state:
         state = _convert_fairseq_state_dict(state, config)
     try:

@@ -1,0 +1,99 @@
+"""Results tables: read run directories and print the paper's layout with mean ± std over seeds.
+
+    sqa-table --cell "SSL=runs/t3/ssl/*" --cell "SSL+MIDI=runs/t3/midi/*" [--csv out.csv]
+
+Each cell is a label and a glob of run directories (one per seed) holding `metrics.json`. Rows
+are cells; columns are utterance- and system-level RMSE, LCC and SRCC, each as `R1/R2|R3|Avg`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from sqa.metrics import AVERAGE_KEY
+
+COLUMNS = [(level, name) for level in ("utt", "sys") for name in ("rmse", "lcc", "srcc")]
+
+
+def load_runs(pattern: str) -> list[dict]:
+    """metrics.json of every run directory matching `pattern` (sorted)."""
+    runs = []
+    for directory in sorted(glob.glob(pattern)):
+        path = Path(directory) / "metrics.json"
+        if path.is_file():
+            runs.append(json.loads(path.read_text()))
+    return runs
+
+
+def summarise(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """Per column: (mean, std) over runs for each test set in order, then the average."""
+    sets = [k for k in runs[0] if k != AVERAGE_KEY] + [AVERAGE_KEY]
+    out = {}
+    for level, name in COLUMNS:
+        values = np.array([[run[s][level][name] for s in sets] for run in runs])
+        std = values.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(sets))
+        out[(level, name)] = list(zip(values.mean(axis=0), std, strict=True))
+    return out
+
+
+def paper_cell(stats: list[tuple[float, float]]) -> str:
+    """`R1/R2|R3|Avg` with mean±std in each place."""
+    parts = [f"{m:.3f}±{s:.3f}" for m, s in stats]
+    return "/".join(parts[:-2]) + "|" + parts[-2] + "|" + parts[-1]
+
+
+def build_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows (label, number of runs, one `R1/R2|R3|Avg` string per column)."""
+    header = ["setting", "runs"] + [f"{level.upper()} {name.upper()}" for level, name in COLUMNS]
+    rows = []
+    for label, pattern in cells:
+        runs = load_runs(pattern)
+        if not runs:
+            raise FileNotFoundError(f"no run directory with metrics.json matches {pattern!r} ({label})")
+        stats = summarise(runs)
+        rows.append([label, str(len(runs))] + [paper_cell(stats[c]) for c in COLUMNS])
+    return header, rows
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `sqa-table`; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="sqa-table", description=__doc__.split("\n")[0])
+    parser.add_argument("--cell", action="append", required=True, help="LABEL=GLOB of run directories")
+    parser.add_argument("--csv", help="also write the table as CSV to this file")
+    args = parser.parse_args(argv)
+    cells = []
+    for item in args.cell:
+        label, sep, pattern = item.partition("=")
+        if not sep:
+            parser.error(f"--cell needs LABEL=GLOB, got {item!r}")
+        cells.append((label, pattern))
+    try:
+        header, rows = build_table(cells)
+    except FileNotFoundError as err:
+        print(f"sqa-table: {err}", file=sys.stderr)
+        return 1
+    print(markdown(header, rows))
+    if args.csv:
+        with open(args.csv, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(header)
+            writer.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
