@@ -39,6 +39,8 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
     f0_extractor = instantiate(cfg.f0) if cfg.model.get("pitch") else None
     datamodule: MOSDataModule = instantiate(cfg.data, f0_extractor=f0_extractor)
     predictor = instantiate(cfg.model, num_domains=len(datamodule.corpus.domains))
+    if cfg.get("init_from"):
+        init_from(predictor, cfg.init_from.checkpoint, list(cfg.init_from.modules))
     module = MOSModule(
         predictor,
         loss=instantiate(cfg.loss),
@@ -47,6 +49,32 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         test_names=datamodule.test_names,
     )
     return datamodule, module
+
+
+def init_from(predictor: torch.nn.Module, checkpoint: str | Path, modules: list[str]) -> None:
+    """Copy the weights of the named top-level submodules from an export (or its model.pt).
+
+    Used for multi-dataset finetuning: stage 2 starts from stage 1's backbone and head. A named
+    module that the checkpoint does not hold, or whose shapes differ, is an error.
+    """
+    path = Path(checkpoint)
+    path = path / "model.pt" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"init_from: {path} not found (give an export directory or its model.pt)")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    own = predictor.state_dict()
+    for module in modules:
+        keys = [k for k in own if k.startswith(f"{module}.")]
+        if not keys or not all(k in state for k in keys):
+            raise ValueError(f"init_from: {path} has no complete weights for module {module!r}")
+        for key in keys:
+            if state[key].shape != own[key].shape:
+                raise ValueError(
+                    f"init_from: {key} has shape {tuple(state[key].shape)} in {path}, "
+                    f"{tuple(own[key].shape)} in this model"
+                )
+            own[key] = state[key]
+    predictor.load_state_dict(own)
 
 
 def write_predictions(rows: list[dict[str, Any]], path: Path) -> None:
