@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# SingMOS-Pro Table 3: SSL, SSL + MIDI pitch, SSL + pitch histogram, as Hydra multiruns over seeds.
+#   bash recipes/singmos_pro/table3.sh quick     # synthetic corpus, log-mel backbone, CPU
+#   SINGMOS_PRO=/data/SingMOS-Pro W2V_CKPT=/models/wav2vec_vox_new.pt \
+#       bash recipes/singmos_pro/table3.sh paper # the paper's setting, on a GPU
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mode=${1:-quick}
+OUT=${OUT:-runs/$mode/table3}
+SEEDS=${SEEDS:-0,1,2}
+PY=${PYTHON:-.venv/bin/python}
+base=(trainer.enable_progress_bar=false)
+if [ "$mode" = paper ]; then
+    base+=(experiment=singmos_pro_ssl data.corpus.root="${SINGMOS_PRO:?}" model.backbone.checkpoint="${W2V_CKPT:?}")
+fi
+for cell in ssl:null midi:midi histogram:histogram; do
+    name=${cell%%:*} pitch=${cell#*:}
+    "$PY" train.py -m "${base[@]}" model.pitch="$pitch" "seed=$SEEDS" \
+        hydra.sweep.dir="$OUT/$name" 'hydra.sweep.subdir=${seed}'
+done
+"$PY" -m sqa.results --csv "$OUT/table3.csv" \
+    --cell "SSL=$OUT/ssl/*" \
+    --cell "SSL + MIDI pitch=$OUT/midi/*" \
+    --cell "SSL + pitch histogram=$OUT/histogram/*"
