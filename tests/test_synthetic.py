@@ -51,3 +51,27 @@ def test_generation_is_deterministic_and_never_overwrites(tmp_path):
         generate(a, seed=7)
     with pytest.raises(CorpusError, match="different corpus"):
         load_synthetic(a, seed=8, clips_per_system=3, systems_per_batch=(3, 3, 3, 2, 2))
+
+
+def test_whole_phrase_detune_is_visible_in_the_pitch_histogram():
+    import torch
+
+    from sqa.data import synthetic
+    from sqa.data.pitch import F0Extractor, pitch_histogram
+
+    extractor = F0Extractor()
+    bins = np.arange(120)
+
+    def off_grid_cents(kind: str, param: float, clip: int) -> float:
+        rng = np.random.default_rng([99, clip, int(param)])
+        f0, voiced, _ = synthetic._melody(rng, synthetic.SYNTH_RATE, kind, param)
+        track = torch.tensor(extractor(synthetic._sing(rng, f0, voiced), synthetic.SYNTH_RATE))[None]
+        hist = pitch_histogram(track, torch.tensor([track.shape[1]]))[0].numpy()
+        # Circular mean of the histogram over one semitone (10 bins): 0 cents on the 12-tone grid.
+        angle = np.angle(np.sum(hist * np.exp(2j * np.pi * bins / 10)))
+        return abs(angle) / (2 * np.pi) * 100
+
+    clean = [off_grid_cents("clean", 0.0, i) for i in range(12)]
+    detuned = [off_grid_cents("detune", 45.0, i) for i in range(12)]
+    assert np.median(clean) < 15 and np.median(detuned) > 30
+    assert np.mean([d > c for d in detuned for c in clean]) > 0.85

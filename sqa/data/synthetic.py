@@ -26,7 +26,11 @@ TEST_BATCHES = BATCHES[:3]
 # Voices are synthesised at 16 kHz with harmonics up to 7 kHz, then resampled to the system's rate.
 SYNTH_RATE = 16000
 VOICE_BAND = 7000.0
-FORMAT_VERSION = 2
+# Vibrato depth range (semitones) of the sung phrases. At 10-30 cents a whole-phrase detune stays
+# visible in the octave-folded pitch histogram (its circular mean moves off the 12-tone grid); at
+# 30-60 cents the vibrato's own peaks hide it.
+VIBRATO_SEMITONES = (0.1, 0.3)
+FORMAT_VERSION = 3
 
 # Vowel formant frequencies (Hz) and bandwidths: a, e, i, o, u.
 VOWELS = (
@@ -64,9 +68,9 @@ def _recipe_pool(rng: np.random.Generator) -> list[SystemRecipe]:
         ("bits", 8.0, 3.0),
         ("bits", 6.0, 2.2),
         ("bits", 4.0, 1.5),
-        ("detune", 25.0, 3.4),
-        ("detune", 45.0, 2.6),
-        ("drift", 80.0, 2.9),
+        ("detune", 25.0, 3.0),
+        ("detune", 45.0, 2.2),
+        ("drift", 80.0, 2.6),
         ("jitter", 60.0, 2.5),
         ("note_detune", 50.0, 2.7),
     ]
@@ -104,7 +108,7 @@ def _melody(
     midi = np.concatenate(midi_parts)
     voiced = np.concatenate(voiced_parts)
     t = np.arange(midi.size) / sr
-    vib_depth = rng.uniform(0.3, 0.6)  # semitones (30-60 cents)
+    vib_depth = rng.uniform(*VIBRATO_SEMITONES)
     midi = midi + vib_depth * np.sin(2 * np.pi * rng.uniform(5.0, 6.5) * t) * np.clip(t / 0.3, 0, 1)
     if kind == "detune":
         midi = midi + rng.choice([-1.0, 1.0]) * param / 100.0
