@@ -49,7 +49,8 @@ def main() -> None:
     args = parser.parse_args()
     sys_info = json.loads((args.corpus / "info" / "sys_info.json").read_text())
     sys_type = {k: v["type"] for k, v in sys_info.items()}
-    print("| setting | runs | pitch systems utt RMSE | pitch systems sys RMSE | other utt RMSE | other sys RMSE |")
+    header = ["setting", "runs", "pitch utt RMSE", "pitch sys RMSE", "other utt RMSE", "other sys RMSE"]
+    print("| " + " | ".join(header) + " |")
     print("|---|---|---|---|---|---|")
     for cell in args.cell:
         label, _, pattern = cell.partition("=")
