@@ -93,3 +93,29 @@ def test_run_directory_holds_config_logs_and_checkpoints(default_run):
     assert list((run_dir / "checkpoints").glob("best-step=*.ckpt"))
     assert list((run_dir / "logs").rglob("metrics.csv"))
     assert json.loads((run_dir / "export" / "metrics.json").read_text())["avg"]["sys"]["n"] > 0
+
+
+@pytest.mark.parametrize("logger", ["tensorboard", "wandb"])
+def test_other_loggers_write_into_the_run_directory(logger, synthetic_root, tmp_path):
+    cfg = compose_train(
+        [
+            f"logger={logger}",
+            f"data.corpus.root={synthetic_root}",
+            "trainer.max_steps=2",
+            "trainer.val_check_interval=2",
+            "trainer.enable_progress_bar=false",
+        ]
+    )
+    run(cfg, tmp_path)
+    if logger == "tensorboard":
+        assert list((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))
+    else:
+        assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+def test_existing_export_stops_the_run_before_training(synthetic_root, tmp_path):
+    (tmp_path / "export").mkdir()
+    cfg = compose_train([f"data.corpus.root={synthetic_root}"])
+    with pytest.raises(FileExistsError, match="overwrite_export=true"):
+        run(cfg, tmp_path)
+    assert not (tmp_path / "checkpoints").exists()
