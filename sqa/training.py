@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa import metrics
 from sqa.data.datamodule import MOSDataModule
+from sqa.data.validate import format_report
 from sqa.export import export_predictor
 from sqa.lit_module import MOSModule
 
@@ -99,6 +100,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     datamodule, module = build(cfg)
+    if datamodule.problems:
+        (run_dir / "data_problems.txt").write_text(format_report(datamodule.problems) + "\n")
     checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best-{step}",

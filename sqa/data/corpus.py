@@ -1,14 +1,14 @@
 """Corpus readers: SingMOS-Pro layout, SingMOS (VMC'24 track 2) layout and CSV manifests.
 
-Every reader returns a `Corpus` of validated `Clip` rows. Problems in the metadata raise
-`CorpusError` naming the file and the key or row at fault, never a bare KeyError.
+Every reader returns a `Corpus` of `Clip` rows. Problems in the metadata's structure raise
+`CorpusError` naming the file and the key or row at fault, never a bare KeyError; problems of
+single clips (audio, scores, duplicates) are collected by `sqa.data.validate`.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,10 +39,15 @@ class Clip:
 
 @dataclass
 class Corpus:
-    """Validated clips plus the ordered list of domains (annotation batches) they come from."""
+    """Clips, their ordered domains (annotation batches), score scale and known systems.
+
+    `systems` is None where the corpus has no list of systems to check clips against.
+    """
 
     clips: list[Clip]
     domains: list[str]
+    score_range: tuple[float, float] = (1.0, 5.0)
+    systems: frozenset[str] | None = None
 
     def domain_index(self, domain: str) -> int:
         """Integer ID of a domain name (its position in `domains`)."""
@@ -67,32 +72,21 @@ class Corpus:
 
     def filter_sample_rate(self, sample_rate: int) -> Corpus:
         """Keep only clips whose file is stored at `sample_rate` (the paper's 16 kHz filter)."""
-        kept = [c for c in self.clips if _file_sample_rate(c.path) == sample_rate]
-        return Corpus(kept, self.domains)
+        kept = [c for c in self.clips if _file_sample_rate(c.path) in (sample_rate, None)]
+        return Corpus(kept, self.domains, self.score_range, self.systems)
 
-    def check(self) -> Corpus:
-        """Raise CorpusError on duplicate IDs, unknown splits, bad scores or missing audio."""
-        seen: set[str] = set()
-        for c in self.clips:
-            if c.sample_id in seen:
-                raise CorpusError(f"{c.path}: duplicate sample ID {c.sample_id!r}")
-            seen.add(c.sample_id)
-            if c.split not in SPLITS:
-                raise CorpusError(f"{c.path}: split {c.split!r} is not one of {SPLITS}")
-            if not math.isfinite(c.mos):
-                raise CorpusError(f"{c.path}: score of {c.sample_id!r} is not a finite number")
-            if c.domain not in self.domains:
-                raise CorpusError(f"{c.path}: domain {c.domain!r} is not in {self.domains}")
-            if not c.path.is_file():
-                raise CorpusError(f"{c.path}: audio file of {c.sample_id!r} not found")
-        return self
+    def without(self, sample_ids: set[str]) -> Corpus:
+        """The corpus less the clips with these sample IDs."""
+        kept = [c for c in self.clips if c.sample_id not in sample_ids]
+        return Corpus(kept, self.domains, self.score_range, self.systems)
 
 
-def _file_sample_rate(path: Path) -> int:
+def _file_sample_rate(path: Path) -> int | None:
+    """Stored sample rate, or None for a file that cannot be read (validation reports it)."""
     try:
         return audio_info(path)[0]
-    except AudioError as err:
-        raise CorpusError(str(err)) from err
+    except AudioError:
+        return None
 
 
 def _load_json(path: Path) -> object:
@@ -143,7 +137,7 @@ def read_singmos_pro(
             raise CorpusError(f"{split_path}: missing key {name!r} (a test batch) at the top level")
     test_names = {b: f"test{i + 1}" for i, b in enumerate(test_batches)}
     clips = []
-    for batch in sorted(splits):
+    for batch in sorted(splits, key=_natural_key):
         for part in SPLITS:
             ids = (
                 _get(splits[batch], part, split_path, f"[{batch!r}]")
@@ -177,7 +171,9 @@ def read_singmos_pro(
                         extra_scores=extra,
                     )
                 )
-    corpus = Corpus(clips, sorted(splits)).check()
+    sys_info_path = root / "info" / "sys_info.json"
+    systems = frozenset(_load_json(sys_info_path)) if sys_info_path.is_file() else None
+    corpus = Corpus(clips, sorted(splits, key=_natural_key), systems=systems)
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
 
 
@@ -210,7 +206,7 @@ def read_vmc24(root: str | Path, sample_rate_filter: int | None = None) -> Corpu
                     test_set="eval" if split == "test" else None,
                 )
             )
-    corpus = Corpus(clips, ["vmc24"]).check()
+    corpus = Corpus(clips, ["vmc24"])
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
 
 
@@ -272,7 +268,7 @@ def read_csv_manifest(
             )
         )
     domains = sorted({c.domain for c in clips}, key=_natural_key)
-    corpus = Corpus(clips, domains).check()
+    corpus = Corpus(clips, domains)
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,8 +12,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from sqa.data.audio import crop_start, load_audio, pad_to
-from sqa.data.corpus import Clip, Corpus
+from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.pitch import F0Extractor
+from sqa.data.validate import format_report, validate_corpus
+
+log = logging.getLogger(__name__)
 
 # Receptive field of the wav2vec2 and log-mel front ends: shorter clips are zero-padded to it.
 MIN_SAMPLES = 400
@@ -118,8 +122,23 @@ class MOSDataModule(L.LightningDataModule):
         seed: int = 0,
         f0_extractor: F0Extractor | None = None,
         train_domains: Sequence[str] | None = None,
+        on_error: str = "raise",
     ) -> None:
         super().__init__()
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        # Validate everything before training starts: stop with the full report, or drop the
+        # bad clips and keep the report (`problems`) for the run directory.
+        self.problems = validate_corpus(corpus, sample_rate, MIN_SAMPLES)
+        if self.problems and on_error == "raise":
+            raise CorpusError(format_report(self.problems) + "\n(set data.on_error=skip to drop these clips)")
+        bad = {p.sample_id for p in self.problems if p.sample_id is not None}
+        corpus = corpus.without(bad)
+        if self.problems:
+            log.warning("%s\nskipped %d clip(s)", format_report(self.problems), len(bad))
+        for split in ("train", "valid", "test"):
+            if not corpus.split(split):
+                raise CorpusError(f"no usable clips left in the {split} split")
         self.corpus = corpus
         self.sample_rate = sample_rate
         self.batch_size = batch_size

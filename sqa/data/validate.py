@@ -1,0 +1,81 @@
+"""Up-front validation of a corpus: every problem, by file and row, before training starts."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from sqa.data.audio import AudioError, load_audio
+from sqa.data.corpus import SPLITS, Corpus
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: the file (or corpus part) it concerns, the clip if any, and what is wrong."""
+
+    where: str
+    sample_id: str | None
+    what: str
+
+    def __str__(self) -> str:
+        clip = f" [{self.sample_id}]" if self.sample_id else ""
+        return f"{self.where}{clip}: {self.what}"
+
+
+def validate_corpus(corpus: Corpus, sample_rate: int, min_samples: int) -> list[Problem]:
+    """All problems of `corpus` when read at `sample_rate` by a backbone seeing `min_samples`.
+
+    Per clip: missing or unreadable audio, no samples, NaN/inf samples, all-silent audio, audio
+    shorter than the receptive field, a score that is NaN or outside `corpus.score_range`, a
+    duplicate sample ID, an unknown system or domain, an unknown split. Per corpus: an empty
+    train, valid or test split.
+    """
+    problems: list[Problem] = []
+    low, high = corpus.score_range
+    counts = Counter(c.sample_id for c in corpus.clips)
+    for clip in corpus.clips:
+
+        def add(what: str, clip=clip) -> None:
+            problems.append(Problem(str(clip.path), clip.sample_id, what))
+
+        if counts[clip.sample_id] > 1:
+            add(f"duplicate sample ID ({counts[clip.sample_id]} rows)")
+        if not math.isfinite(clip.mos):
+            add(f"score is {clip.mos}")
+        elif not low <= clip.mos <= high:
+            add(f"score {clip.mos} is outside the scale [{low}, {high}]")
+        if clip.domain not in corpus.domains:
+            add(f"unknown domain/batch {clip.domain!r}")
+        if corpus.systems is not None and clip.system_id not in corpus.systems:
+            add(f"unknown system {clip.system_id!r}")
+        if clip.split not in SPLITS:
+            add(f"unknown split {clip.split!r}")
+        if not clip.path.is_file():
+            add("audio file not found")
+            continue
+        try:
+            wav = load_audio(clip.path, sample_rate)
+        except AudioError as err:
+            add(str(err).removeprefix(f"{clip.path}: "))
+            continue
+        if not np.any(wav):
+            add("audio is all silent")
+        if wav.shape[0] < min_samples:
+            add(
+                f"audio is {wav.shape[0]} samples at {sample_rate} Hz, shorter than the "
+                f"{min_samples}-sample receptive field"
+            )
+    for split in SPLITS:
+        if not any(c.split == split for c in corpus.clips):
+            problems.append(Problem(f"{split} split", None, "is empty"))
+    return problems
+
+
+def format_report(problems: list[Problem]) -> str:
+    """A readable report: the number of problems, then one line each."""
+    lines = [f"{len(problems)} problem(s) in the corpus:"]
+    lines += [f"  {p}" for p in problems]
+    return "\n".join(lines)
