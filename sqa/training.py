@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import json
+import platform
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,43 @@ def init_from(predictor: torch.nn.Module, checkpoint: str | Path, modules: list[
     predictor.load_state_dict(own)
 
 
+RECORDED_PACKAGES = (
+    "torch",
+    "torchaudio",
+    "lightning",
+    "hydra-core",
+    "omegaconf",
+    "numpy",
+    "scipy",
+    "soundfile",
+    "soxr",
+    "pyworld",
+    "torchfcpe",
+    "fairseq2",
+    "s3prl",
+    "transformers",
+)
+
+
+def run_info(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
+    """What a rerun needs to reproduce this run: seed, versions, platform and corpus fingerprint."""
+    versions = {}
+    for name in RECORDED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "seed": cfg.seed,
+        "sqa": importlib.metadata.version("sqa"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": versions,
+        "corpus_fingerprint": datamodule.corpus.fingerprint(),
+        "corpus_clips": len(datamodule.corpus.clips),
+    }
+
+
 def write_predictions(rows: list[dict[str, Any]], path: Path) -> None:
     """Write one CSV row per test clip: sample_id, system_id, test_set, mos, pred."""
     with path.open("w", newline="") as fh:
@@ -100,6 +139,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     datamodule, module = build(cfg)
+    (run_dir / "run_info.json").write_text(json.dumps(run_info(cfg, datamodule), indent=2))
     if datamodule.problems:
         (run_dir / "data_problems.txt").write_text(format_report(datamodule.problems) + "\n")
     checkpoint = ModelCheckpoint(

@@ -119,3 +119,24 @@ def test_existing_export_stops_the_run_before_training(synthetic_root, tmp_path)
     with pytest.raises(FileExistsError, match="overwrite_export=true"):
         run(cfg, tmp_path)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_same_seed_and_config_give_the_same_metrics(synthetic_root, tmp_path):
+    overrides = [
+        f"data.corpus.root={synthetic_root}",
+        "trainer.max_steps=30",
+        "trainer.val_check_interval=10",
+        "trainer.enable_progress_bar=false",
+    ]
+    for name in ("a", "b"):
+        run(compose_train(overrides), tmp_path / name)
+    first, second = ((tmp_path / n / "metrics.json").read_text() for n in ("a", "b"))
+    assert first == second
+    info = json.loads((tmp_path / "a" / "run_info.json").read_text())
+    assert info["seed"] == 0 and info["packages"]["torch"].startswith("2.9")
+    assert (
+        info["corpus_fingerprint"]
+        == json.loads((tmp_path / "b" / "run_info.json").read_text())["corpus_fingerprint"]
+    )
+    other = run(compose_train([*overrides, "seed=1"]), tmp_path / "c")
+    assert other != json.loads(first)

@@ -8,6 +8,7 @@ single clips (audio, scores, duplicates) are collected by `sqa.data.validate`.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -74,6 +75,16 @@ class Corpus:
         """Keep only clips whose file is stored at `sample_rate` (the paper's 16 kHz filter)."""
         kept = [c for c in self.clips if _file_sample_rate(c.path) in (sample_rate, None)]
         return Corpus(kept, self.domains, self.score_range, self.systems)
+
+    def fingerprint(self) -> str:
+        """SHA-256 over every clip's labels and audio bytes: equal fingerprints, equal data."""
+        digest = hashlib.sha256(json.dumps([self.domains, list(self.score_range)]).encode())
+        for c in sorted(self.clips, key=lambda c: c.sample_id):
+            row = [c.sample_id, c.mos, c.system_id, c.domain, c.split, c.test_set, dict(c.extra_scores)]
+            digest.update(json.dumps(row).encode())
+            if c.path.is_file():
+                digest.update(hashlib.sha256(c.path.read_bytes()).digest())
+        return digest.hexdigest()
 
     def without(self, sample_ids: set[str]) -> Corpus:
         """The corpus less the clips with these sample IDs."""
