@@ -30,8 +30,10 @@ class MOSModule(L.LightningModule):
         optimizer: OptimizerFactory,
         valid_names: Sequence[str] = (),
         test_names: Sequence[str] = (),
+        seed: int = 0,
     ) -> None:
         super().__init__()
+        self.seed = seed
         self.predictor = predictor
         self.loss = loss
         self.optimizer_factory = optimizer
@@ -44,6 +46,14 @@ class MOSModule(L.LightningModule):
     def forward(self, batch: dict[str, Any]) -> Prediction:
         """Score a collated batch (wav (B, N), lengths (B,), domain (B,), f0 (B, T') or None)."""
         return self.predictor(batch["wav"], batch["lengths"], batch["domain"], batch.get("f0"))
+
+    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """Seed torch's RNG (dropout) from (seed, step): a resumed run replays every step exactly.
+
+        Per step rather than per epoch, because creating data loader iterators also draws from
+        torch's RNG, and a resumed run creates them at other moments than an uninterrupted one.
+        """
+        torch.manual_seed(self.seed * 1_000_003 + self.global_step)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         """One optimisation step on a padded batch."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib.metadata
+import io
 import json
 import platform
 from pathlib import Path
@@ -13,9 +14,11 @@ import lightning as L
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
 from sqa import metrics
+from sqa.atomic import atomic_write, atomic_write_text
 from sqa.data.datamodule import MOSDataModule
 from sqa.data.validate import format_report
 from sqa.export import export_predictor
@@ -50,6 +53,7 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         optimizer=instantiate(cfg.optim),
         valid_names=datamodule.valid_names,
         test_names=datamodule.test_names,
+        seed=cfg.seed,
     )
     return datamodule, module
 
@@ -119,19 +123,35 @@ def run_info(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
 
 def write_predictions(rows: list[dict[str, Any]], path: Path) -> None:
     """Write one CSV row per test clip: sample_id, system_id, test_set, mos, pred."""
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=PREDICTION_COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(
-                {k: (repr(row[k]) if isinstance(row[k], float) else row[k]) for k in PREDICTION_COLUMNS}
-            )
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=PREDICTION_COLUMNS)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(
+            {k: (repr(row[k]) if isinstance(row[k], float) else row[k]) for k in PREDICTION_COLUMNS}
+        )
+    atomic_write_text(path, buffer.getvalue())
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning checkpoint I/O that writes each checkpoint atomically (temporary file, rename)."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        """Write `checkpoint` to `path`; a kill leaves the previous file or the complete new one."""
+        atomic_write(path, lambda fh: torch.save(checkpoint, fh))
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
-    """Fit, select the best validation checkpoint, test it, write metrics and export it."""
+    """Fit, select the best validation checkpoint, test it, write metrics and export it.
+
+    With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written at the
+    end of every epoch) and ends exactly as an uninterrupted run with the same seed would.
+    """
     run_dir = Path(run_dir)
     export_dir = run_dir / "export"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if cfg.resume and not last.is_file():
+        raise FileNotFoundError(f"resume=true but {last} does not exist (no finished epoch to resume from)")
     if export_dir.exists() and not cfg.overwrite_export:
         # Checked before training so that a long run never fails at its very end.
         raise FileExistsError(f"{export_dir} already exists; set overwrite_export=true to replace it")
@@ -147,20 +167,31 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         filename="best-{step}",
         monitor="val/selection",
         mode="max",
-        save_last=True,
-        save_weights_only=False,
+        enable_version_counter=False,
     )
-    callbacks: list[L.Callback] = [checkpoint]
+    # The resume point: saved at epoch ends only, where the data order and the RNGs are a pure
+    # function of (seed, epoch), so resuming replays the interrupted epoch exactly.
+    resume_point = ModelCheckpoint(
+        dirpath=run_dir / "checkpoints",
+        filename="last",
+        save_on_train_epoch_end=True,
+        enable_version_counter=False,
+    )
+    callbacks: list[L.Callback] = [checkpoint, resume_point]
     if cfg.early_stopping_patience:
         callbacks.append(EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience))
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
     trainer: L.Trainer = instantiate(
-        cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=str(run_dir)
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=logger,
+        default_root_dir=str(run_dir),
+        plugins=[AtomicCheckpointIO()],
     )
-    trainer.fit(module, datamodule=datamodule)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None)
     trainer.test(module, datamodule=datamodule, ckpt_path="best", verbose=False)
     results = module.test_results
-    (run_dir / "metrics.json").write_text(json.dumps(results, indent=2))
+    atomic_write_text(run_dir / "metrics.json", json.dumps(results, indent=2))
     write_predictions(module.test_predictions, run_dir / "predictions.csv")
     print(f"\nTest results (best checkpoint {Path(checkpoint.best_model_path).name}):")
     print(metrics.format_table(results))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from sqa.data.audio import crop_start, load_audio, pad_to
 from sqa.data.corpus import Clip, Corpus, CorpusError
@@ -26,8 +26,9 @@ class ClipDataset(Dataset):
     """Clips of one split as mono float waveforms at `sample_rate`, plus their labels.
 
     Training clips longer than `max_seconds` are cropped at a random offset (a multiple of the
-    f0 hop, so the f0 track stays aligned) each time they are drawn (the crop policy); evaluation
-    clips are always used whole. With an `f0_extractor`, items carry the clip's f0 track.
+    f0 hop, so the f0 track stays aligned) that depends on the seed, the clip and the epoch (the
+    crop policy; `EpochSampler` passes `(index, epoch)` keys); evaluation clips are always used
+    whole. With an `f0_extractor`, items carry the clip's f0 track.
     """
 
     def __init__(
@@ -47,7 +48,6 @@ class ClipDataset(Dataset):
         self.sample_rate = sample_rate
         self.max_samples = int(max_seconds * sample_rate) if max_seconds else None
         self.seed = seed
-        self.draws = 0
         self._cache = [self._read(i) for i in range(len(self.clips))] if preload else None
 
     def __len__(self) -> int:
@@ -58,14 +58,12 @@ class ClipDataset(Dataset):
         f0 = self.f0_extractor(wav, self.sample_rate) if self.f0_extractor else None
         return wav, f0
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
+    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
+        index, epoch = key if isinstance(key, tuple) else (key, 0)
         clip = self.clips[index]
         wav, f0 = self._cache[index] if self._cache is not None else self._read(index)
-        rng = None
-        if self.max_samples is not None:
-            # A crop offset that depends only on the seed, the clip and how often it was drawn.
-            self.draws += 1
-            rng = np.random.default_rng([self.seed, index, self.draws])
+        # The crop depends only on the seed, the clip and the epoch, so a resumed run crops alike.
+        rng = np.random.default_rng([self.seed, index, epoch]) if self.max_samples is not None else None
         start = crop_start(wav.shape[0], self.max_samples, rng, self.hop)
         if self.max_samples is not None:
             wav = wav[start : start + self.max_samples]
@@ -80,6 +78,30 @@ class ClipDataset(Dataset):
             "system_id": clip.system_id,
             "test_set": clip.test_set or "",
         }
+
+
+class EpochSampler(Sampler):
+    """Shuffles `size` indices with a permutation fixed by (seed, epoch); yields (index, epoch).
+
+    Lightning calls `set_epoch` before every epoch, so an epoch's order and crops are the same
+    whether or not the run was interrupted and resumed before it.
+    """
+
+    def __init__(self, size: int, seed: int = 0) -> None:
+        self.size = size
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose permutation the next iteration yields."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.size)
+        return iter([(int(i), self.epoch) for i in order])
 
 
 def pad_batch(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,14 +197,13 @@ class MOSDataModule(L.LightningDataModule):
         return self._datasets[key]
 
     def _loader(self, dataset: ClipDataset, shuffle: bool, batch_size: int) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        sampler = EpochSampler(len(dataset), self.seed) if shuffle else None
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
             collate_fn=collate,
             num_workers=self.num_workers,
-            generator=generator,
             persistent_workers=self.num_workers > 0,
         )
 

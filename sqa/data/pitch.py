@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from sqa.atomic import atomic_write
 from sqa.masking import frame_mask
 
 HIST_BINS = 120
@@ -73,11 +72,8 @@ class F0Extractor:
             return np.load(path)
         f0 = self.compute(wav, sample_rate)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy")
-            with os.fdopen(fd, "wb") as fh:
-                np.save(fh, f0)
-            os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the whole file
+            # Atomic: a concurrent run or a kill never leaves a half-written cache entry.
+            atomic_write(path, lambda fh: np.save(fh, f0))
         return f0
 
     def _cache_path(self, wav: np.ndarray, sample_rate: int) -> Path:
