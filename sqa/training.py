@@ -189,7 +189,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         plugins=[AtomicCheckpointIO()],
     )
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None)
-    trainer.test(module, datamodule=datamodule, ckpt_path="best", verbose=False)
+    trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
     results = module.test_results
     atomic_write_text(run_dir / "metrics.json", json.dumps(results, indent=2))
     write_predictions(module.test_predictions, run_dir / "predictions.csv")
