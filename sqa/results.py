@@ -63,9 +63,9 @@ def build_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
-    """A markdown table."""
+    """A markdown table; the `|` inside `R1/R2|R3|Avg` cells is escaped."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
