@@ -86,16 +86,6 @@ class MOSPredictor(nn.Module):
         frame_scores = frame_scores.masked_fill(~frame_mask(frame_lengths, frame_scores.shape[1]), 0.0)
         return Prediction(masked_mean(frame_scores, frame_lengths), frame_scores, frame_lengths)
 
-    @property
-    def uses_domain(self) -> bool:
-        """Whether forward needs domain IDs."""
-        return self.domain is not None
-
-    @property
-    def uses_f0(self) -> bool:
-        """Whether forward needs an f0 track."""
-        return self.pitch is not None
-
     def export_config(self) -> dict:
         """Hydra config rebuilding this predictor's architecture (no pretrained-weight paths)."""
         return {
