@@ -16,9 +16,8 @@ from sqa.training import run
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    """Train one configuration; returns the average system-level test SRCC (for sweepers)."""
-    results = run(cfg, HydraConfig.get().runtime.output_dir)
-    return float(results["avg"]["sys"]["srcc"])
+    """Train one configuration; returns its best validation score, the objective of sweeps."""
+    return run(cfg, HydraConfig.get().runtime.output_dir).val_selection
 
 
 if __name__ == "__main__":

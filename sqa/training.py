@@ -8,7 +8,7 @@ import io
 import json
 import platform
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import torch
@@ -141,7 +141,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         atomic_write(path, lambda fh: torch.save(checkpoint, fh))
 
 
-def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+class RunResult(NamedTuple):
+    """Test metrics (per set and `avg`) and the best validation selection score of a run."""
+
+    test: dict[str, Any]
+    val_selection: float
+
+
+def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     """Fit, select the best validation checkpoint, test it, write metrics and export it.
 
     With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written at the
@@ -205,4 +212,4 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         f0_extractor=datamodule.f0_extractor,
     )
     print(f"Exported the best model to {export_dir}")
-    return results
+    return RunResult(results, float(checkpoint.best_model_score))

@@ -55,3 +55,28 @@ def test_every_backbone_choice_composes(backbone):
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"model/backbone={backbone}"])
     assert cfg.model.backbone._target_.startswith("sqa.models.")
+
+
+@pytest.mark.parametrize(
+    ("override", "node", "target"),
+    [
+        (
+            "hparams_search=optuna",
+            "sweeper",
+            "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",
+        ),
+        (
+            "launcher=slurm",
+            "launcher",
+            "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+        ),
+        ("launcher=local", "launcher", "hydra._internal.core_plugins.basic_launcher.BasicLauncher"),
+    ],
+)
+def test_sweeper_and_launcher_configs_compose(override, node, target):
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[override], return_hydra_config=True)
+    assert cfg.hydra[node]._target_ == target
+    if node == "sweeper":
+        assert cfg.hydra.sweeper.direction == "maximize"
+        assert set(cfg.hydra.sweeper.params) == {"optim.lr", "model.head_dim", "model.dropout"}

@@ -29,8 +29,7 @@ def default_run(synthetic_root, tmp_path_factory):
     """The default configuration (seed 0) trained once on the session's synthetic corpus."""
     run_dir = tmp_path_factory.mktemp("run")
     cfg = compose_train([f"data.corpus.root={synthetic_root}", "trainer.enable_progress_bar=false"])
-    results = run(cfg, run_dir)
-    return run_dir, results
+    return run_dir, run(cfg, run_dir).test
 
 
 def read_predictions(path: Path) -> list[dict]:
@@ -138,5 +137,5 @@ def test_same_seed_and_config_give_the_same_metrics(synthetic_root, tmp_path):
         info["corpus_fingerprint"]
         == json.loads((tmp_path / "b" / "run_info.json").read_text())["corpus_fingerprint"]
     )
-    other = run(compose_train([*overrides, "seed=1"]), tmp_path / "c")
+    other = run(compose_train([*overrides, "seed=1"]), tmp_path / "c").test
     assert other != json.loads(first)
