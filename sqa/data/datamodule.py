@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from sqa.data.audio import crop_start, load_audio, pad_to
+from sqa.data.audio import audio_info, crop_start, load_audio, pad_to
 from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.pitch import F0Extractor
 from sqa.data.validate import format_report, validate_corpus
@@ -52,6 +52,15 @@ class ClipDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.clips)
+
+    def lengths(self) -> list[int]:
+        """Samples each clip will have at `sample_rate` after the crop, read from file headers."""
+        out = []
+        for clip in self.clips:
+            sr, frames, _ = audio_info(clip.path)
+            length = max(frames * self.sample_rate // sr, MIN_SAMPLES)
+            out.append(min(length, self.max_samples) if self.max_samples else length)
+        return out
 
     def _read(self, index: int) -> tuple[np.ndarray, np.ndarray | None]:
         wav = pad_to(load_audio(self.clips[index].path, self.sample_rate), MIN_SAMPLES)
@@ -104,6 +113,73 @@ class EpochSampler(Sampler):
         return iter([(int(i), self.epoch) for i in order])
 
 
+class BucketBatchSampler(Sampler):
+    """Batches of clips of similar length, to cut padding; yields lists of (index, epoch).
+
+    Each epoch shuffles the clips with a permutation fixed by (seed, epoch), sorts them by length
+    within pools of `pool_size`, cuts each pool into batches of `batch_size` clips or, with
+    `max_batch_samples`, of as many clips as fit when padded to the longest, and shuffles the
+    batches. With `num_replicas` > 1 (DDP) every rank gets an equal share of distinct batches.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int | None = None,
+        max_batch_samples: int | None = None,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+        pool_size: int = 1000,
+    ) -> None:
+        if (batch_size is None) == (max_batch_samples is None):
+            raise ValueError("give exactly one of batch_size or max_batch_samples")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.max_batch_samples = max_batch_samples
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.pool_size = pool_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose batches the next iteration yields."""
+        self.epoch = epoch
+
+    def _split(self, pool: list[int]) -> list[list[int]]:
+        if self.batch_size is not None:
+            return [pool[i : i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
+        batches, batch = [], []
+        for index in pool:  # sorted by length: the newest clip is the longest
+            if batch and self.lengths[index] * (len(batch) + 1) > self.max_batch_samples:
+                batches.append(batch)
+                batch = []
+            batch.append(index)
+        return batches + ([batch] if batch else [])
+
+    def batches(self) -> list[list[int]]:
+        """Batches of clip indices of this rank for the current epoch."""
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(len(self.lengths)).tolist()
+        batches = []
+        for start in range(0, len(order), self.pool_size):
+            pool = sorted(order[start : start + self.pool_size], key=lambda i: self.lengths[i])
+            batches.extend(self._split(pool))
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+        # Equal counts per rank keep DDP's collective calls in step; the few left over are dropped.
+        usable = max(len(batches) // self.num_replicas, 1) * self.num_replicas
+        return batches[self.rank : usable : self.num_replicas]
+
+    def __len__(self) -> int:
+        return len(self.batches())
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        return iter([[(i, self.epoch) for i in batch] for batch in self.batches()])
+
+
 def pad_batch(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Zero-pad 1-D tensors to a (B, N_max) batch; returns it and the lengths (B,)."""
     lengths = torch.tensor([t.shape[0] for t in tensors])
@@ -145,6 +221,8 @@ class MOSDataModule(L.LightningDataModule):
         f0_extractor: F0Extractor | None = None,
         train_domains: Sequence[str] | None = None,
         on_error: str = "raise",
+        bucketing: bool = False,
+        max_batch_seconds: float | None = None,
     ) -> None:
         super().__init__()
         if on_error not in ("raise", "skip"):
@@ -171,6 +249,8 @@ class MOSDataModule(L.LightningDataModule):
         self.seed = seed
         self.f0_extractor = f0_extractor
         self.train_domains = list(train_domains) if train_domains else None
+        self.bucketing = bucketing
+        self.max_batch_seconds = max_batch_seconds
         self._datasets: dict[str, ClipDataset] = {}
 
     @property
@@ -216,7 +296,27 @@ class MOSDataModule(L.LightningDataModule):
                 raise ValueError(f"train_domains {sorted(unknown)} not in the corpus {self.corpus.domains}")
             clips = [c for c in clips if c.domain in self.train_domains]
         train = self._dataset("train", clips, self.max_train_seconds)
-        return self._loader(train, True, self.batch_size)
+        if not self.bucketing:
+            return self._loader(train, True, self.batch_size)
+        # Length-bucketed batches: by clip count, or by padded seconds with max_batch_seconds.
+        trainer = self.trainer
+        sampler = BucketBatchSampler(
+            train.lengths(),
+            batch_size=None if self.max_batch_seconds else self.batch_size,
+            max_batch_samples=int(self.max_batch_seconds * self.sample_rate)
+            if self.max_batch_seconds
+            else None,
+            seed=self.seed,
+            num_replicas=trainer.world_size if trainer else 1,
+            rank=trainer.global_rank if trainer else 0,
+        )
+        return DataLoader(
+            train,
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
 
     def val_dataloader(self) -> list[DataLoader]:
         """One loader per domain's validation split."""
