@@ -71,9 +71,8 @@ class Scorer:
             wav, lengths = pad_batch([torch.from_numpy(w) for w in padded])
             f0 = None
             if self.f0_extractor is not None:
-                f0 = pad_batch([torch.from_numpy(self.f0_extractor(w, self.sample_rate)) for w in padded])[
-                    0
-                ].to(self.device)
+                tracks = [torch.from_numpy(self.f0_extractor(w, self.sample_rate)) for w in padded]
+                f0 = pad_batch(tracks)[0].to(self.device)
             domain = torch.full((len(idx),), self.domain, device=self.device)
             out = self.predictor(wav.to(self.device), lengths.to(self.device), domain, f0)
             for i, s in zip(idx, out.score.float().cpu().tolist(), strict=True):

@@ -176,8 +176,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         mode="max",
         enable_version_counter=False,
     )
-    # The resume point: saved at epoch ends only, where the data order and the RNGs are a pure
-    # function of (seed, epoch), so resuming replays the interrupted epoch exactly.
+    # The resume point: saved at epoch ends only. Data order and crops are functions of (seed,
+    # epoch) and dropout of (seed, step), so resuming replays the interrupted epoch exactly.
     resume_point = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="last",
