@@ -7,6 +7,7 @@ from typing import Any
 
 import lightning as L
 import torch
+import torch.distributed as dist
 
 from sqa import metrics
 from sqa.models.predictor import MOSPredictor, Prediction
@@ -52,8 +53,9 @@ class MOSModule(L.LightningModule):
 
         Per step rather than per epoch, because creating data loader iterators also draws from
         torch's RNG, and a resumed run creates them at other moments than an uninterrupted one.
+        DDP ranks draw distinct masks.
         """
-        torch.manual_seed(self.seed * 1_000_003 + self.global_step)
+        torch.manual_seed(self.seed * 1_000_003 + self.global_step + 1_000_000_007 * self.global_rank)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         """One optimisation step on a padded batch."""
@@ -68,6 +70,7 @@ class MOSModule(L.LightningModule):
         for i, sample_id in enumerate(batch["sample_id"]):
             rows.append(
                 {
+                    "index": int(batch["index"][i]),
                     "sample_id": sample_id,
                     "system_id": batch["system_id"][i],
                     "mos": float(batch["mos"][i]),
@@ -83,9 +86,30 @@ class MOSModule(L.LightningModule):
         """Collect predictions of one test batch."""
         self._collect(batch, dataloader_idx)
 
+    def _gathered(self) -> dict[int, list[dict[str, Any]]]:
+        """Every rank's collected rows per loader, in dataset order; resets the collection.
+
+        Under DDP each rank scored a share of the batches; system-level metrics need all of them,
+        so the rows are gathered (batches repeated to even out the ranks count once) and every
+        rank computes the same metrics as one process would.
+        """
+        outputs, self._outputs = self._outputs, {}
+        if self.trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            parts: list[Any] = [None] * self.trainer.world_size
+            dist.all_gather_object(parts, outputs)
+            outputs = {}
+            for part in parts:
+                for idx, rows in part.items():
+                    outputs.setdefault(idx, []).extend(rows)
+        merged = {}
+        for idx, rows in sorted(outputs.items()):
+            by_index = {r["index"]: r for r in rows}
+            merged[idx] = [by_index[i] for i in sorted(by_index)]
+        return merged
+
     def _blocks(self, names: Sequence[str]) -> dict[str, dict]:
         blocks = {}
-        for idx, rows in sorted(self._outputs.items()):
+        for idx, rows in self._gathered().items():
             name = names[idx] if idx < len(names) else str(idx)
             blocks[name] = metrics.evaluate(
                 [r["pred"] for r in rows], [r["mos"] for r in rows], [r["system_id"] for r in rows]
@@ -99,17 +123,19 @@ class MOSModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         """Log per-set system SRCC / utterance RMSE and the selection score."""
         blocks = self._blocks(self.valid_names)
-        self._outputs = {}
         if not blocks:
             return
+        # Metrics are computed from the gathered rows, so every rank logs the same values; the
+        # (no-op) sync_dist averaging is what Lightning expects of epoch-level values under DDP.
         for name, block in blocks.items():
-            self.log(f"val/{name}/sys_srcc", block["sys"]["srcc"], add_dataloader_idx=False)
-            self.log(f"val/{name}/utt_rmse", block["utt"]["rmse"], add_dataloader_idx=False)
+            self.log(f"val/{name}/sys_srcc", block["sys"]["srcc"], add_dataloader_idx=False, sync_dist=True)
+            self.log(f"val/{name}/utt_rmse", block["utt"]["rmse"], add_dataloader_idx=False, sync_dist=True)
         self.log(
             "val/selection",
             metrics.selection_score(blocks),
             prog_bar=True,
             add_dataloader_idx=False,
+            sync_dist=True,
         )
 
     def on_test_epoch_start(self) -> None:
@@ -119,10 +145,9 @@ class MOSModule(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         """Compute metrics per test set and their weighted average."""
         rows = []
-        for idx, batch_rows in sorted(self._outputs.items()):
+        for idx, batch_rows in self._gathered().items():
             name = self.test_names[idx] if idx < len(self.test_names) else str(idx)
             rows.extend({**r, "test_set": name} for r in batch_rows)
-        self._outputs = {}
         self.test_predictions = rows
         self.test_results = metrics.evaluate_sets(
             [r["pred"] for r in rows],
@@ -133,7 +158,8 @@ class MOSModule(L.LightningModule):
         for name, block in self.test_results.items():
             for level in ("utt", "sys"):
                 for key in metrics.METRIC_NAMES:
-                    self.log(f"test/{name}/{level}_{key}", block[level][key], add_dataloader_idx=False)
+                    value = block[level][key]
+                    self.log(f"test/{name}/{level}_{key}", value, add_dataloader_idx=False, sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """The configured optimizer over all trainable parameters."""

@@ -15,6 +15,7 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from sqa import metrics
@@ -164,11 +165,16 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         raise FileExistsError(f"{export_dir} already exists; set overwrite_export=true to replace it")
     run_dir.mkdir(parents=True, exist_ok=True)
     L.seed_everything(cfg.seed, workers=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    # Under DDP every rank runs this function; rank_zero_only.rank (from the launcher's
+    # environment) lets only the first write the run's files.
+    leader = rank_zero_only.rank == 0
+    if leader:
+        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     datamodule, module = build(cfg)
-    (run_dir / "run_info.json").write_text(json.dumps(run_info(cfg, datamodule), indent=2))
-    if datamodule.problems:
-        (run_dir / "data_problems.txt").write_text(format_report(datamodule.problems) + "\n")
+    if leader:
+        atomic_write_text(run_dir / "run_info.json", json.dumps(run_info(cfg, datamodule), indent=2))
+        if datamodule.problems:
+            atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
     checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best-{step}",
@@ -198,6 +204,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None)
     trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
     results = module.test_results
+    if not trainer.is_global_zero:
+        # The metrics were gathered from every rank; the first rank writes and exports them.
+        return RunResult(results, float(checkpoint.best_model_score))
     atomic_write_text(run_dir / "metrics.json", json.dumps(results, indent=2))
     write_predictions(module.test_predictions, run_dir / "predictions.csv")
     print(f"\nTest results (best checkpoint {Path(checkpoint.best_model_path).name}):")

@@ -79,6 +79,7 @@ class ClipDataset(Dataset):
             if f0 is not None:
                 f0 = f0[start // self.hop : (start + self.max_samples) // self.hop + 1]
         return {
+            "index": index,
             "wav": torch.from_numpy(np.ascontiguousarray(wav)),
             "f0": torch.from_numpy(np.ascontiguousarray(f0)) if f0 is not None else None,
             "mos": clip.mos,
@@ -93,12 +94,17 @@ class EpochSampler(Sampler):
     """Shuffles `size` indices with a permutation fixed by (seed, epoch); yields (index, epoch).
 
     Lightning calls `set_epoch` before every epoch, so an epoch's order and crops are the same
-    whether or not the run was interrupted and resumed before it.
+    whether or not the run was interrupted and resumed before it. With `num_replicas` > 1 (DDP)
+    rank `rank` takes every `num_replicas`-th index of the permutation, all ranks equally many.
     """
 
-    def __init__(self, size: int, seed: int = 0) -> None:
+    def __init__(self, size: int, seed: int = 0, num_replicas: int = 1, rank: int = 0) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
         self.size = size
         self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -106,11 +112,28 @@ class EpochSampler(Sampler):
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return self.size
+        return max(self.size // self.num_replicas, 1) if self.num_replicas > 1 else self.size
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         order = np.random.default_rng([self.seed, self.epoch]).permutation(self.size)
+        # Equal counts per rank keep DDP's gradient all-reduces in step; the remainder waits for
+        # another epoch's permutation.
+        order = order[self.rank : len(self) * self.num_replicas : self.num_replicas]
         return iter([(int(i), self.epoch) for i in order])
+
+
+def eval_batches(size: int, batch_size: int, num_replicas: int = 1, rank: int = 0) -> list[list[int]]:
+    """Consecutive batches of `size` indices, every `num_replicas`-th one from `rank` on.
+
+    Under DDP each evaluation batch is the very batch a single process would form, so every
+    clip's score (and every metric over the gathered scores) equals the single-process one.
+    Ranks get equally many batches (Lightning needs at least one per rank): the list is padded
+    by repeating batches from its start, whose duplicate rows the gathering drops.
+    """
+    batches = [list(range(i, min(i + batch_size, size))) for i in range(0, size, batch_size)]
+    per_rank = -(-len(batches) // num_replicas)
+    padded = [batches[i % len(batches)] for i in range(per_rank * num_replicas)]
+    return padded[rank::num_replicas]
 
 
 class BucketBatchSampler(Sampler):
@@ -190,10 +213,11 @@ def pad_batch(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tens
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pad a batch: wav (B, N), lengths (B,), f0 (B, T') or None, mos (B,), domain (B,), ids."""
+    """Pad a batch: index (B,), wav (B, N), lengths (B,), f0 (B, T') or None, mos, domain (B,), ids."""
     wav, lengths = pad_batch([it["wav"] for it in items])
     f0 = pad_batch([it["f0"] for it in items])[0] if items[0].get("f0") is not None else None
     return {
+        "index": torch.tensor([it["index"] for it in items]),
         "wav": wav,
         "lengths": lengths,
         "f0": f0,
@@ -276,12 +300,28 @@ class MOSDataModule(L.LightningDataModule):
             )
         return self._datasets[key]
 
+    def _ranks(self) -> tuple[int, int]:
+        """(world size, global rank) of the attached trainer; (1, 0) without one."""
+        trainer = self.trainer
+        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+
     def _loader(self, dataset: ClipDataset, shuffle: bool, batch_size: int) -> DataLoader:
-        sampler = EpochSampler(len(dataset), self.seed) if shuffle else None
+        # sqa shards data across DDP ranks itself (the trainer runs with use_distributed_sampler
+        # off): training by its epoch permutation, evaluation by whole batches.
+        world, rank = self._ranks()
+        if shuffle:
+            sampler = EpochSampler(len(dataset), self.seed, world, rank)
+            return DataLoader(
+                dataset,
+                batch_size=batch_size,
+                sampler=sampler,
+                collate_fn=collate,
+                num_workers=self.num_workers,
+                persistent_workers=self.num_workers > 0,
+            )
         return DataLoader(
             dataset,
-            batch_size=batch_size,
-            sampler=sampler,
+            batch_sampler=eval_batches(len(dataset), batch_size, world, rank),
             collate_fn=collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
@@ -299,7 +339,7 @@ class MOSDataModule(L.LightningDataModule):
         if not self.bucketing:
             return self._loader(train, True, self.batch_size)
         # Length-bucketed batches: by clip count, or by padded seconds with max_batch_seconds.
-        trainer = self.trainer
+        world, rank = self._ranks()
         sampler = BucketBatchSampler(
             train.lengths(),
             batch_size=None if self.max_batch_seconds else self.batch_size,
@@ -307,8 +347,8 @@ class MOSDataModule(L.LightningDataModule):
             if self.max_batch_seconds
             else None,
             seed=self.seed,
-            num_replicas=trainer.world_size if trainer else 1,
-            rank=trainer.global_rank if trainer else 0,
+            num_replicas=world,
+            rank=rank,
         )
         return DataLoader(
             train,
