@@ -202,7 +202,9 @@ def intervals(draws: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[s
     return {level: {name: interval(draws[level][name]) for name in METRIC_NAMES} for level in LEVELS}
 
 
-def weighted_average(blocks: Mapping[str, Mapping[str, Mapping]]) -> dict:
+def weighted_average(
+    blocks: Mapping[str, Mapping[str, Mapping]], names: Sequence[str] = METRIC_NAMES
+) -> dict:
     """Average per-set results `{name: {utt|sys: metrics}}`, weighting each block by its `n`.
 
     Metric values may be floats or equal-length arrays (resamples), averaged elementwise.
@@ -212,7 +214,7 @@ def weighted_average(blocks: Mapping[str, Mapping[str, Mapping]]) -> dict:
         items = [b[level] for b in blocks.values()]
         total = sum(int(m["n"]) for m in items)
         avg: dict = {"n": total}
-        for name in METRIC_NAMES:
+        for name in names:
             avg[name] = sum(m[name] * m["n"] for m in items) / total if total else math.nan
         out[level] = avg
     return out
