@@ -32,9 +32,11 @@ class MOSModule(L.LightningModule):
         valid_names: Sequence[str] = (),
         test_names: Sequence[str] = (),
         seed: int = 0,
+        bootstrap: int = 1000,
     ) -> None:
         super().__init__()
         self.seed = seed
+        self.bootstrap = bootstrap
         self.predictor = predictor
         self.loss = loss
         self.optimizer_factory = optimizer
@@ -143,7 +145,7 @@ class MOSModule(L.LightningModule):
         self._outputs = {}
 
     def on_test_epoch_end(self) -> None:
-        """Compute metrics per test set and their weighted average."""
+        """Compute metrics per test set and their weighted average, with bootstrap intervals."""
         rows = []
         for idx, batch_rows in self._gathered().items():
             name = self.test_names[idx] if idx < len(self.test_names) else str(idx)
@@ -154,6 +156,8 @@ class MOSModule(L.LightningModule):
             [r["mos"] for r in rows],
             [r["system_id"] for r in rows],
             [r["test_set"] for r in rows],
+            bootstrap=self.bootstrap,
+            seed=self.seed,
         )
         for name, block in self.test_results.items():
             for level in ("utt", "sys"):

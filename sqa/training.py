@@ -55,6 +55,7 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         valid_names=datamodule.valid_names,
         test_names=datamodule.test_names,
         seed=cfg.seed,
+        bootstrap=cfg.bootstrap,
     )
     return datamodule, module
 

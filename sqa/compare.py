@@ -1,0 +1,217 @@
+"""Paired bootstrap comparison of two runs on the same test clips.
+
+    sqa-compare A/predictions.csv B/predictions.csv [--metric srcc] [--resamples 1000] [--seed 0]
+                [--json out.json]
+
+For every test set and the weighted average, at utterance and system level, each resample draws
+clips (systems) once and scores both runs on them, so the difference B − A is bootstrapped with
+the runs' shared noise cancelled. Reported: the observed difference, its percentile 95 % interval
+and p = 2·min(share of resampled differences ≤ 0, share ≥ 0) (capped at 1); "significant" when the
+interval excludes 0. For rmse a negative difference means B is better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sqa import metrics
+
+REQUIRED_COLUMNS = ("sample_id", "system_id", "test_set", "mos", "pred")
+
+
+def read_predictions(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """Rows of a predictions.csv keyed by (test_set, sample_id), in file order."""
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for line, row in enumerate(reader, start=2):
+            key = (row["test_set"], row["sample_id"])
+            if key in rows:
+                raise ValueError(f"{path}:{line}: sample {key[1]!r} of {key[0]!r} appears twice")
+            try:
+                rows[key] = {
+                    "system_id": row["system_id"],
+                    "mos": float(row["mos"]),
+                    "pred": float(row["pred"]),
+                }
+            except ValueError as err:
+                raise ValueError(f"{path}:{line}: {err}") from None
+    return rows
+
+
+def align(path_a: str | Path, path_b: str | Path) -> dict[str, list]:
+    """Both runs' predictions on the same clips: lists pred_a, pred_b, mos, system_id, test_set.
+
+    The runs must cover the same (test_set, sample_id) pairs with the same system and true MOS;
+    otherwise the error names the file and the first mismatching sample.
+    """
+    rows_a, rows_b = read_predictions(path_a), read_predictions(path_b)
+    for key in rows_b:
+        if key not in rows_a:
+            raise ValueError(f"{path_b}: sample {key[1]!r} of test set {key[0]!r} is not in {path_a}")
+    out: dict[str, list] = {"pred_a": [], "pred_b": [], "mos": [], "system_id": [], "test_set": []}
+    for key, a in rows_a.items():
+        b = rows_b.get(key)
+        if b is None:
+            raise ValueError(f"{path_b}: lacks sample {key[1]!r} of test set {key[0]!r} (in {path_a})")
+        if not math.isclose(a["mos"], b["mos"], rel_tol=1e-9, abs_tol=1e-9):
+            raise ValueError(
+                f"{path_b}: sample {key[1]!r} of test set {key[0]!r} has true MOS {b['mos']!r}, "
+                f"{path_a} has {a['mos']!r}"
+            )
+        if a["system_id"] != b["system_id"]:
+            raise ValueError(
+                f"{path_b}: sample {key[1]!r} of test set {key[0]!r} has system {b['system_id']!r}, "
+                f"{path_a} has {a['system_id']!r}"
+            )
+        for column, value in (
+            ("pred_a", a["pred"]),
+            ("pred_b", b["pred"]),
+            ("mos", a["mos"]),
+            ("system_id", a["system_id"]),
+            ("test_set", key[0]),
+        ):
+            out[column].append(value)
+    return out
+
+
+def summarise(observed: float, diffs: np.ndarray) -> dict[str, Any]:
+    """Observed difference, 95 % interval, two-sided p and significance of resampled `diffs` (R,)."""
+    valid = diffs[~np.isnan(diffs)]
+    lo, hi = metrics.interval(valid)
+    p = min(1.0, 2 * min(np.mean(valid <= 0), np.mean(valid >= 0))) if valid.size else math.nan
+    return {"diff": observed, "ci": [lo, hi], "p": float(p), "significant": bool(lo > 0 or hi < 0)}
+
+
+def _level_pairs(
+    pred: list[float], true: list[float], systems: list[str]
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """(pred, true) at utterance level and as per-system means."""
+    sys_pred, sys_true, _ = metrics.system_means(pred, true, systems)
+    return (np.asarray(pred, dtype=np.float64), np.asarray(true, dtype=np.float64)), (sys_pred, sys_true)
+
+
+def compare(
+    pred_a: list[float],
+    pred_b: list[float],
+    true: list[float],
+    systems: list[str],
+    test_sets: list[str],
+    metric: str = "srcc",
+    resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Paired bootstrap of `metric` B − A per test set (sorted) and `avg`, at `utt` and `sys` level.
+
+    Each entry: a, b (observed values), diff, ci [lo, hi], p and significant.
+    """
+    groups: dict[str, list[int]] = {}
+    for i, name in enumerate(test_sets):
+        groups.setdefault(name, []).append(i)
+    rng = np.random.default_rng(seed)
+    observed: dict[str, dict[str, dict]] = {"a": {}, "b": {}}
+    draws: dict[str, dict[str, dict]] = {"a": {}, "b": {}}
+    for name in sorted(groups):
+        idx = groups[name]
+        t, s = [true[i] for i in idx], [systems[i] for i in idx]
+        # Sorted system names are the same for both runs, so their system means align.
+        pairs_a = _level_pairs([pred_a[i] for i in idx], t, s)
+        pairs_b = _level_pairs([pred_b[i] for i in idx], t, s)
+        for level, (p_a, tt), (p_b, _) in zip(metrics.LEVELS, pairs_a, pairs_b, strict=True):
+            shared = metrics.bootstrap_indices(rng, len(tt), resamples)
+            for run, p in (("a", p_a), ("b", p_b)):
+                observed[run].setdefault(name, {})[level] = {
+                    metric: metrics.correlations(p, tt)[metric],
+                    "n": len(tt),
+                }
+                draws[run].setdefault(name, {})[level] = {
+                    **metrics.resampled_metrics(p, tt, shared, (metric,)),
+                    "n": len(tt),
+                }
+    for run in ("a", "b"):
+        observed[run][metrics.AVERAGE_KEY] = metrics.weighted_average(observed[run], (metric,))
+        draws[run][metrics.AVERAGE_KEY] = metrics.weighted_average(draws[run], (metric,))
+    result: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in observed["a"]:
+        result[name] = {}
+        for level in metrics.LEVELS:
+            a, b = observed["a"][name][level][metric], observed["b"][name][level][metric]
+            diffs = draws["b"][name][level][metric] - draws["a"][name][level][metric]
+            result[name][level] = {"a": a, "b": b, **summarise(b - a, diffs)}
+    return result
+
+
+def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str) -> str:
+    """One line per test set and level: A, B, B − A, its interval, p and the verdict."""
+    lower_is_better = metric == "rmse"
+    lines = [f"{'set':<8} {'level':<5} {'A':>7} {'B':>7} {'B-A':>7}  {'95 % interval':<18} {'p':>6}"]
+    for name, block in result.items():
+        for level, r in block.items():
+            verdict = ""
+            if r["significant"]:
+                better = "B" if (r["diff"] < 0) == lower_is_better else "A"
+                verdict = f"  significant ({better} better)"
+            interval = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]"
+            lines.append(
+                f"{name:<8} {level:<5} {r['a']:>7.3f} {r['b']:>7.3f} {r['diff']:>+7.3f}  "
+                f"{interval:<18} {r['p']:>6.3f}{verdict}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `sqa-compare`; returns the exit code (1 when the inputs do not match)."""
+    parser = argparse.ArgumentParser(prog="sqa-compare", description=__doc__.split("\n")[0])
+    parser.add_argument("a", help="predictions.csv of run A (the reference)")
+    parser.add_argument("b", help="predictions.csv of run B")
+    parser.add_argument("--metric", default="srcc", choices=metrics.METRIC_NAMES)
+    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the comparison as JSON to this file")
+    args = parser.parse_args(argv)
+    if args.resamples < 1:
+        parser.error("--resamples must be at least 1")
+    try:
+        runs = align(args.a, args.b)
+    except (OSError, ValueError) as err:
+        print(f"sqa-compare: {err}", file=sys.stderr)
+        return 1
+    result = compare(
+        runs["pred_a"],
+        runs["pred_b"],
+        runs["mos"],
+        runs["system_id"],
+        runs["test_set"],
+        metric=args.metric,
+        resamples=args.resamples,
+        seed=args.seed,
+    )
+    print(f"{args.metric}: B - A over {args.resamples} paired resamples (seed {args.seed})")
+    print(f"A = {args.a}\nB = {args.b}")
+    print(format_comparison(result, args.metric))
+    if args.json:
+        summary = {
+            "a": str(args.a),
+            "b": str(args.b),
+            "metric": args.metric,
+            "resamples": args.resamples,
+            "seed": args.seed,
+            "results": result,
+        }
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
