@@ -183,7 +183,7 @@ def main() -> None:
     print(f"{'model':<34} {'params':>7} {'steps':>5} {'bare steps/s':>12} {'sqa steps/s':>11} {'ratio':>6}")
     for name, r in rows:
         print(
-            f"{name:<34} {r['params'] / 1e6:>6.1f}M {r['steps']:>5} {r['bare']:>12.2f} {r['sqa']:>11.2f} "
+            f"{name:<34} {r['params'] / 1e6:>6.1f}M {r['steps']:>5} {r['bare']:>12.3g} {r['sqa']:>11.3g} "
             f"{r['ratio']:>5.3f}x"
         )
 

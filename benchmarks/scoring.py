@@ -114,7 +114,7 @@ def main() -> None:
     )
     print(f"{'model':<34} {'bare clips/s':>12} {'scorer clips/s':>14} {'ratio':>6}")
     for name, r in rows:
-        print(f"{name:<34} {r['bare']:>12.1f} {r['sqa']:>14.1f} {r['ratio']:>5.2f}x")
+        print(f"{name:<34} {r['bare']:>12.3g} {r['sqa']:>14.3g} {r['ratio']:>5.2f}x")
 
 
 if __name__ == "__main__":
