@@ -48,6 +48,8 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
     predictor = instantiate(cfg.model, num_domains=len(datamodule.corpus.domains))
     if cfg.get("init_from"):
         init_from(predictor, cfg.init_from.checkpoint, list(cfg.init_from.modules))
+    if cfg.get("compile"):
+        predictor.compile()
     module = MOSModule(
         predictor,
         loss=instantiate(cfg.loss),

@@ -7,7 +7,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-import sqa.training  # noqa: F401  (registers the config resolver)
+import sqa.training
 from sqa.models.predictor import MOSPredictor, Prediction
 
 from .conftest import REPO
@@ -80,3 +80,16 @@ def test_sweeper_and_launcher_configs_compose(override, node, target):
     if node == "sweeper":
         assert cfg.hydra.sweeper.direction == "maximize"
         assert set(cfg.hydra.sweeper.params) == {"optim.lr", "model.head_dim", "model.dropout"}
+
+
+def test_compile_option_compiles_the_predictor(synthetic_root):
+    overrides = [f"data.corpus.root={synthetic_root}"]
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        default = compose("train", overrides=overrides)
+        compiled = compose("train", overrides=[*overrides, "compile=true"])
+    assert default.compile is False
+    eager_module = sqa.training.build(default)[1]
+    module = sqa.training.build(compiled)[1]
+    assert eager_module.predictor._compiled_call_impl is None
+    assert module.predictor._compiled_call_impl is not None
+    assert list(module.predictor.state_dict()) == list(eager_module.predictor.state_dict())

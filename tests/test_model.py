@@ -1,4 +1,5 @@
 import argparse
+import shutil
 
 import pytest
 import torch
@@ -61,6 +62,35 @@ def test_export_round_trip_reproduces_outputs(tmp_path):
         torch.testing.assert_close(loaded(wav, lengths).score, model(wav, lengths).score)
     assert config["sample_rate"] == 16000 and config["domains"] == ["a"]
     assert torch.load(tmp_path / "exp" / "model.pt", weights_only=True).keys() == model.state_dict().keys()
+
+
+def test_compiled_predictor_exports_and_loads_like_an_eager_one(tmp_path):
+    model = logmel_predictor(n_mels=32, channels=16)
+    keys = list(model.state_dict())
+    model.compile()
+    assert list(model.state_dict()) == keys
+    export_predictor(model, tmp_path / "exp", sample_rate=16000, domains=["a"])
+    loaded, _, _ = load_export(tmp_path / "exp")
+    assert list(loaded.state_dict()) == keys
+    for name, value in loaded.state_dict().items():
+        assert torch.equal(value, model.state_dict()[name]), name
+
+
+# Inductor compiles generated C++ on CPU (about a minute for this model on 2 cores).
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+    reason="torch.compile on CPU needs a C++ compiler (g++, c++ or clang++); none is on PATH",
+)
+def test_compiled_forward_equals_eager():
+    model = logmel_predictor(n_mels=32, channels=16)
+    wav = torch.randn(2, 9000)
+    lengths = torch.tensor([9000, 5000])
+    with torch.no_grad():
+        eager = model(wav, lengths).score
+        model.compile()
+        torch.testing.assert_close(model(wav, lengths).score, eager, atol=1e-5, rtol=0)
+    assert model._compiled_call_impl is not None
 
 
 def test_export_refuses_to_overwrite_without_flag(tmp_path):

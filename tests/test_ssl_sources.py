@@ -17,11 +17,13 @@ import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+import torch.utils.checkpoint
 import torchaudio
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -533,3 +535,28 @@ def test_normalize_waveform_uses_valid_samples_only(batch: tuple) -> None:
         expected = torch.nn.functional.layer_norm(wav[row, :n], (n,))
         torch.testing.assert_close(normalized[row, :n], expected, atol=1e-5, rtol=0)
         assert torch.all(normalized[row, n:] == 0)
+
+
+def test_gradient_checkpointing_same_gradients_training_only(source: Source, batch: tuple) -> None:
+    plain = source.cls(**source.kwargs).train()
+    checkpointed = source.cls(**source.kwargs, gradient_checkpointing=True).train()
+    # A training setting: same parameter names, and an export rebuilds the model without it.
+    assert list(checkpointed.state_dict()) == list(plain.state_dict())
+    assert "gradient_checkpointing" not in checkpointed.export_config()
+    checkpoint = torch.utils.checkpoint.checkpoint
+    grads = []
+    for backbone in (plain, checkpointed):
+        torch.manual_seed(0)  # the same dropout masks in both (checkpoint replays the RNG state)
+        with mock.patch.object(torch.utils.checkpoint, "checkpoint", wraps=checkpoint) as spy:
+            frames, _ = backbone(*batch)
+            frames.pow(2).sum().backward()
+        assert spy.call_count == (2 if backbone is checkpointed else 0)  # one per transformer layer
+        grads.append({n: p.grad for n, p in backbone.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and any(".layers.1." in n for n in grads[0])
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-5, rtol=0, msg=name)
+    with mock.patch.object(torch.utils.checkpoint, "checkpoint", wraps=checkpoint) as spy:
+        checkpointed.eval()(*batch)
+        with torch.no_grad():
+            checkpointed.train()(*batch)
+    assert spy.call_count == 0

@@ -8,6 +8,11 @@ convolution is followed by GroupNorm over time (wav2vec2 base and large, not lar
 norm sees the padding by construction. Every library's LayerDrop and SpecAugment-style masking
 are off: a dropped layer would make the layer selection random, and the SSL-MOS recipe fine-tunes
 without masking.
+
+`gradient_checkpointing=True` recomputes each transformer layer's activations in the backward
+pass instead of keeping them (less memory, about one more forward pass of time), in training
+only. It changes neither the outputs nor the state_dict keys, so it is a training setting and not
+part of `export_config()`: an exported model is rebuilt without it and scores the same.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import copy
 import dataclasses
 import enum
+import functools
 import inspect
 import pickle
 import re
@@ -27,6 +33,7 @@ from typing import Any
 from unittest import mock
 
 import torch
+import torch.utils.checkpoint
 import torchaudio
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
@@ -143,6 +150,23 @@ class LayerSelect(nn.Module):
         return torch.einsum("l,lbtd->btd", weights, torch.stack(hidden))
 
 
+def _checkpointed(layer: nn.Module, forward: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run `forward` under activation checkpointing while `layer` trains with autograd on."""
+    if layer.training and torch.is_grad_enabled():
+        return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    return forward(*args, **kwargs)
+
+
+def checkpoint_layers(layers: nn.ModuleList) -> None:
+    """Make every module of `layers` checkpoint its activations in training, in place.
+
+    The instance's `forward` is replaced, not the module wrapped, so parameter names (and
+    state_dicts, exports, `init_from`) stay those of the library's model.
+    """
+    for layer in layers:
+        layer.forward = functools.partial(_checkpointed, layer, layer.forward)
+
+
 class _Wav2Vec2Backbone(nn.Module):
     """Shared forward of the wav2vec2 sources: padding, normalisation, layer selection, masking.
 
@@ -185,6 +209,8 @@ class _Wav2Vec2Backbone(nn.Module):
         layer: str,
         freeze_feature_encoder: bool,
         normalize: bool,
+        transformer_layers: nn.ModuleList,
+        gradient_checkpointing: bool,
     ) -> None:
         self.model = model
         self.output_dim = output_dim
@@ -196,6 +222,8 @@ class _Wav2Vec2Backbone(nn.Module):
         # Fine-tuning recipes keep the convolutional feature encoder fixed: a few thousand clips
         # are too few to retrain it, and it saves its backward pass.
         feature_encoder.requires_grad_(not freeze_feature_encoder)
+        if gradient_checkpointing:
+            checkpoint_layers(transformer_layers)
 
 
 class TorchaudioWav2Vec2(_Wav2Vec2Backbone):
@@ -221,6 +249,7 @@ class TorchaudioWav2Vec2(_Wav2Vec2Backbone):
         layer: str = "last",
         freeze_feature_encoder: bool = True,
         normalize: bool = False,
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         arch_kwargs = _plain(arch_kwargs) or {}
@@ -245,6 +274,8 @@ class TorchaudioWav2Vec2(_Wav2Vec2Backbone):
             layer,
             freeze_feature_encoder,
             normalize,
+            transformer.layers,
+            gradient_checkpointing,
         )
 
     @staticmethod
@@ -314,6 +345,7 @@ class S3prlWav2Vec2(_Wav2Vec2Backbone):
         layer: str = "last",
         freeze_feature_encoder: bool = True,
         normalize: bool | None = None,
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         patch_torchaudio_for_s3prl()
@@ -361,6 +393,8 @@ class S3prlWav2Vec2(_Wav2Vec2Backbone):
             layer,
             freeze_feature_encoder,
             normalize,
+            model.encoder.layers,
+            gradient_checkpointing,
         )
 
     def _hidden_states(
@@ -453,6 +487,7 @@ class Fairseq2Wav2Vec2(_Wav2Vec2Backbone):
         layer: str = "last",
         freeze_feature_encoder: bool = True,
         normalize: bool = False,
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         from fairseq2.device import CPU
@@ -487,6 +522,8 @@ class Fairseq2Wav2Vec2(_Wav2Vec2Backbone):
             layer,
             freeze_feature_encoder,
             normalize,
+            model.encoder.layers,
+            gradient_checkpointing,
         )
 
     def _hidden_states(
@@ -596,6 +633,7 @@ class TransformersWav2Vec2(_Wav2Vec2Backbone):
         layer: str = "last",
         freeze_feature_encoder: bool = True,
         normalize: bool = False,
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         from transformers import Wav2Vec2Config, Wav2Vec2Model
@@ -633,6 +671,8 @@ class TransformersWav2Vec2(_Wav2Vec2Backbone):
             layer,
             freeze_feature_encoder,
             normalize,
+            model.encoder.layers,
+            gradient_checkpointing,
         )
 
     def _hidden_states(
