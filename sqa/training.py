@@ -18,7 +18,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from sqa import metrics
+from sqa import metrics, plots
 from sqa.atomic import atomic_write, atomic_write_text
 from sqa.data.datamodule import MOSDataModule
 from sqa.data.validate import format_report
@@ -193,7 +193,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         save_on_train_epoch_end=True,
         enable_version_counter=False,
     )
-    callbacks: list[L.Callback] = [checkpoint, resume_point]
+    history = plots.MetricHistory()
+    callbacks: list[L.Callback] = [checkpoint, resume_point, history]
     if cfg.early_stopping_patience:
         callbacks.append(EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience))
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
@@ -212,6 +213,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         return RunResult(results, float(checkpoint.best_model_score))
     atomic_write_text(run_dir / "metrics.json", json.dumps(results, indent=2))
     write_predictions(module.test_predictions, run_dir / "predictions.csv")
+    figures = plots.write_run_plots(module.test_predictions, results, history.history, run_dir / "plots")
+    plots.log_figures(logger, figures, step=trainer.global_step)
     print(f"\nTest results (best checkpoint {Path(checkpoint.best_model_path).name}):")
     print(metrics.format_table(results))
     export_predictor(

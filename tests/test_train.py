@@ -11,6 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from scipy import stats
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from sqa import score
 from sqa.data.synthetic import load_synthetic
@@ -92,6 +93,9 @@ def test_run_directory_holds_config_logs_and_checkpoints(default_run):
     assert list((run_dir / "checkpoints").glob("best-step=*.ckpt"))
     assert list((run_dir / "logs").rglob("metrics.csv"))
     assert json.loads((run_dir / "export" / "metrics.json").read_text())["avg"]["sys"]["n"] > 0
+    plots = {p.name for p in (run_dir / "plots").iterdir()}
+    assert plots == {f"test{i}_{level}.png" for i in (1, 2, 3) for level in ("utt", "sys")} | {"curves.png"}
+    assert all((run_dir / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in plots)
 
 
 @pytest.mark.parametrize("logger", ["tensorboard", "wandb"])
@@ -106,10 +110,16 @@ def test_other_loggers_write_into_the_run_directory(logger, synthetic_root, tmp_
         ]
     )
     run(cfg, tmp_path)
+    figures = {"test1_utt", "test1_sys", "test2_utt", "test2_sys", "test3_utt", "test3_sys", "curves"}
     if logger == "tensorboard":
-        assert list((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))
+        (log_dir,) = {p.parent for p in (tmp_path / "tensorboard").rglob("events.out.tfevents.*")}
+        events = EventAccumulator(str(log_dir), size_guidance={"images": 0})
+        events.Reload()
+        assert set(events.Tags()["images"]) == {f"plots/{name}" for name in figures}
     else:
-        assert list((tmp_path / "wandb").glob("offline-run-*"))
+        (offline_run,) = (tmp_path / "wandb").glob("offline-run-*")
+        images = offline_run / "files" / "media" / "images" / "plots"
+        assert {p.stem.rsplit("_", 2)[0] for p in images.glob("*.png")} == figures
 
 
 def test_existing_export_stops_the_run_before_training(synthetic_root, tmp_path):
