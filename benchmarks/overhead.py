@@ -5,8 +5,8 @@
 Both loops train the same `MOSPredictor` with the same loss, SGD optimiser and gradient clipping,
 all built by `sqa.training.build` from `conf/train.yaml`, on CPU in fp32, over the same batches:
 
-- sqa: the `MOSModule` in a `lightning.Trainer` made from `conf/trainer/default.yaml` (progress
-  bar, `log_every_n_steps`, the default CSV logger), fed by `MOSDataModule`'s own training loader,
+- sqa: the `MOSModule` in a `lightning.Trainer` made from `conf/trainer/default.yaml` (with the
+  progress bar of `sqa.training.run`, `log_every_n_steps`, the default CSV logger), fed by `MOSDataModule`'s own training loader,
   which crops and collates every batch as it goes.
 - bare: `zero_grad; loss(predictor(...)).backward(); clip_grad_norm_; step` over the same
   batches, collated beforehand and kept in memory.
@@ -47,7 +47,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from sqa.lit_module import MOSModule
-from sqa.training import build
+from sqa.training import build, progress_bar
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -119,7 +119,7 @@ def lightning_seconds(
             cfg.trainer,
             max_steps=warmup + steps,
             limit_val_batches=0,
-            callbacks=[timer],
+            callbacks=[timer, *progress_bar(cfg)],
             logger=instantiate(cfg.logger, save_dir=run_dir),
             enable_checkpointing=False,
             enable_model_summary=False,

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
@@ -60,6 +60,16 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         bootstrap=cfg.bootstrap,
     )
     return datamodule, module
+
+
+def progress_bar(cfg: DictConfig) -> list[L.Callback]:
+    """The progress bar callback, redrawn every `log_every_n_steps` steps ([] when it is off).
+
+    Redrawing every step (Lightning's default) costs about 10 ms, a fifth of a log-mel step.
+    """
+    if not cfg.trainer.get("enable_progress_bar", True):
+        return []
+    return [TQDMProgressBar(refresh_rate=cfg.trainer.log_every_n_steps)]
 
 
 def init_from(predictor: torch.nn.Module, checkpoint: str | Path, modules: list[str]) -> None:
@@ -194,7 +204,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         enable_version_counter=False,
     )
     history = plots.MetricHistory()
-    callbacks: list[L.Callback] = [checkpoint, resume_point, history]
+    callbacks: list[L.Callback] = [checkpoint, resume_point, history, *progress_bar(cfg)]
     if cfg.early_stopping_patience:
         callbacks.append(EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience))
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
