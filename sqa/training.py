@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import importlib.metadata
-import io
 import json
 import platform
 from pathlib import Path
@@ -24,8 +22,7 @@ from sqa.data.datamodule import MOSDataModule
 from sqa.data.validate import format_report
 from sqa.export import export_predictor
 from sqa.lit_module import MOSModule
-
-PREDICTION_COLUMNS = ("sample_id", "system_id", "test_set", "mos", "pred")
+from sqa.predictions import write_predictions
 
 
 def default_precision() -> str:
@@ -133,18 +130,6 @@ def run_info(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
         "corpus_fingerprint": datamodule.corpus.fingerprint(),
         "corpus_clips": len(datamodule.corpus.clips),
     }
-
-
-def write_predictions(rows: list[dict[str, Any]], path: Path) -> None:
-    """Write one CSV row per test clip: sample_id, system_id, test_set, mos, pred."""
-    buffer = io.StringIO(newline="")
-    writer = csv.DictWriter(buffer, fieldnames=PREDICTION_COLUMNS)
-    writer.writeheader()
-    for row in rows:
-        writer.writerow(
-            {k: (repr(row[k]) if isinstance(row[k], float) else row[k]) for k in PREDICTION_COLUMNS}
-        )
-    atomic_write_text(path, buffer.getvalue())
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -1,0 +1,163 @@
+"""Command line: score a corpus's test sets with a pretrained speech-MOS baseline (DNSMOS), no training.
+
+    sqa-baseline --corpus synthetic [--output ovrl|sig|bak|p808] [--run-dir DIR]
+    sqa-baseline --corpus singmos_pro --root DIR      (16 kHz clips only, as conf/data/singmos_pro.yaml)
+    sqa-baseline --corpus singmos_vmc24 --root DIR
+    sqa-baseline --corpus csv --manifest FILE         (rows without a split column count as test)
+
+Writes `predictions.csv` (sample_id, system_id, test_set, mos, pred) and `metrics.json` into the
+run directory exactly as a training run does, so `sqa-table` and any tool reading a run's files
+treats the baseline like a trained model, and prints the metric table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sqa import metrics
+from sqa.atomic import atomic_write_text
+from sqa.data.audio import AudioError
+from sqa.data.corpus import Clip, Corpus, CorpusError, read_csv_manifest, read_singmos_pro, read_vmc24
+from sqa.data.synthetic import load_synthetic
+from sqa.data.validate import Problem, format_report
+from sqa.dnsmos import DNSMOS, OUTPUTS
+from sqa.predictions import write_predictions
+
+CORPORA = ("synthetic", "singmos_pro", "singmos_vmc24", "csv")
+# The sample-rate filter of each corpus's data config, so test sets match a default training run.
+DEFAULT_RATE_FILTER = {"singmos_pro": 16000}
+RECORDED_PACKAGES = ("speechmos", "onnxruntime", "numpy", "soundfile", "soxr")
+
+
+def read_corpus(args: argparse.Namespace) -> Corpus:
+    """The corpus named by the command line (`--corpus` with `--root` or `--manifest`)."""
+    rate = args.sample_rate_filter
+    rate = DEFAULT_RATE_FILTER.get(args.corpus) if rate is None else (rate or None)
+    if args.corpus == "synthetic":
+        # The same default location as conf/data/synthetic.yaml, so a training run's corpus is reused.
+        root = args.root or (
+            Path(os.environ.get("SQA_DATA_DIR", "data"))
+            / f"synthetic-seed{args.seed}-clips{args.clips_per_system}"
+        )
+        return load_synthetic(
+            root, seed=args.seed, clips_per_system=args.clips_per_system, sample_rate_filter=rate
+        )
+    if args.corpus == "csv":
+        if not args.manifest:
+            raise CorpusError("--corpus csv needs --manifest FILE")
+        return read_csv_manifest(args.manifest, default_split="test", sample_rate_filter=rate)
+    if not args.root:
+        raise CorpusError(f"--corpus {args.corpus} needs --root DIR")
+    if args.corpus == "singmos_pro":
+        return read_singmos_pro(args.root, sample_rate_filter=rate)
+    return read_vmc24(args.root, sample_rate_filter=rate)
+
+
+def score_clips(
+    scorer: DNSMOS, test_sets: dict[str, list[Clip]], output: str
+) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """Prediction rows (`output` as `pred`) of every readable clip, and a problem for each other one."""
+    rows, problems = [], []
+    for name, clips in test_sets.items():
+        for clip in clips:
+            try:
+                scores = scorer.score_file(clip.path)
+            except AudioError as err:
+                what = str(err).removeprefix(f"{clip.path}: ")
+                problems.append(Problem(str(clip.path), clip.sample_id, what))
+                continue
+            rows.append(
+                {
+                    "sample_id": clip.sample_id,
+                    "system_id": clip.system_id,
+                    "test_set": name,
+                    "mos": clip.mos,
+                    "pred": scores[output],
+                }
+            )
+    return rows, problems
+
+
+def run_info(args: argparse.Namespace, clips: int, seconds: float) -> dict[str, Any]:
+    """What a rerun needs: the arguments, package versions, clip count and scoring time."""
+    versions = {}
+    for name in RECORDED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    return {
+        "baseline": "dnsmos",
+        "arguments": arguments,
+        "packages": versions,
+        "clips": clips,
+        "seconds": seconds,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `sqa-baseline`; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="sqa-baseline", description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", choices=CORPORA, default="synthetic")
+    parser.add_argument("--root", type=Path, help="corpus folder (singmos_pro, singmos_vmc24; synthetic)")
+    parser.add_argument("--manifest", type=Path, help="CSV manifest (--corpus csv)")
+    parser.add_argument("--seed", type=int, default=0, help="synthetic corpus seed")
+    parser.add_argument("--clips-per-system", type=int, default=14, help="synthetic corpus size")
+    parser.add_argument(
+        "--sample-rate-filter",
+        type=int,
+        help="keep only clips stored at this rate; 0 keeps all (resampled). Default: 16000 for "
+        "singmos_pro, 0 otherwise, as the data configs",
+    )
+    parser.add_argument("--output", choices=OUTPUTS, default="ovrl", help="DNSMOS score used as `pred`")
+    parser.add_argument(
+        "--run-dir", type=Path, help="where to write (default: outputs/dnsmos-<corpus>-<output>)"
+    )
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="unreadable clips: raise = report them all and write nothing; skip = score the rest",
+    )
+    args = parser.parse_args(argv)
+    run_dir = args.run_dir or Path("outputs") / f"dnsmos-{args.corpus}-{args.output}"
+    try:
+        test_sets = read_corpus(args).test_sets()
+        scorer = DNSMOS()
+    except (CorpusError, ImportError) as err:
+        print(f"sqa-baseline: {err}", file=sys.stderr)
+        return 2
+    if not test_sets:
+        print("sqa-baseline: the corpus has no test clips", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    rows, problems = score_clips(scorer, test_sets, args.output)
+    seconds = time.perf_counter() - start
+    if problems:
+        print(format_report(problems), file=sys.stderr)
+        if args.on_error == "raise" or not rows:
+            return 1
+    results = metrics.evaluate_sets(
+        [r["pred"] for r in rows],
+        [r["mos"] for r in rows],
+        [r["system_id"] for r in rows],
+        [r["test_set"] for r in rows],
+    )
+    atomic_write_text(run_dir / "metrics.json", json.dumps(results, indent=2))
+    write_predictions(rows, run_dir / "predictions.csv")
+    atomic_write_text(run_dir / "run_info.json", json.dumps(run_info(args, len(rows), seconds), indent=2))
+    print(f"DNSMOS {args.output.upper()} on {len(rows)} test clips ({seconds:.1f} s), written to {run_dir}:")
+    print(metrics.format_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
