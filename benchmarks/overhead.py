@@ -6,8 +6,8 @@ Both loops train the same `MOSPredictor` with the same loss, SGD optimiser and g
 all built by `sqa.training.build` from `conf/train.yaml`, on CPU in fp32, over the same batches:
 
 - sqa: the `MOSModule` in a `lightning.Trainer` made from `conf/trainer/default.yaml` (with the
-  progress bar of `sqa.training.run`, `log_every_n_steps`, the default CSV logger), fed by `MOSDataModule`'s own training loader,
-  which crops and collates every batch as it goes.
+  progress bar of `sqa.training.run`, `log_every_n_steps`, the default CSV logger), fed by
+  `MOSDataModule`'s own training loader, which crops and collates every batch as it goes.
 - bare: `zero_grad; loss(predictor(...)).backward(); clip_grad_norm_; step` over the same
   batches, collated beforehand and kept in memory.
 
