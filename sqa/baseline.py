@@ -13,7 +13,6 @@ treats the baseline like a trained model, and prints the metric table.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import sys
@@ -29,6 +28,7 @@ from sqa.data.synthetic import load_synthetic
 from sqa.data.validate import Problem, format_report
 from sqa.dnsmos import DNSMOS, OUTPUTS
 from sqa.predictions import write_predictions
+from sqa.provenance import package_versions
 
 CORPORA = ("synthetic", "singmos_pro", "singmos_vmc24", "csv")
 # The sample-rate filter of each corpus's data config, so test sets match a default training run.
@@ -87,17 +87,11 @@ def score_clips(
 
 def run_info(args: argparse.Namespace, clips: int, seconds: float) -> dict[str, Any]:
     """What a rerun needs: the arguments, package versions, clip count and scoring time."""
-    versions = {}
-    for name in RECORDED_PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
     arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     return {
         "baseline": "dnsmos",
         "arguments": arguments,
-        "packages": versions,
+        "packages": package_versions(RECORDED_PACKAGES),
         "clips": clips,
         "seconds": seconds,
     }

@@ -23,6 +23,7 @@ from sqa.data.validate import format_report
 from sqa.export import export_predictor
 from sqa.lit_module import MOSModule
 from sqa.predictions import write_predictions
+from sqa.provenance import package_versions
 
 
 def default_precision() -> str:
@@ -115,18 +116,12 @@ RECORDED_PACKAGES = (
 
 def run_info(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
     """What a rerun needs to reproduce this run: seed, versions, platform and corpus fingerprint."""
-    versions = {}
-    for name in RECORDED_PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
     return {
         "seed": cfg.seed,
         "sqa": importlib.metadata.version("sqa"),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "packages": versions,
+        "packages": package_versions(RECORDED_PACKAGES),
         "corpus_fingerprint": datamodule.corpus.fingerprint(),
         "corpus_clips": len(datamodule.corpus.clips),
     }
