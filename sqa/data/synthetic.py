@@ -165,12 +165,12 @@ def _sing(rng: np.random.Generator, f0: np.ndarray, voiced: np.ndarray) -> np.nd
 
 
 def _dimension_quality(recipe: SystemRecipe) -> dict[str, float]:
-    """Latent lyrics and melody quality of a system: each hurt mainly by its own degradations."""
+    """Latent lyrics and melody quality of a system: each hurt only by its own degradations."""
     severity = 4.6 - recipe.quality
     if recipe.kind in PITCH_KINDS:
-        return {"lyrics": 4.5 - 0.1 * severity, "melody": 4.6 - 1.2 * severity}
+        return {"lyrics": 4.5, "melody": 4.6 - 1.2 * severity}
     if recipe.kind in SPECTRAL_KINDS:
-        return {"lyrics": 4.6 - 1.1 * severity, "melody": 4.5 - 0.15 * severity}
+        return {"lyrics": 4.6 - 1.1 * severity, "melody": 4.5}
     return {"lyrics": 4.6, "melody": 4.6}
 
 
