@@ -333,6 +333,7 @@ def load_synthetic(
     if not marker.is_file() or json.loads(marker.read_text()) != expected:
         raise CorpusError(
             f"{marker}: {root} holds a different corpus than seed={seed}, clips_per_system="
-            f"{clips_per_system}, systems_per_batch={list(systems_per_batch)}; choose another root"
+            f"{clips_per_system}, systems_per_batch={list(systems_per_batch)} of format {FORMAT_VERSION}; "
+            "choose another root, or delete it to regenerate (a corpus of an older format)"
         )
     return read_singmos_pro(root, TEST_BATCHES, sample_rate_filter)
