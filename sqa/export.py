@@ -47,8 +47,14 @@ def export_predictor(
     metrics: Mapping[str, Any] | None = None,
     overwrite: bool = False,
     f0_extractor: F0Extractor | None = None,
+    dimension_metrics: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Path:
-    """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`."""
+    """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`.
+
+    `metrics` (of the overall MOS) go to metrics.json, each of `dimension_metrics` (other score
+    dimensions) to metrics_<dim>.json. config.yaml's `model` records the predictor's score
+    dimensions and judge count.
+    """
     directory = Path(directory)
     if directory.exists() and not overwrite:
         raise ExportError(f"{directory}: already exists; pass overwrite=True to replace it")
@@ -66,6 +72,8 @@ def export_predictor(
         torch.save(state, tmp / "model.pt")
         (tmp / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
         (tmp / "metrics.json").write_text(json.dumps(metrics or {}, indent=2))
+        for dim, dim_metrics in (dimension_metrics or {}).items():
+            (tmp / f"metrics_{dim}.json").write_text(json.dumps(dim_metrics, indent=2))
         _replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

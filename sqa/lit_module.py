@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,18 +11,21 @@ import torch
 import torch.distributed as dist
 
 from sqa import metrics
-from sqa.models.predictor import MOSPredictor, Prediction
+from sqa.models.predictor import OVERALL, MOSPredictor, Prediction
 
-LossFn = Callable[[Prediction, torch.Tensor], torch.Tensor]
+LossFn = Callable[..., torch.Tensor]
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
 
 
 class MOSModule(L.LightningModule):
     """Trains a predictor with a configurable loss and optimizer; scores every eval set.
 
-    Validation logs `val/selection`: system-level SRCC averaged over the validation sets weighted
-    by their system counts, the quantity checkpoints are selected on. Test results (per set and
-    averaged) are kept in `test_results` and per-clip predictions in `test_predictions`.
+    Validation logs `val/selection`: system-level SRCC of the overall MOS averaged over the
+    validation sets weighted by their system counts, the quantity checkpoints are selected on.
+    Test results (per set and averaged) of the overall MOS are kept in `test_results`, those of
+    the predictor's other score dimensions in `dimension_results` (each over the clips that have
+    that label), and per-clip predictions in `test_predictions` (`mos`, `pred`, and
+    `mos_<dim>`, `pred_<dim>` per other dimension, the label NaN where missing).
     """
 
     def __init__(
@@ -44,11 +48,23 @@ class MOSModule(L.LightningModule):
         self.test_names = list(test_names)
         self._outputs: dict[int, list[dict[str, Any]]] = {}
         self.test_results: dict = {}
+        self.dimension_results: dict[str, dict] = {}
         self.test_predictions: list[dict[str, Any]] = []
 
+    @property
+    def extra_dimensions(self) -> list[str]:
+        """The predictor's score dimensions after the overall MOS."""
+        return self.predictor.dimensions[1:]
+
     def forward(self, batch: dict[str, Any]) -> Prediction:
-        """Score a collated batch (wav (B, N), lengths (B,), domain (B,), f0 (B, T') or None)."""
-        return self.predictor(batch["wav"], batch["lengths"], batch["domain"], batch.get("f0"))
+        """Score a collated batch (wav (B, N), lengths (B,), domain (B,), f0 (B, T') or None).
+
+        Judge IDs (B,) are used where the batch has them (training with judges); evaluation
+        batches have none and are scored as the mean judge.
+        """
+        return self.predictor(
+            batch["wav"], batch["lengths"], batch["domain"], batch.get("f0"), batch.get("judge")
+        )
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Seed torch's RNG (dropout) from (seed, step): a resumed run replays every step exactly.
@@ -62,23 +78,25 @@ class MOSModule(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         """One optimisation step on a padded batch."""
         out = self(batch)
-        loss = self.loss(out, batch["mos"])
+        loss = self.loss(out, batch["target"], mask=batch["mask"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["mos"]))
         return loss
 
     def _collect(self, batch: dict[str, Any], dataloader_idx: int) -> None:
-        score = self(batch).score.float().cpu()
+        scores = self(batch).scores.float().cpu()
         rows = self._outputs.setdefault(dataloader_idx, [])
         for i, sample_id in enumerate(batch["sample_id"]):
-            rows.append(
-                {
-                    "index": int(batch["index"][i]),
-                    "sample_id": sample_id,
-                    "system_id": batch["system_id"][i],
-                    "mos": float(batch["mos"][i]),
-                    "pred": float(score[i]),
-                }
-            )
+            row = {
+                "index": int(batch["index"][i]),
+                "sample_id": sample_id,
+                "system_id": batch["system_id"][i],
+                "mos": float(batch["mos"][i]),
+                "pred": float(scores[i, 0]),
+            }
+            for k, dim in enumerate(self.extra_dimensions, start=1):
+                row[f"mos_{dim}"] = float(batch["target"][i, k])
+                row[f"pred_{dim}"] = float(scores[i, k])
+            rows.append(row)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         """Collect predictions of one validation batch."""
@@ -109,13 +127,15 @@ class MOSModule(L.LightningModule):
             merged[idx] = [by_index[i] for i in sorted(by_index)]
         return merged
 
-    def _blocks(self, names: Sequence[str]) -> dict[str, dict]:
-        blocks = {}
+    def _blocks(self, names: Sequence[str]) -> dict[str, dict[str, dict]]:
+        """Per dimension, metric blocks of every evaluation set that has labels of it."""
+        blocks: dict[str, dict[str, dict]] = {}
         for idx, rows in self._gathered().items():
             name = names[idx] if idx < len(names) else str(idx)
-            blocks[name] = metrics.evaluate(
-                [r["pred"] for r in rows], [r["mos"] for r in rows], [r["system_id"] for r in rows]
-            )
+            for dim in self.predictor.dimensions:
+                pred, true, systems, _ = labelled(rows, dim)
+                if pred:
+                    blocks.setdefault(dim, {})[name] = metrics.evaluate(pred, true, systems)
         return blocks
 
     def on_validation_epoch_start(self) -> None:
@@ -124,17 +144,19 @@ class MOSModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         """Log per-set system SRCC / utterance RMSE and the selection score."""
-        blocks = self._blocks(self.valid_names)
-        if not blocks:
+        by_dim = self._blocks(self.valid_names)
+        if not by_dim:
             return
         # Metrics are computed from the gathered rows, so every rank logs the same values; the
         # (no-op) sync_dist averaging is what Lightning expects of epoch-level values under DDP.
-        for name, block in blocks.items():
-            self.log(f"val/{name}/sys_srcc", block["sys"]["srcc"], add_dataloader_idx=False, sync_dist=True)
-            self.log(f"val/{name}/utt_rmse", block["utt"]["rmse"], add_dataloader_idx=False, sync_dist=True)
+        for dim, blocks in by_dim.items():
+            prefix = "val" if dim == OVERALL else f"val/{dim}"
+            for name, block in blocks.items():
+                for key, value in (("sys_srcc", block["sys"]["srcc"]), ("utt_rmse", block["utt"]["rmse"])):
+                    self.log(f"{prefix}/{name}/{key}", value, add_dataloader_idx=False, sync_dist=True)
         self.log(
             "val/selection",
-            metrics.selection_score(blocks),
+            metrics.selection_score(by_dim[OVERALL]),
             prog_bar=True,
             add_dataloader_idx=False,
             sync_dist=True,
@@ -152,19 +174,39 @@ class MOSModule(L.LightningModule):
             rows.extend({**r, "test_set": name} for r in batch_rows)
         self.test_predictions = rows
         self.test_results = metrics.evaluate_sets(
-            [r["pred"] for r in rows],
-            [r["mos"] for r in rows],
-            [r["system_id"] for r in rows],
-            [r["test_set"] for r in rows],
-            bootstrap=self.bootstrap,
-            seed=self.seed,
+            *labelled(rows, OVERALL), bootstrap=self.bootstrap, seed=self.seed
         )
-        for name, block in self.test_results.items():
-            for level in ("utt", "sys"):
-                for key in metrics.METRIC_NAMES:
-                    value = block[level][key]
-                    self.log(f"test/{name}/{level}_{key}", value, add_dataloader_idx=False, sync_dist=True)
+        self.dimension_results = {}
+        for dim in self.extra_dimensions:
+            pred, true, systems, sets = labelled(rows, dim)
+            if pred:
+                self.dimension_results[dim] = metrics.evaluate_sets(
+                    pred, true, systems, sets, bootstrap=self.bootstrap, seed=self.seed
+                )
+        for dim, results in {OVERALL: self.test_results, **self.dimension_results}.items():
+            prefix = "test" if dim == OVERALL else f"test/{dim}"
+            for name, block in results.items():
+                for level in ("utt", "sys"):
+                    for key in metrics.METRIC_NAMES:
+                        value = block[level][key]
+                        self.log(
+                            f"{prefix}/{name}/{level}_{key}", value, add_dataloader_idx=False, sync_dist=True
+                        )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """The configured optimizer over all trainable parameters."""
         return self.optimizer_factory(p for p in self.parameters() if p.requires_grad)
+
+
+def labelled(
+    rows: Sequence[dict[str, Any]], dim: str
+) -> tuple[list[float], list[float], list[str], list[str]]:
+    """(predictions, labels, systems, test sets) of the rows that have a label of `dim`."""
+    pred_key, true_key = ("pred", "mos") if dim == OVERALL else (f"pred_{dim}", f"mos_{dim}")
+    keep = [r for r in rows if not math.isnan(r[true_key])]
+    return (
+        [r[pred_key] for r in keep],
+        [r[true_key] for r in keep],
+        [r["system_id"] for r in keep],
+        [r.get("test_set", "") for r in keep],
+    )

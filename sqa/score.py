@@ -2,7 +2,8 @@
 
     python -m sqa.score --checkpoint <export dir> [--output scores.csv|scores.json] INPUT...
 
-INPUT is an audio file, a folder (searched recursively for audio files), a CSV manifest with a
+Output columns: `path, score` (the overall MOS) and `score_<dim>` for each other score dimension
+of the model. INPUT is an audio file, a folder (searched recursively for audio files), a CSV manifest with a
 `wav_path` column (relative paths resolve against the CSV's folder) or a .txt list of paths.
 Inputs that cannot be read are reported on stderr and the exit code is 1; every other input is
 still scored and written.
@@ -14,7 +15,7 @@ import argparse
 import csv
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from sqa.export import ExportError
@@ -43,18 +44,25 @@ def expand_inputs(inputs: list[str]) -> Iterator[str]:
             yield str(path)
 
 
-def write_results(results: list[ScoreResult], output: str | None) -> None:
-    """Write `path,score` rows as CSV (stdout or a .csv file) or a JSON list (.json file)."""
+def write_results(results: list[ScoreResult], output: str | None, dimensions: Sequence[str] = ()) -> None:
+    """Write `path,score` rows as CSV (stdout or a .csv file) or a JSON list (.json file).
+
+    Each of the other score `dimensions` of the model adds a `score_<dim>` column (or key).
+    """
     good = [r for r in results if r.error is None]
     if output and output.endswith(".json"):
-        Path(output).write_text(json.dumps([{"path": r.path, "score": r.score} for r in good], indent=1))
+        items = [
+            {"path": r.path, "score": r.score, **{f"score_{d}": r.dimension_scores[d] for d in dimensions}}
+            for r in good
+        ]
+        Path(output).write_text(json.dumps(items, indent=1))
         return
     fh = open(output, "w", newline="") if output else sys.stdout  # noqa: SIM115
     try:
         writer = csv.writer(fh)
-        writer.writerow(["path", "score"])
+        writer.writerow(["path", "score", *(f"score_{d}" for d in dimensions)])
         for r in good:
-            writer.writerow([r.path, repr(r.score)])
+            writer.writerow([r.path, repr(r.score), *(repr(r.dimension_scores[d]) for d in dimensions)])
     finally:
         if output:
             fh.close()
@@ -83,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         print("sqa-score: no audio files found in the inputs", file=sys.stderr)
         return 1
     results = list(scorer.score_files(paths))
-    write_results(results, args.output)
+    write_results(results, args.output, scorer.dimensions[1:])
     failed = [r for r in results if r.error is not None]
     for r in failed:
         print(f"sqa-score: {r.error}", file=sys.stderr)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +30,12 @@ def resolve_domain(domain: str | int | None, domains: list[str]) -> int:
 
 @dataclass(frozen=True)
 class ScoreResult:
-    """The score of one input, or the reason it could not be scored."""
+    """The overall score of one input and its other dimensions' scores, or why it failed."""
 
     path: str
     score: float | None
     error: str | None = None
+    dimension_scores: Mapping[str, float] = field(default_factory=dict)
 
 
 class Scorer:
@@ -42,7 +43,8 @@ class Scorer:
 
     A predictor trained with domain IDs scores every clip as coming from `domain` (a domain name
     or index of the export's `domains` list); the default is the first domain of that list
-    (annotation batch p1 for SingMOS-Pro).
+    (annotation batch p1 for SingMOS-Pro). A predictor trained with judges scores as its mean
+    judge. `dimensions` are the export's score dimensions, the overall "mos" first.
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class Scorer:
         domain: str | int | None = None,
     ) -> None:
         self.predictor, self.config, self.f0_extractor = load_export(export_dir)
+        self.dimensions = list(self.predictor.dimensions)
         self.domain = resolve_domain(domain, self.config.get("domains", []))
         self.device = torch.device(device)
         self.predictor.to(self.device)
@@ -60,11 +63,15 @@ class Scorer:
         self.min_samples = int(self.predictor.backbone.min_samples)
         self.batch_size = batch_size
 
-    @torch.inference_mode()
     def score_waveforms(self, wavs: list[np.ndarray]) -> list[float]:
-        """Scores of mono float waveforms (N,) at `sample_rate`, scored whole; order preserved."""
+        """Overall scores of mono float waveforms (N,) at `sample_rate`, scored whole, in order."""
+        return [row[0] for row in self.score_dimensions(wavs)]
+
+    @torch.inference_mode()
+    def score_dimensions(self, wavs: list[np.ndarray]) -> list[list[float]]:
+        """Scores of every dimension (one list of K per waveform), scored whole, in order."""
         order = sorted(range(len(wavs)), key=lambda i: wavs[i].shape[0])
-        scores = [0.0] * len(wavs)
+        scores: list[list[float]] = [[] for _ in wavs]
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
             padded = [pad_to(wavs[i], self.min_samples) for i in idx]
@@ -75,7 +82,7 @@ class Scorer:
                 f0 = pad_batch(tracks)[0].to(self.device)
             domain = torch.full((len(idx),), self.domain, device=self.device)
             out = self.predictor(wav.to(self.device), lengths.to(self.device), domain, f0)
-            for i, s in zip(idx, out.score.float().cpu().tolist(), strict=True):
+            for i, s in zip(idx, out.scores.float().cpu().tolist(), strict=True):
                 scores[i] = s
         return scores
 
@@ -94,6 +101,7 @@ class Scorer:
         yield from self._flush(pending)
 
     def _flush(self, pending: list[tuple[str, np.ndarray]]) -> Iterator[ScoreResult]:
-        scores = self.score_waveforms([wav for _, wav in pending])
-        for (path, _), score in zip(pending, scores, strict=True):
-            yield ScoreResult(path, score)
+        scores = self.score_dimensions([wav for _, wav in pending])
+        for (path, _), row in zip(pending, scores, strict=True):
+            extra = dict(zip(self.dimensions[1:], row[1:], strict=True))
+            yield ScoreResult(path, row[0], dimension_scores=extra)

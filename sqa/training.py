@@ -22,6 +22,7 @@ from sqa.data.datamodule import MOSDataModule
 from sqa.data.validate import format_report
 from sqa.export import export_predictor
 from sqa.lit_module import MOSModule
+from sqa.models.predictor import OVERALL
 from sqa.predictions import write_predictions
 from sqa.provenance import package_versions
 
@@ -40,10 +41,19 @@ OmegaConf.register_new_resolver("sqa_precision", default_precision, replace=True
 
 def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
     """Instantiate the data module and the Lightning module described by `cfg`."""
-    # f0 is extracted only when the model has a pitch branch; the domain count is the corpus's.
+    # f0 is extracted only when the model has a pitch branch, per-judge items only when it has a
+    # judge embedding; the domain count is the corpus's, the judge count the training split's.
     f0_extractor = instantiate(cfg.f0) if cfg.model.get("pitch") else None
-    datamodule: MOSDataModule = instantiate(cfg.data, f0_extractor=f0_extractor)
-    predictor = instantiate(cfg.model, num_domains=len(datamodule.corpus.domains))
+    dimensions = list(cfg.model.get("dimensions") or [OVERALL])
+    datamodule: MOSDataModule = instantiate(
+        cfg.data,
+        f0_extractor=f0_extractor,
+        dimensions=dimensions,
+        judges=bool(cfg.model.get("judge_dim")),
+    )
+    predictor = instantiate(
+        cfg.model, num_domains=len(datamodule.corpus.domains), num_judges=datamodule.num_judges
+    )
     if cfg.get("init_from"):
         init_from(predictor, cfg.init_from.checkpoint, list(cfg.init_from.modules))
     if cfg.get("compile"):
@@ -202,17 +212,23 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         # The metrics were gathered from every rank; the first rank writes and exports them.
         return RunResult(results, float(checkpoint.best_model_score))
     atomic_write_text(run_dir / "metrics.json", json.dumps(results, indent=2))
-    write_predictions(module.test_predictions, run_dir / "predictions.csv")
+    for dim, dim_results in module.dimension_results.items():
+        atomic_write_text(run_dir / f"metrics_{dim}.json", json.dumps(dim_results, indent=2))
+    write_predictions(module.test_predictions, run_dir / "predictions.csv", module.extra_dimensions)
     figures = plots.write_run_plots(module.test_predictions, results, history.history, run_dir / "plots")
     plots.log_figures(logger, figures, step=trainer.global_step)
     print(f"\nTest results (best checkpoint {Path(checkpoint.best_model_path).name}):")
     print(metrics.format_table(results))
+    for dim, dim_results in module.dimension_results.items():
+        print(f"\nTest results, {dim} (clips with a {dim} score):")
+        print(metrics.format_table(dim_results))
     export_predictor(
         module.predictor,
         export_dir,
         sample_rate=datamodule.sample_rate,
         domains=datamodule.corpus.domains,
         metrics=results,
+        dimension_metrics=module.dimension_results,
         overwrite=cfg.overwrite_export,
         f0_extractor=datamodule.f0_extractor,
     )

@@ -141,3 +141,27 @@ def test_csv_manifest_errors(tmp_path):
     with pytest.raises(CorpusError, match="no 'split' column"):
         read_csv_manifest(tmp_path / "m.csv")
     assert read_csv_manifest(tmp_path / "m.csv", default_split="test").clips[0].split == "test"
+
+
+def test_singmos_pro_keeps_per_judge_ratings(tmp_path, caplog):
+    root = make_singmos_pro(tmp_path)
+    score = json.loads((root / "info" / "score.json").read_text())
+    score["utterance"]["s1-u1"]["score"].update(judges=["a", "b", "a"], scores=[3, 4, 5])
+    (root / "info" / "score.json").write_text(json.dumps(score))
+    corpus = read_singmos_pro(root, ["singmospro-p1"])
+    clips = {c.sample_id: c for c in corpus.clips}
+    # A judge listed twice gets the mean of its ratings; the MOS is still the published one.
+    assert clips["s1-u1"].ratings == {"a": 4.0, "b": 4.0} and clips["s1-u1"].mos == 3.5
+    # The other entries list one judge for two scores: kept out, with a warning naming the file.
+    assert clips["s2-u1"].ratings == {} and clips["s2-u1"].mos == 3.5
+    assert "score.json" in caplog.text and "different lengths" in caplog.text
+
+
+def test_csv_manifest_keeps_listener_ratings(tmp_path):
+    write_wav(tmp_path / "x.wav")
+    (tmp_path / "m.csv").write_text(
+        "wav_path,score,system_id,sample_id,listener_id,split\n"
+        "x.wav,4,A,x,l1,train\nx.wav,2,A,x,l2,train\nx.wav,3,A,x,l2,train\n"
+    )
+    clip = read_csv_manifest(tmp_path / "m.csv").clips[0]
+    assert clip.mos == pytest.approx(3.0) and clip.ratings == {"l1": 4.0, "l2": 2.5}

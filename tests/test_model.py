@@ -120,3 +120,49 @@ def test_load_refuses_foreign_targets_and_pickled_objects(tmp_path):
     torch.save({"w": argparse.Namespace(cmd="rm -rf /")}, tmp_path / "exp2" / "model.pt")
     with pytest.raises(ExportError, match="model.pt: not a plain tensor state_dict"):
         load_export(tmp_path / "exp2")
+
+
+DIMS = ["mos", "lyrics", "melody"]
+
+
+def test_multi_dimension_shapes_and_batch_invariance_per_dimension():
+    torch.manual_seed(0)
+    model = MOSPredictor(LogMelBackbone(), dimensions=DIMS).eval()
+    short = 0.1 * torch.randn(7000)
+    wav, lengths = padded_batch([0.1 * torch.randn(16000), 0.1 * torch.randn(32000), short])
+    with torch.no_grad():
+        out = model(wav, lengths)
+        alone = model(short[None], torch.tensor([7000]))
+    assert out.scores.shape == (3, 3) and out.dim_frame_scores.shape == (3, 99, 3)
+    assert out.score.shape == (3,) and torch.equal(out.score, out.scores[:, 0])
+    torch.testing.assert_close(out.scores[2], alone.scores[0], atol=1e-4, rtol=0)
+
+
+def test_dimensions_must_start_with_the_overall_score():
+    with pytest.raises(ValueError, match="start with 'mos'"):
+        MOSPredictor(LogMelBackbone(n_mels=16, channels=8), dimensions=["lyrics", "mos"])
+
+
+def test_no_judge_means_the_mean_judge():
+    torch.manual_seed(0)
+    model = MOSPredictor(LogMelBackbone(n_mels=16, channels=8), num_judges=4, judge_dim=8).eval()
+    wav, lengths = torch.randn(2, 8000), torch.tensor([8000, 5000])
+    with torch.no_grad():
+        default = model(wav, lengths).score
+        mean = model(wav, lengths, judge=torch.tensor([4, 4])).score
+        first = model(wav, lengths, judge=torch.tensor([0, 0])).score
+    assert torch.equal(default, mean) and not torch.allclose(default, first)
+
+
+def test_export_records_dimensions_and_judges(tmp_path):
+    torch.manual_seed(0)
+    model = MOSPredictor(
+        LogMelBackbone(n_mels=16, channels=8), dimensions=DIMS, num_judges=3, judge_dim=8
+    ).eval()
+    export_predictor(model, tmp_path / "exp", 16000, ["a"], dimension_metrics={"lyrics": {"x": 1}})
+    loaded, config, _ = load_export(tmp_path / "exp")
+    assert config["model"]["dimensions"] == DIMS and config["model"]["num_judges"] == 3
+    assert (tmp_path / "exp" / "metrics_lyrics.json").is_file()
+    wav, lengths = torch.randn(2, 9000), torch.tensor([9000, 5000])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(wav, lengths).scores, model(wav, lengths).scores)

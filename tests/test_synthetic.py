@@ -75,3 +75,34 @@ def test_whole_phrase_detune_is_visible_in_the_pitch_histogram():
     detuned = [off_grid_cents("detune", 45.0, i) for i in range(12)]
     assert np.median(clean) < 15 and np.median(detuned) > 30
     assert np.mean([d > c for d in detuned for c in clean]) > 0.85
+
+
+def test_lyrics_and_melody_follow_their_own_degradations(synthetic_root):
+    from sqa.data.synthetic import DIMENSION_BATCHES, PITCH_KINDS, SPECTRAL_KINDS
+
+    corpus = load_synthetic(synthetic_root, seed=0)
+    sys_info = json.loads((synthetic_root / "info" / "sys_info.json").read_text())
+    for clip in corpus.clips:
+        assert set(clip.extra_scores) == ({"lyrics", "melody"} if clip.domain in DIMENSION_BATCHES else set())
+    labelled = [c for c in corpus.clips if c.extra_scores]
+    kind = {c.sample_id: sys_info[c.system_id]["type"] for c in labelled}
+
+    def mean(dim, kinds):
+        return np.mean([c.extra_scores[dim] for c in labelled if kind[c.sample_id] in kinds])
+
+    # Pitch errors cost melody, spectral damage costs lyrics, each far more than the other.
+    assert mean("melody", PITCH_KINDS) < mean("lyrics", PITCH_KINDS) - 1.0
+    assert mean("lyrics", SPECTRAL_KINDS) < mean("melody", SPECTRAL_KINDS) - 1.0
+
+
+def test_judges_come_from_a_pool_per_batch_with_their_own_leniency(synthetic_root):
+    corpus = load_synthetic(synthetic_root, seed=0)
+    deviations: dict[str, list[float]] = {}
+    for clip in corpus.clips:
+        assert len(clip.ratings) == 5 and all(j.startswith(clip.domain) for j in clip.ratings)
+        assert np.mean(list(clip.ratings.values())) == pytest.approx(clip.mos)
+        for judge, rating in clip.ratings.items():
+            deviations.setdefault(judge, []).append(rating - clip.mos)
+    assert 40 <= len(deviations) <= 60
+    biases = [np.mean(v) for v in deviations.values()]
+    assert max(biases) - min(biases) > 0.5

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from sqa.data.audio import AudioError, audio_info
 
 SPLITS = ("train", "valid", "test")
 
+log = logging.getLogger(__name__)
+
 
 class CorpusError(ValueError):
     """Corpus metadata is missing, malformed or inconsistent."""
@@ -26,7 +29,11 @@ class CorpusError(ValueError):
 
 @dataclass(frozen=True)
 class Clip:
-    """One rated clip: where its audio is, its MOS and where it belongs."""
+    """One rated clip: where its audio is, its MOS and where it belongs.
+
+    `extra_scores` holds other score dimensions (e.g. lyrics, melody) where the corpus has them;
+    `ratings` the individual ratings of the overall quality by judge (empty if not published).
+    """
 
     sample_id: str
     path: Path
@@ -36,6 +43,7 @@ class Clip:
     split: str
     test_set: str | None = None
     extra_scores: Mapping[str, float] = field(default_factory=dict)
+    ratings: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,6 +89,9 @@ class Corpus:
         digest = hashlib.sha256(json.dumps([self.domains, list(self.score_range)]).encode())
         for c in sorted(self.clips, key=lambda c: c.sample_id):
             row = [c.sample_id, c.mos, c.system_id, c.domain, c.split, c.test_set, dict(c.extra_scores)]
+            if c.ratings:
+                # Appended only when present: corpora without ratings keep their fingerprints.
+                row.append(dict(c.ratings))
             digest.update(json.dumps(row).encode())
             if c.path.is_file():
                 digest.update(hashlib.sha256(c.path.read_bytes()).digest())
@@ -125,6 +136,26 @@ def _number(value: object, where: Path, context: str) -> float:
         raise CorpusError(f"{where}: {context} is not a number ({value!r})") from err
 
 
+def _judge_ratings(score: Mapping, where: Path, context: str) -> dict[str, float] | None:
+    """Ratings by judge from a score entry's parallel `judges` and `scores` lists.
+
+    {} when the entry has no such lists; None when they are malformed (of different lengths or
+    not numbers). A judge listed twice gets the mean of its ratings.
+    """
+    judges, values = score.get("judges"), score.get("scores")
+    if judges is None or values is None:
+        return {}
+    if not isinstance(judges, list) or not isinstance(values, list) or len(judges) != len(values):
+        return None
+    grouped: dict[str, list[float]] = {}
+    for judge, value in zip(judges, values, strict=True):
+        try:
+            grouped.setdefault(str(judge), []).append(_number(value, where, f"{context}['scores']"))
+        except CorpusError:
+            return None
+    return {judge: sum(v) / len(v) for judge, v in grouped.items()}
+
+
 def read_singmos_pro(
     root: str | Path,
     test_batches: Sequence[str] = ("singmospro-p1", "singmospro-p2", "singmospro-p3"),
@@ -134,9 +165,12 @@ def read_singmos_pro(
 
     Domains are the annotation batches in split.json. The test part of the k-th entry of
     `test_batches` becomes test set `test{k}`; test parts of other batches join training.
-    `sample_rate_filter=16000` keeps only 16 kHz clips, as the paper does.
+    `sample_rate_filter=16000` keeps only 16 kHz clips, as the paper does. Per-judge ratings
+    (`judges`/`scores` of an entry's `score`) are kept in `Clip.ratings`; malformed ones are
+    left out with a warning, since only judge-aware training needs them.
     """
     root = Path(root)
+    malformed: list[str] = []
     split_path, score_path = root / "info" / "split.json", root / "info" / "score.json"
     splits = _load_json(split_path)
     scores = _load_json(score_path)
@@ -169,6 +203,9 @@ def read_singmos_pro(
                     for k, v in score.items()
                     if k not in ("mos", "judges", "scores") and not isinstance(v, list | dict)
                 }
+                ratings = _judge_ratings(score, score_path, f"{ctx}['score']")
+                if ratings is None:
+                    malformed.append(str(utt))
                 is_test = part == "test" and batch in test_names
                 clips.append(
                     Clip(
@@ -180,8 +217,17 @@ def read_singmos_pro(
                         split="test" if is_test else ("train" if part == "test" else part),
                         test_set=test_names[batch] if is_test else None,
                         extra_scores=extra,
+                        ratings=ratings or {},
                     )
                 )
+    if malformed:
+        log.warning(
+            "%s: %d utterance(s) have 'judges' and 'scores' lists of different lengths or with "
+            "non-numbers (first: %r); their per-judge ratings are ignored",
+            score_path,
+            len(malformed),
+            malformed[0],
+        )
     sys_info_path = root / "info" / "sys_info.json"
     systems = frozenset(_load_json(sys_info_path)) if sys_info_path.is_file() else None
     corpus = Corpus(clips, sorted(splits, key=_natural_key), systems=systems)
@@ -231,7 +277,8 @@ def read_csv_manifest(
 
     Required columns: wav_path, score, system_id, sample_id. Optional: listener_id, domain_id,
     split (else `default_split` for every row), test_set, and extra score columns `score_<name>`.
-    Relative paths resolve against the CSV's folder.
+    Relative paths resolve against the CSV's folder. The rows' scores by `listener_id` (where
+    given; a listener's repeated rows averaged) are kept in `Clip.ratings`.
     """
     path = Path(path)
     if not path.is_file():
@@ -264,6 +311,11 @@ def read_csv_manifest(
             values = [_number(r[col], path, f"line {n} {col}") for n, r in group if r[col] not in ("", None)]
             if values:
                 extra[col.removeprefix("score_")] = sum(values) / len(values)
+        by_listener: dict[str, list[float]] = {}
+        for n, r in group:
+            if r.get("listener_id"):
+                rating = _number(r["score"], path, f"line {n} score")
+                by_listener.setdefault(r["listener_id"], []).append(rating)
         wav = Path(first["wav_path"])
         split = first.get("split") or default_split
         clips.append(
@@ -276,6 +328,7 @@ def read_csv_manifest(
                 split=str(split),
                 test_set=(first.get("test_set") or "test") if split == "test" else None,
                 extra_scores=extra,
+                ratings={k: sum(v) / len(v) for k, v in by_listener.items()},
             )
         )
     domains = sorted({c.domain for c in clips}, key=_natural_key)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import lightning as L
@@ -15,6 +16,7 @@ from sqa.data.audio import audio_info, crop_start, load_audio, pad_to
 from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.pitch import F0Extractor
 from sqa.data.validate import format_report, validate_corpus
+from sqa.models.predictor import OVERALL
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,12 @@ class ClipDataset(Dataset):
     f0 hop, so the f0 track stays aligned) that depends on the seed, the clip and the epoch (the
     crop policy; `EpochSampler` passes `(index, epoch)` keys); evaluation clips are always used
     whole. With an `f0_extractor`, items carry the clip's f0 track.
+
+    Items carry the labels of `dimensions` (`target`, NaN where the clip has no such score, and
+    `mask`); "mos" is the clip's MOS, other names its `extra_scores`. With `judges` (judge name
+    -> ID), the dataset holds one item per clip with the mean judge (ID `len(judges)`, the clip's
+    mean scores) plus one item per rating (that judge's ID and rating, other dimensions masked),
+    and a clip without ratings or with a judge outside `judges` is an error.
     """
 
     def __init__(
@@ -40,8 +48,25 @@ class ClipDataset(Dataset):
         preload: bool = False,
         seed: int = 0,
         f0_extractor: F0Extractor | None = None,
+        dimensions: Sequence[str] = (OVERALL,),
+        judges: Mapping[str, int] | None = None,
     ) -> None:
         self.clips = list(clips)
+        self.dimensions = list(dimensions)
+        self.mean_judge = len(judges) if judges is not None else None
+        # (clip index, judge ID or None for the mean judge, that judge's rating)
+        self.items: list[tuple[int, int | None, float | None]] = []
+        for i, clip in enumerate(self.clips):
+            self.items.append((i, None, None))
+            if judges is None:
+                continue
+            where = f"{clip.path} [{clip.sample_id}]"
+            if not clip.ratings:
+                raise CorpusError(f"{where}: no per-judge ratings, which training with judges needs")
+            for name, rating in sorted(clip.ratings.items()):
+                if name not in judges:
+                    raise CorpusError(f"{where}: judge {name!r} is not in the training judge index")
+                self.items.append((i, judges[name], rating))
         self.f0_extractor = f0_extractor
         self.hop = int(round(sample_rate * f0_extractor.frame_period_ms / 1000)) if f0_extractor else 1
         self.domain_ids = [corpus.domain_index(c.domain) for c in self.clips]
@@ -51,16 +76,25 @@ class ClipDataset(Dataset):
         self._cache = [self._read(i) for i in range(len(self.clips))] if preload else None
 
     def __len__(self) -> int:
-        return len(self.clips)
+        return len(self.items)
 
     def lengths(self) -> list[int]:
-        """Samples each clip will have at `sample_rate` after the crop, read from file headers."""
-        out = []
+        """Samples each item will have at `sample_rate` after the crop, read from file headers."""
+        per_clip = []
         for clip in self.clips:
             sr, frames, _ = audio_info(clip.path)
             length = max(frames * self.sample_rate // sr, MIN_SAMPLES)
-            out.append(min(length, self.max_samples) if self.max_samples else length)
-        return out
+            per_clip.append(min(length, self.max_samples) if self.max_samples else length)
+        return [per_clip[i] for i, _, _ in self.items]
+
+    def _labels(self, clip: Clip, judge: int | None, rating: float | None) -> tuple[list[float], list[bool]]:
+        """Targets (NaN where missing) and label mask over `dimensions` for one item."""
+        if judge is not None:
+            # A judge's rating is of the overall quality only.
+            others = len(self.dimensions) - 1
+            return [rating] + [math.nan] * others, [True] + [False] * others
+        values = [clip.mos if d == OVERALL else clip.extra_scores.get(d, math.nan) for d in self.dimensions]
+        return values, [not math.isnan(v) for v in values]
 
     def _read(self, index: int) -> tuple[np.ndarray, np.ndarray | None]:
         wav = pad_to(load_audio(self.clips[index].path, self.sample_rate), MIN_SAMPLES)
@@ -69,21 +103,26 @@ class ClipDataset(Dataset):
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
         index, epoch = key if isinstance(key, tuple) else (key, 0)
-        clip = self.clips[index]
-        wav, f0 = self._cache[index] if self._cache is not None else self._read(index)
-        # The crop depends only on the seed, the clip and the epoch, so a resumed run crops alike.
+        clip_index, judge, rating = self.items[index]
+        clip = self.clips[clip_index]
+        wav, f0 = self._cache[clip_index] if self._cache is not None else self._read(clip_index)
+        # The crop depends only on the seed, the item and the epoch, so a resumed run crops alike.
         rng = np.random.default_rng([self.seed, index, epoch]) if self.max_samples is not None else None
         start = crop_start(wav.shape[0], self.max_samples, rng, self.hop)
         if self.max_samples is not None:
             wav = wav[start : start + self.max_samples]
             if f0 is not None:
                 f0 = f0[start // self.hop : (start + self.max_samples) // self.hop + 1]
+        target, mask = self._labels(clip, judge, rating)
         return {
             "index": index,
             "wav": torch.from_numpy(np.ascontiguousarray(wav)),
             "f0": torch.from_numpy(np.ascontiguousarray(f0)) if f0 is not None else None,
             "mos": clip.mos,
-            "domain": self.domain_ids[index],
+            "target": target,
+            "mask": mask,
+            "judge": self.mean_judge if judge is None else judge,
+            "domain": self.domain_ids[clip_index],
             "sample_id": clip.sample_id,
             "system_id": clip.system_id,
             "test_set": clip.test_set or "",
@@ -213,7 +252,11 @@ def pad_batch(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tens
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pad a batch: index (B,), wav (B, N), lengths (B,), f0 (B, T') or None, mos, domain (B,), ids."""
+    """Pad a batch: index (B,), wav (B, N), lengths (B,), f0 (B, T') or None, mos, domain (B,), ids.
+
+    Also target (B, K) (NaN where a label is missing), mask (B, K) bool and judge (B,) IDs (None
+    for datasets without judges).
+    """
     wav, lengths = pad_batch([it["wav"] for it in items])
     f0 = pad_batch([it["f0"] for it in items])[0] if items[0].get("f0") is not None else None
     return {
@@ -222,6 +265,9 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
         "lengths": lengths,
         "f0": f0,
         "mos": torch.tensor([it["mos"] for it in items], dtype=torch.float32),
+        "target": torch.tensor([it["target"] for it in items], dtype=torch.float32),
+        "mask": torch.tensor([it["mask"] for it in items], dtype=torch.bool),
+        "judge": torch.tensor([it["judge"] for it in items]) if items[0]["judge"] is not None else None,
         "domain": torch.tensor([it["domain"] for it in items]),
         "sample_id": [it["sample_id"] for it in items],
         "system_id": [it["system_id"] for it in items],
@@ -247,6 +293,8 @@ class MOSDataModule(L.LightningDataModule):
         on_error: str = "raise",
         bucketing: bool = False,
         max_batch_seconds: float | None = None,
+        dimensions: Sequence[str] = (OVERALL,),
+        judges: bool = False,
     ) -> None:
         super().__init__()
         if on_error not in ("raise", "skip"):
@@ -275,7 +323,33 @@ class MOSDataModule(L.LightningDataModule):
         self.train_domains = list(train_domains) if train_domains else None
         self.bucketing = bucketing
         self.max_batch_seconds = max_batch_seconds
+        self.dimensions = list(dimensions)
+        for dim in self.dimensions[1:]:
+            if not any(dim in c.extra_scores for c in self.train_clips):
+                raise CorpusError(f"no training clip has a {dim!r} score (dimensions: {self.dimensions})")
+        # Judges are indexed over the training clips only; evaluation always uses the mean judge.
+        self.judges = (
+            {name: i for i, name in enumerate(sorted({j for c in self.train_clips for j in c.ratings}))}
+            if judges
+            else None
+        )
         self._datasets: dict[str, ClipDataset] = {}
+
+    @property
+    def train_clips(self) -> list[Clip]:
+        """Training clips (of `train_domains` only, if set)."""
+        clips = self.corpus.split("train")
+        if self.train_domains is not None:
+            unknown = set(self.train_domains) - set(self.corpus.domains)
+            if unknown:
+                raise ValueError(f"train_domains {sorted(unknown)} not in the corpus {self.corpus.domains}")
+            clips = [c for c in clips if c.domain in self.train_domains]
+        return clips
+
+    @property
+    def num_judges(self) -> int:
+        """Number of judges in the training split's index (0 without judges)."""
+        return len(self.judges) if self.judges is not None else 0
 
     @property
     def valid_names(self) -> list[str]:
@@ -287,7 +361,13 @@ class MOSDataModule(L.LightningDataModule):
         """Names of the test sets, in loader order."""
         return list(self.corpus.test_sets())
 
-    def _dataset(self, key: str, clips: Sequence[Clip], max_seconds: float | None = None) -> ClipDataset:
+    def _dataset(
+        self,
+        key: str,
+        clips: Sequence[Clip],
+        max_seconds: float | None = None,
+        judges: Mapping[str, int] | None = None,
+    ) -> ClipDataset:
         if key not in self._datasets:
             self._datasets[key] = ClipDataset(
                 clips,
@@ -297,6 +377,8 @@ class MOSDataModule(L.LightningDataModule):
                 self.preload,
                 self.seed,
                 self.f0_extractor,
+                self.dimensions,
+                judges,
             )
         return self._datasets[key]
 
@@ -329,13 +411,7 @@ class MOSDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled training clips (of `train_domains` only, if set), cropped to `max_train_seconds`."""
-        clips = self.corpus.split("train")
-        if self.train_domains is not None:
-            unknown = set(self.train_domains) - set(self.corpus.domains)
-            if unknown:
-                raise ValueError(f"train_domains {sorted(unknown)} not in the corpus {self.corpus.domains}")
-            clips = [c for c in clips if c.domain in self.train_domains]
-        train = self._dataset("train", clips, self.max_train_seconds)
+        train = self._dataset("train", self.train_clips, self.max_train_seconds, self.judges)
         if not self.bucketing:
             return self._loader(train, True, self.batch_size)
         # Length-bucketed batches: by clip count, or by padded seconds with max_batch_seconds.

@@ -4,6 +4,13 @@ Sung phrases (harmonic source with vibrato, vowel formants, note glides, breath 
 melodies are passed through "systems": degradation recipes whose severity sets a latent quality.
 Each annotation batch p1..p5 has its own rater bias and scale; every clip gets five integer
 ratings whose mean is its MOS. Everything is deterministic from the seed.
+
+Beyond the overall MOS, the clips of some batches (`DIMENSION_BATCHES`) carry lyrics and melody
+MOS driven by different degradations: melody by the pitch errors, lyrics by the spectral ones
+(noise, band limit, bit depth) that cost intelligibility. The five ratings of each clip are by
+five judges drawn from a pool per batch, each judge with a leniency of its own. These labels
+come from random streams of their own, so the audio and the overall MOS are those that the
+corpus had before it had them.
 """
 
 from __future__ import annotations
@@ -30,7 +37,17 @@ VOICE_BAND = 7000.0
 # visible in the octave-folded pitch histogram (its circular mean moves off the 12-tone grid); at
 # 30-60 cents the vibrato's own peaks hide it.
 VIBRATO_SEMITONES = (0.1, 0.3)
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
+# Batches whose clips have lyrics and melody MOS (SingMOS-Pro has them for part of its batches).
+DIMENSION_BATCHES = BATCHES[0], BATCHES[1], BATCHES[3]
+PITCH_KINDS = frozenset({"detune", "drift", "jitter", "note_detune"})
+SPECTRAL_KINDS = frozenset({"noise", "lowpass", "bits"})
+# Judges per batch pool; the spread of their leniencies and of the noise in ordering by it.
+JUDGES_PER_BATCH = 12
+JUDGE_LENIENCY_STD = 0.5
+JUDGE_ORDER_NOISE = 0.3
+# Keys of the random streams of the labels added after format 3, apart from the audio's streams.
+LABEL_STREAM, JUDGE_STREAM = 1, 2
 
 # Vowel formant frequencies (Hz) and bandwidths: a, e, i, o, u.
 VOWELS = (
@@ -147,6 +164,33 @@ def _sing(rng: np.random.Generator, f0: np.ndarray, voiced: np.ndarray) -> np.nd
     return out
 
 
+def _dimension_quality(recipe: SystemRecipe) -> dict[str, float]:
+    """Latent lyrics and melody quality of a system: each hurt only by its own degradations."""
+    severity = 4.6 - recipe.quality
+    if recipe.kind in PITCH_KINDS:
+        return {"lyrics": 4.5, "melody": 4.6 - 1.2 * severity}
+    if recipe.kind in SPECTRAL_KINDS:
+        return {"lyrics": 4.6 - 1.1 * severity, "melody": 4.5}
+    return {"lyrics": 4.6, "melody": 4.6}
+
+
+def _assign_judges(
+    rng: np.random.Generator, ratings: list[int], pool: list[str], leniency: np.ndarray
+) -> tuple[list[str], list[int]]:
+    """Five judges of the pool for a clip's ratings, the more lenient ones on the higher ratings.
+
+    The clip's ratings (hence its MOS) stay as drawn; only who gave which one follows the
+    judges' leniency (with noise), so a judge's ratings deviate from the clip means by its bias.
+    """
+    chosen = rng.choice(len(pool), size=len(ratings), replace=False)
+    order = np.argsort(leniency[chosen] + rng.normal(0, JUDGE_ORDER_NOISE, len(chosen)), kind="stable")
+    by_rank = sorted(ratings)
+    given = [0] * len(ratings)
+    for rank, position in enumerate(order):
+        given[int(position)] = by_rank[rank]
+    return [pool[int(j)] for j in chosen], given
+
+
 def _degrade(rng: np.random.Generator, wav: np.ndarray, sr: int, recipe: SystemRecipe) -> np.ndarray:
     """Apply the spectral degradation of `recipe` (pitch recipes act in `_melody`)."""
     if recipe.kind == "noise":
@@ -201,6 +245,9 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
     sys_counter = 0
     for b, (batch, n_sys) in enumerate(zip(BATCHES, systems_per_batch, strict=True)):
         bias, gain = master.normal(0, 0.35), master.uniform(0.8, 1.15)
+        judge_rng = np.random.default_rng([seed, b, JUDGE_STREAM])
+        judge_pool = [f"{batch}-j{j:02d}" for j in range(JUDGES_PER_BATCH)]
+        leniency = judge_rng.normal(0, JUDGE_LENIENCY_STD, JUDGES_PER_BATCH)
         chosen = [pool[0]] + [
             pool[i] for i in master.choice(np.arange(1, len(pool)), n_sys - 1, replace=False)
         ]
@@ -230,17 +277,14 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                 ratings = np.clip(np.rint(raw), 1, 5).astype(int).tolist()
                 mos = float(np.mean(ratings))
                 sys_scores.append(mos)
-                score = {
-                    "mos": mos,
-                    "judges": [f"{batch}-j{j}" for j in range(5)],
-                    "scores": ratings,
-                }
-                if b == 0:
-                    # Melody MOS for part of the corpus, to exercise optional score dimensions.
-                    pitch_err = recipe.kind in ("detune", "drift", "jitter", "note_detune")
-                    score["melody"] = float(
-                        np.clip(np.rint(4.5 - 2.0 * pitch_err + rng.normal(0, 0.5)), 1, 5)
-                    )
+                labels = np.random.default_rng([seed, sys_counter, u, LABEL_STREAM])
+                judges, given = _assign_judges(labels, ratings, judge_pool, leniency)
+                score = {"mos": mos, "judges": judges, "scores": given}
+                if batch in DIMENSION_BATCHES:
+                    for dim, latent in _dimension_quality(recipe).items():
+                        dim_raw = 3.0 + gain * (latent + labels.normal(0, 0.15) - 3.0) + bias
+                        dim_ratings = np.clip(np.rint(dim_raw + labels.normal(0, 0.5, size=5)), 1, 5)
+                        score[dim] = float(np.mean(dim_ratings))
                 utterances[utt_id] = {"sys_id": sys_id, "wav": f"wav/{utt_id}.wav", "score": score}
                 part = _split_of(u, clips_per_system, batch in TEST_BATCHES)
                 split[batch][part].append(utt_id)
@@ -289,6 +333,7 @@ def load_synthetic(
     if not marker.is_file() or json.loads(marker.read_text()) != expected:
         raise CorpusError(
             f"{marker}: {root} holds a different corpus than seed={seed}, clips_per_system="
-            f"{clips_per_system}, systems_per_batch={list(systems_per_batch)}; choose another root"
+            f"{clips_per_system}, systems_per_batch={list(systems_per_batch)} of format {FORMAT_VERSION}; "
+            "choose another root, or delete it to regenerate (a corpus of an older format)"
         )
     return read_singmos_pro(root, TEST_BATCHES, sample_rate_filter)

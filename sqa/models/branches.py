@@ -9,7 +9,7 @@ from sqa.data.pitch import HIST_BINS, align_frames, midi_notes, midi_variance, p
 
 
 class DomainEmbedding(nn.Module):
-    """Domain (annotation batch) ID (B,) -> embedding tiled over time (B, T, dim)."""
+    """An ID (B,) (domain, i.e. annotation batch, or judge) -> embedding tiled over time (B, T, dim)."""
 
     def __init__(self, num_domains: int, dim: int = 128) -> None:
         super().__init__()

@@ -1,7 +1,8 @@
-"""MOSPredictor: backbone frames -> per-frame SSL-MOS head -> masked mean -> clip score."""
+"""MOSPredictor: backbone frames -> per-frame SSL-MOS head -> masked mean -> clip scores."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -10,13 +11,22 @@ from torch import nn
 from sqa.masking import frame_mask, masked_mean
 from sqa.models.branches import PITCH_BRANCHES, DomainEmbedding
 
+# The overall MOS: every predictor has this dimension first; checkpoints are selected on it.
+OVERALL = "mos"
+
 
 class Prediction(NamedTuple):
-    """Clip scores (B,), per-frame scores (B, T) and the valid frame count of each clip (B,)."""
+    """Overall scores (B,), their frames (B, T), valid frame counts (B,), and every dimension.
+
+    `scores` (B, K) and `dim_frame_scores` (B, T, K) hold the K score dimensions in the
+    predictor's `dimensions` order; `score` and `frame_scores` are their first (overall) column.
+    """
 
     score: torch.Tensor
     frame_scores: torch.Tensor
     frame_lengths: torch.Tensor
+    scores: torch.Tensor
+    dim_frame_scores: torch.Tensor
 
 
 class MOSPredictor(nn.Module):
@@ -24,6 +34,10 @@ class MOSPredictor(nn.Module):
 
     `domain_dim` (None: off) embeds the domain ID (one of `num_domains`) and concatenates it to
     every frame; `pitch` ("midi", "histogram" or None) adds a pitch branch fed with f0.
+    `dimensions` names the scores predicted by one output each of the head's last layer (the
+    overall "mos" first, then e.g. "lyrics", "melody"). `judge_dim` (None: off) embeds the
+    judge ID (one of `num_judges`, plus a learned mean judge at index `num_judges`, the one used
+    when no judge is given) and concatenates it to every frame.
     """
 
     def __init__(
@@ -36,8 +50,17 @@ class MOSPredictor(nn.Module):
         domain_dim: int | None = None,
         pitch: str | None = None,
         pitch_dim: int = 128,
+        dimensions: Sequence[str] = (OVERALL,),
+        num_judges: int = 0,
+        judge_dim: int | None = None,
     ) -> None:
         super().__init__()
+        dimensions = list(dimensions)
+        if not dimensions or dimensions[0] != OVERALL or len(set(dimensions)) != len(dimensions):
+            raise ValueError(
+                f"dimensions must be distinct and start with {OVERALL!r} (the overall score that "
+                f"checkpoints are selected on), got {dimensions}"
+            )
         if pitch is not None and pitch not in PITCH_BRANCHES:
             raise ValueError(f"pitch must be null or one of {sorted(PITCH_BRANCHES)}, got {pitch!r}")
         self.backbone = backbone
@@ -50,15 +73,23 @@ class MOSPredictor(nn.Module):
             "domain_dim": domain_dim,
             "pitch": pitch,
             "pitch_dim": pitch_dim,
+            "dimensions": dimensions,
+            "num_judges": num_judges,
+            "judge_dim": judge_dim,
         }
+        self.dimensions = dimensions
+        self.num_judges = num_judges
         self.domain = DomainEmbedding(num_domains, domain_dim) if domain_dim else None
         self.pitch = PITCH_BRANCHES[pitch](pitch_dim) if pitch else None
-        in_dim = backbone.output_dim + sum(m.output_dim for m in (self.domain, self.pitch) if m is not None)
+        # The extra last row is the mean judge, trained on clips' mean scores.
+        self.judge = DomainEmbedding(num_judges + 1, judge_dim) if judge_dim else None
+        branches = (self.domain, self.pitch, self.judge)
+        in_dim = backbone.output_dim + sum(m.output_dim for m in branches if m is not None)
         self.head = nn.Sequential(
             nn.Linear(in_dim, head_dim),
             nn.ReLU(),
             nn.Dropout(dropout),
-            nn.Linear(head_dim, 1),
+            nn.Linear(head_dim, len(dimensions)),
         )
 
     def forward(
@@ -67,8 +98,12 @@ class MOSPredictor(nn.Module):
         lengths: torch.Tensor,
         domain: torch.Tensor | None = None,
         f0: torch.Tensor | None = None,
+        judge: torch.Tensor | None = None,
     ) -> Prediction:
-        """Score a padded batch: wav (B, N), lengths (B,), domain (B,) IDs, f0 (B, T') in Hz."""
+        """Score a padded batch: wav (B, N), lengths (B,), domain (B,) IDs, f0 (B, T') in Hz.
+
+        judge (B,) IDs in [0, num_judges]; None scores as the mean judge (index num_judges).
+        """
         frames, frame_lengths = self.backbone(wav, lengths)
         parts = [frames]
         if self.domain is not None:
@@ -79,12 +114,18 @@ class MOSPredictor(nn.Module):
             if f0 is None:
                 raise ValueError(f"this predictor has a {self._config['pitch']} branch: pass f0 (B, T')")
             parts.append(self.pitch(f0, frame_lengths, frames.shape[1]).to(frames.dtype))
-        frame_scores = self.head(torch.cat(parts, dim=-1)).squeeze(-1)
+        if self.judge is not None:
+            if judge is None:
+                judge = torch.full((frames.shape[0],), self.num_judges, device=frames.device)
+            parts.append(self.judge(judge, frames.shape[1]).to(frames.dtype))
+        frame_scores = self.head(torch.cat(parts, dim=-1))
         if self.range_clip:
             # Keeps every frame inside the 1..5 MOS scale.
             frame_scores = 2.0 * torch.tanh(frame_scores) + 3.0
-        frame_scores = frame_scores.masked_fill(~frame_mask(frame_lengths, frame_scores.shape[1]), 0.0)
-        return Prediction(masked_mean(frame_scores, frame_lengths), frame_scores, frame_lengths)
+        mask = frame_mask(frame_lengths, frame_scores.shape[1])
+        frame_scores = frame_scores.masked_fill(~mask[:, :, None], 0.0)
+        scores = masked_mean(frame_scores, frame_lengths)
+        return Prediction(scores[:, 0], frame_scores[:, :, 0], frame_lengths, scores, frame_scores)
 
     def export_config(self) -> dict:
         """Hydra config rebuilding this predictor's architecture (no pretrained-weight paths)."""
