@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import lightning as L
 import numpy as np
@@ -19,6 +19,7 @@ from sqa.data.validate import format_report, validate_corpus
 from sqa.models.predictor import OVERALL
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Receptive field of the wav2vec2 and log-mel front ends: shorter clips are zero-padded to it.
 MIN_SAMPLES = 400
@@ -129,36 +130,52 @@ class ClipDataset(Dataset):
         }
 
 
-class EpochSampler(Sampler):
-    """Shuffles `size` indices with a permutation fixed by (seed, epoch); yields (index, epoch).
+def rank_share(items: Sequence[T], num_replicas: int = 1, rank: int = 0) -> Sequence[T]:
+    """Every `num_replicas`-th of `items` from `rank` on, all ranks equally many.
+
+    Equal counts keep DDP's collective calls in step; the few items left over are dropped (each
+    epoch's shuffle drops different ones).
+    """
+    usable = max(len(items) // num_replicas, 1) * num_replicas
+    return items[rank:usable:num_replicas]
+
+
+class _EpochRankSampler(Sampler):
+    """Seed, epoch and DDP rank of a training sampler whose output is a function of (seed, epoch).
 
     Lightning calls `set_epoch` before every epoch, so an epoch's order and crops are the same
-    whether or not the run was interrupted and resumed before it. With `num_replicas` > 1 (DDP)
-    rank `rank` takes every `num_replicas`-th index of the permutation, all ranks equally many.
+    whether or not the run was interrupted and resumed before it.
     """
 
-    def __init__(self, size: int, seed: int = 0, num_replicas: int = 1, rank: int = 0) -> None:
+    def __init__(self, seed: int = 0, num_replicas: int = 1, rank: int = 0) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
-        self.size = size
         self.seed = seed
         self.num_replicas = num_replicas
         self.rank = rank
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose permutation the next iteration yields."""
+        """Select the epoch whose order the next iteration yields."""
         self.epoch = epoch
 
+
+class EpochSampler(_EpochRankSampler):
+    """Shuffles `size` indices with a permutation fixed by (seed, epoch); yields (index, epoch).
+
+    With `num_replicas` > 1 (DDP) rank `rank` takes its `rank_share` of the permutation.
+    """
+
+    def __init__(self, size: int, seed: int = 0, num_replicas: int = 1, rank: int = 0) -> None:
+        super().__init__(seed, num_replicas, rank)
+        self.size = size
+
     def __len__(self) -> int:
-        return max(self.size // self.num_replicas, 1) if self.num_replicas > 1 else self.size
+        return len(rank_share(range(self.size), self.num_replicas, self.rank))
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         order = np.random.default_rng([self.seed, self.epoch]).permutation(self.size)
-        # Equal counts per rank keep DDP's gradient all-reduces in step; the remainder waits for
-        # another epoch's permutation.
-        order = order[self.rank : len(self) * self.num_replicas : self.num_replicas]
-        return iter([(int(i), self.epoch) for i in order])
+        return iter([(int(i), self.epoch) for i in rank_share(order, self.num_replicas, self.rank)])
 
 
 def eval_batches(size: int, batch_size: int, num_replicas: int = 1, rank: int = 0) -> list[list[int]]:
@@ -175,7 +192,7 @@ def eval_batches(size: int, batch_size: int, num_replicas: int = 1, rank: int = 
     return padded[rank::num_replicas]
 
 
-class BucketBatchSampler(Sampler):
+class BucketBatchSampler(_EpochRankSampler):
     """Batches of clips of similar length, to cut padding; yields lists of (index, epoch).
 
     Each epoch shuffles the clips with a permutation fixed by (seed, epoch), sorts them by length
@@ -196,20 +213,11 @@ class BucketBatchSampler(Sampler):
     ) -> None:
         if (batch_size is None) == (max_batch_samples is None):
             raise ValueError("give exactly one of batch_size or max_batch_samples")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+        super().__init__(seed, num_replicas, rank)
         self.lengths = list(lengths)
         self.batch_size = batch_size
         self.max_batch_samples = max_batch_samples
-        self.seed = seed
-        self.num_replicas = num_replicas
-        self.rank = rank
         self.pool_size = pool_size
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose batches the next iteration yields."""
-        self.epoch = epoch
 
     def _split(self, pool: list[int]) -> list[list[int]]:
         if self.batch_size is not None:
@@ -231,9 +239,7 @@ class BucketBatchSampler(Sampler):
             pool = sorted(order[start : start + self.pool_size], key=lambda i: self.lengths[i])
             batches.extend(self._split(pool))
         batches = [batches[i] for i in rng.permutation(len(batches))]
-        # Equal counts per rank keep DDP's collective calls in step; the few left over are dropped.
-        usable = max(len(batches) // self.num_replicas, 1) * self.num_replicas
-        return batches[self.rank : usable : self.num_replicas]
+        return list(rank_share(batches, self.num_replicas, self.rank))
 
     def __len__(self) -> int:
         return len(self.batches())
@@ -387,36 +393,33 @@ class MOSDataModule(L.LightningDataModule):
         trainer = self.trainer
         return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
 
-    def _loader(self, dataset: ClipDataset, shuffle: bool, batch_size: int) -> DataLoader:
-        # sqa shards data across DDP ranks itself (the trainer runs with use_distributed_sampler
-        # off): training by its epoch permutation, evaluation by whole batches.
-        world, rank = self._ranks()
-        if shuffle:
-            sampler = EpochSampler(len(dataset), self.seed, world, rank)
-            return DataLoader(
-                dataset,
-                batch_size=batch_size,
-                sampler=sampler,
-                collate_fn=collate,
-                num_workers=self.num_workers,
-                persistent_workers=self.num_workers > 0,
-            )
+    def _loader(self, dataset: ClipDataset, **sampling: Any) -> DataLoader:
+        """A loader over `dataset` with `sampling` (sampler and batch_size, or batch_sampler)."""
         return DataLoader(
             dataset,
-            batch_sampler=eval_batches(len(dataset), batch_size, world, rank),
             collate_fn=collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            **sampling,
+        )
+
+    def _eval_loader(self, dataset: ClipDataset) -> DataLoader:
+        # sqa shards evaluation across DDP ranks itself (the trainer runs with
+        # use_distributed_sampler off), by whole batches: see `eval_batches`.
+        world, rank = self._ranks()
+        return self._loader(
+            dataset, batch_sampler=eval_batches(len(dataset), self.eval_batch_size, world, rank)
         )
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled training clips (of `train_domains` only, if set), cropped to `max_train_seconds`."""
         train = self._dataset("train", self.train_clips, self.max_train_seconds, self.judges)
-        if not self.bucketing:
-            return self._loader(train, True, self.batch_size)
-        # Length-bucketed batches: by clip count, or by padded seconds with max_batch_seconds.
         world, rank = self._ranks()
-        sampler = BucketBatchSampler(
+        if not self.bucketing:
+            sampler = EpochSampler(len(train), self.seed, world, rank)
+            return self._loader(train, sampler=sampler, batch_size=self.batch_size)
+        # Length-bucketed batches: by clip count, or by padded seconds with max_batch_seconds.
+        batch_sampler = BucketBatchSampler(
             train.lengths(),
             batch_size=None if self.max_batch_seconds else self.batch_size,
             max_batch_samples=int(self.max_batch_seconds * self.sample_rate)
@@ -426,24 +429,18 @@ class MOSDataModule(L.LightningDataModule):
             num_replicas=world,
             rank=rank,
         )
-        return DataLoader(
-            train,
-            batch_sampler=sampler,
-            collate_fn=collate,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
+        return self._loader(train, batch_sampler=batch_sampler)
 
     def val_dataloader(self) -> list[DataLoader]:
         """One loader per domain's validation split."""
         return [
-            self._loader(self._dataset(f"valid/{name}", clips), False, self.eval_batch_size)
+            self._eval_loader(self._dataset(f"valid/{name}", clips))
             for name, clips in self.corpus.valid_sets().items()
         ]
 
     def test_dataloader(self) -> list[DataLoader]:
         """One loader per test set, whole clips."""
         return [
-            self._loader(self._dataset(f"test/{name}", clips), False, self.eval_batch_size)
+            self._eval_loader(self._dataset(f"test/{name}", clips))
             for name, clips in self.corpus.test_sets().items()
         ]
