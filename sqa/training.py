@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import platform
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -17,7 +16,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from sqa import metrics, plots
-from sqa.atomic import atomic_write, atomic_write_text
+from sqa.atomic import atomic_write, atomic_write_json, atomic_write_text
 from sqa.data.datamodule import MOSDataModule
 from sqa.data.validate import format_report
 from sqa.export import export_predictor
@@ -175,7 +174,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     datamodule, module = build(cfg)
     if leader:
-        atomic_write_text(run_dir / "run_info.json", json.dumps(run_info(cfg, datamodule), indent=2))
+        atomic_write_json(run_dir / "run_info.json", run_info(cfg, datamodule))
         if datamodule.problems:
             atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
     checkpoint = ModelCheckpoint(
@@ -211,9 +210,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     if not trainer.is_global_zero:
         # The metrics were gathered from every rank; the first rank writes and exports them.
         return RunResult(results, float(checkpoint.best_model_score))
-    atomic_write_text(run_dir / "metrics.json", json.dumps(results, indent=2))
+    atomic_write_json(run_dir / "metrics.json", results)
     for dim, dim_results in module.dimension_results.items():
-        atomic_write_text(run_dir / f"metrics_{dim}.json", json.dumps(dim_results, indent=2))
+        atomic_write_json(run_dir / f"metrics_{dim}.json", dim_results)
     write_predictions(module.test_predictions, run_dir / "predictions.csv", module.extra_dimensions)
     figures = plots.write_run_plots(module.test_predictions, results, history.history, run_dir / "plots")
     plots.log_figures(logger, figures, step=trainer.global_step)
