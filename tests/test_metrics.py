@@ -320,6 +320,7 @@ def test_table_prints_n_a_with_reasons_and_partial_averages():
     assert "n/a" not in rmse_row and rmse_row.count("[") == 3  # t1 (1 system) has no interval
 
 
+@pytest.mark.slow
 def test_a_run_with_a_one_system_test_set_writes_strict_json_and_averages_the_rest(tmp_path, capsys):
     """End to end: test set `solo` has one system; metrics.json is strict, the avg is not NaN."""
     import soundfile as sf
