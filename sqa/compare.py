@@ -144,7 +144,6 @@ def compare(
         # Sorted system names are the same for both runs, so their system means align.
         pairs_a = _level_pairs([pred_a[i] for i in idx], t, s)
         pairs_b = _level_pairs([pred_b[i] for i in idx], t, s)
-        unit = dict(zip(metrics.LEVELS, ("clip", "system"), strict=True))
         for level, (p_a, tt), (p_b, _) in zip(metrics.LEVELS, pairs_a, pairs_b, strict=True):
             shared = metrics.bootstrap_indices(rng, len(tt), resamples)
             for run, p in (("a", p_a), ("b", p_b)):
@@ -156,7 +155,7 @@ def compare(
                     **metrics.resampled_metrics(p, tt, shared, (metric,)),
                     "n": len(tt),
                 }
-                reason = metrics.undefined_reasons(p, tt, unit[level], (metric,)).get(metric)
+                reason = metrics.undefined_reasons(p, tt, metrics.UNITS[level], (metric,)).get(metric)
                 if reason is not None:
                     reasons.setdefault(name, {}).setdefault(level, f"{run.upper()}: {reason}")
     # The average is over the sets where the metric is defined for both runs, the same for both.

@@ -24,6 +24,8 @@ from scipy import stats
 
 METRIC_NAMES = ("rmse", "lcc", "srcc", "ktau", "pair_acc")
 LEVELS = ("utt", "sys")
+# What a point is at each level, as the reasons for undefined metrics name it.
+UNITS = {"utt": "clip", "sys": "system"}
 AVERAGE_KEY = "avg"
 CI_KEY = "ci"
 CI_PERCENTILES = (2.5, 97.5)
@@ -210,11 +212,11 @@ def evaluate(pred: Sequence[float], true: Sequence[float], systems: Sequence[str
     """
     sys_pred, sys_true, _ = system_means(pred, true, systems)
     points = {
-        "utt": (np.asarray(pred, dtype=np.float64), np.asarray(true, dtype=np.float64), "clip"),
-        "sys": (sys_pred, sys_true, "system"),
+        "utt": (np.asarray(pred, dtype=np.float64), np.asarray(true, dtype=np.float64)),
+        "sys": (sys_pred, sys_true),
     }
-    out: dict[str, dict] = {level: correlations(p, t) for level, (p, t, _) in points.items()}
-    reasons = {level: undefined_reasons(p, t, unit) for level, (p, t, unit) in points.items()}
+    out: dict[str, dict] = {level: correlations(p, t) for level, (p, t) in points.items()}
+    reasons = {level: undefined_reasons(p, t, UNITS[level]) for level, (p, t) in points.items()}
     if any(reasons.values()):
         out[UNDEFINED_KEY] = {level: r for level, r in reasons.items() if r}
     return out
