@@ -364,3 +364,8 @@ def test_a_run_with_a_one_system_test_set_writes_strict_json_and_averages_the_re
     assert saved["avg"]["sys"]["srcc"] == pytest.approx(results["multi"]["sys"]["srcc"])
     assert "n/a: solo sys lcc, srcc, ktau: 1 system (needs at least 3)" in capsys.readouterr().out
     assert json.loads((tmp_path / "run" / "export" / "metrics.json").read_text()) == saved
+    # Undefined values are not logged (no NaN series); defined ones are.
+    (logged,) = (tmp_path / "run").glob("logs/version_*/metrics.csv")
+    columns = logged.read_text().splitlines()[0].split(",")
+    assert "test/solo/sys_rmse" in columns and "test/multi/sys_srcc" in columns
+    assert "test/solo/sys_srcc" not in columns
