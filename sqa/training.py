@@ -47,10 +47,11 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
     f0_extractor = instantiate(cfg.f0) if cfg.model.get("pitch") else None
     dimensions = list(cfg.model.get("dimensions") or [OVERALL])
     # Before the data module decodes every clip: a missing weights file is found at once.
-    for key in ("checkpoint", "path"):
-        path = cfg.model.get("backbone", {}).get(key)
+    paths = {f"model.backbone.{k}": cfg.model.get("backbone", {}).get(k) for k in ("checkpoint", "path")}
+    paths["init_from.checkpoint"] = cfg.init_from.checkpoint if cfg.get("init_from") else None
+    for key, path in paths.items():
         if path and not Path(path).expanduser().exists():
-            raise FileNotFoundError(f"model.backbone.{key}: {path} does not exist")
+            raise FileNotFoundError(f"{key}: {path} does not exist")
     try:
         datamodule: MOSDataModule = instantiate(
             cfg.data,

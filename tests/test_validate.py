@@ -217,6 +217,9 @@ def test_a_missing_backbone_checkpoint_surfaces_before_the_corpus_is_read(tmp_pa
     )
     with pytest.raises(FileNotFoundError, match="model.backbone.path"):
         build(cfg)
+    cfg = compose_csv(tmp_path / "absent.csv", f"init_from={{checkpoint: {missing}, modules: [head]}}")
+    with pytest.raises(FileNotFoundError, match=f"init_from.checkpoint: {missing} does not exist"):
+        build(cfg)
 
 
 @pytest.mark.slow
