@@ -128,7 +128,9 @@ def compare(
     Each entry: a, b (observed values), diff, ci [lo, hi], p, significant and resamples (those
     defining the difference). Where the metric is undefined for either run the entry has
     `undefined` (the reason) and no difference, interval or p; the average leaves such sets out
-    and then lists the sets it is over under `averaged_over`.
+    and then lists the sets it is over under `averaged_over`. With fewer points than
+    `metrics.MIN_INTERVAL_POINTS` the entry has the difference but `no_interval` (the reason)
+    instead of an interval and p.
     """
     groups: dict[str, list[int]] = {}
     for i, name in enumerate(test_sets):
@@ -178,10 +180,21 @@ def compare(
             if reason is not None:
                 result[name][level] = {"a": a, "b": b, **UNDEFINED_COMPARISON, "undefined": reason}
                 continue
-            diffs = draws["b"][name][level][metric] - draws["a"][name][level][metric]
-            result[name][level] = {"a": a, "b": b, **summarise(b - a, diffs)}
-            if name == metrics.AVERAGE_KEY and len(over[level][metric]) < len(groups):
-                result[name][level]["averaged_over"] = over[level][metric]
+            sets = over[level][metric] if name == metrics.AVERAGE_KEY else [name]
+            n = sum(observed["a"][s][level]["n"] for s in sets)
+            need = metrics.MIN_INTERVAL_POINTS.get(metric, 2)
+            if n < need:
+                # As in metrics.json: too few points for the bootstrap to mean anything.
+                entry = {**UNDEFINED_COMPARISON, "diff": b - a}
+                entry["no_interval"] = (
+                    f"{metrics.count_text(n, metrics.UNITS[level])} (needs at least {need})"
+                )
+            else:
+                diffs = draws["b"][name][level][metric] - draws["a"][name][level][metric]
+                entry = summarise(b - a, diffs)
+            result[name][level] = {"a": a, "b": b, **entry}
+            if name == metrics.AVERAGE_KEY and len(sets) < len(groups):
+                result[name][level]["averaged_over"] = sets
     return result
 
 
@@ -208,10 +221,12 @@ def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str)
                 verdict = f"  significant ({better} better)"
             if "averaged_over" in r:
                 verdict += f"  (over {', '.join(r['averaged_over'])})"
+            head = f"{name:<8} {level:<5} {a} {b} {r['diff']:>+7.3f}  "
+            if "no_interval" in r:
+                lines.append(f"{head}no interval: {r['no_interval']}{verdict}")
+                continue
             interval = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]"
-            lines.append(
-                f"{name:<8} {level:<5} {a} {b} {r['diff']:>+7.3f}  {interval:<18} {_p_text(r):>6}{verdict}"
-            )
+            lines.append(f"{head}{interval:<18} {_p_text(r):>6}{verdict}")
     return "\n".join(lines)
 
 

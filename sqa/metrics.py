@@ -68,7 +68,8 @@ def defined(value: object) -> bool:
     return value is not None and not math.isnan(value)  # type: ignore[arg-type]
 
 
-def _count(n: int, unit: str) -> str:
+def count_text(n: int, unit: str) -> str:
+    """`n` units in words: "1 system", "2 systems"."""
     return f"{n} {unit}{'' if n == 1 else 's'}"
 
 
@@ -81,7 +82,7 @@ def undefined_reasons(
     for name in names:
         need = MIN_POINTS.get(name, 1)
         if n < need:
-            reasons[name] = f"{_count(n, unit)} (needs at least {need})"
+            reasons[name] = f"{count_text(n, unit)} (needs at least {need})"
         elif not (np.isfinite(pred).all() and np.isfinite(true).all()):
             reasons[name] = "some predictions or labels are not finite"
         elif name in MIN_POINTS and np.ptp(true) == 0:

@@ -139,3 +139,20 @@ def test_p_below_the_resolution_prints_as_a_bound(corpus, tmp_path, capsys):
     entry = {"a": 0.5, "b": 0.6, "diff": 0.1, "ci": [0.01, 0.2], "p": 0.0, "significant": True}
     line = compare.format_comparison({"t": {"utt": {**entry, "resamples": 1000}}}, "srcc").splitlines()[1]
     assert line.endswith(" <0.001  significant (B better)")
+
+
+def test_too_few_points_give_a_difference_but_no_interval():
+    # Five systems of two clips: system-level SRCC is defined, an interval is not (needs 8).
+    true = [float(1 + i // 2) + 0.1 * (i % 2) for i in range(10)]
+    systems = [f"s{i // 2}" for i in range(10)]
+    pred_a = [t + (1.5 if i in (0, 1) else 0.0) for i, t in enumerate(true)]  # s0 above s1
+    result = compare.compare(pred_a, true, true, systems, ["t"] * 10, resamples=100)
+    sys_level = result["t"]["sys"]
+    assert sys_level["a"] == pytest.approx(0.9) and sys_level["b"] == pytest.approx(1.0)
+    assert sys_level["diff"] == pytest.approx(0.1) and sys_level["ci"] is None
+    assert sys_level["no_interval"] == "5 systems (needs at least 8)" and not sys_level["significant"]
+    assert result["t"]["utt"]["ci"] is not None  # ten clips: enough
+    line = next(
+        x for x in compare.format_comparison(result, "srcc").splitlines() if x.startswith("t        sys")
+    )
+    assert line.endswith("+0.100  no interval: 5 systems (needs at least 8)")
