@@ -6,7 +6,6 @@ classes: every `_target_` in config.yaml must be in `ALLOWED_TARGETS`.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -18,6 +17,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from sqa.atomic import json_text
 from sqa.data.pitch import F0Extractor
 from sqa.models.predictor import MOSPredictor
 
@@ -71,9 +71,9 @@ def export_predictor(
         state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}
         torch.save(state, tmp / "model.pt")
         (tmp / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
-        (tmp / "metrics.json").write_text(json.dumps(metrics or {}, indent=2))
+        (tmp / "metrics.json").write_text(json_text(metrics or {}))
         for dim, dim_metrics in (dimension_metrics or {}).items():
-            (tmp / f"metrics_{dim}.json").write_text(json.dumps(dim_metrics, indent=2))
+            (tmp / f"metrics_{dim}.json").write_text(json_text(dim_metrics))
         _replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from sqa.atomic import json_text
 from sqa.export import ExportError
 from sqa.scoring import Scorer, ScoreResult
 
@@ -55,7 +55,7 @@ def write_results(results: list[ScoreResult], output: str | None, dimensions: Se
             {"path": r.path, "score": r.score, **{f"score_{d}": r.dimension_scores[d] for d in dimensions}}
             for r in good
         ]
-        Path(output).write_text(json.dumps(items, indent=1))
+        Path(output).write_text(json_text(items, indent=1))
         return
     fh = open(output, "w", newline="") if output else sys.stdout  # noqa: SIM115
     try:
