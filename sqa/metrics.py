@@ -1,8 +1,8 @@
 """Utterance- and system-level MOS metrics: the one place where scores are computed.
 
-RMSE, LCC (Pearson), SRCC (Spearman), KTAU (Kendall's tau-b) and PAIR_ACC (pairwise preference
-accuracy) at utterance level, and at system level on per-system means (the mean prediction of a
-system's clips against the mean of their true MOS). Averages over test sets weight utterance
+RMSE, MSE, LCC (Pearson), SRCC (Spearman), KTAU (Kendall's tau-b) and PAIR_ACC (pairwise
+preference accuracy) at utterance level, and at system level on per-system means (the mean
+prediction of a system's clips against the mean of their true MOS). Averages over test sets weight utterance
 blocks by clip count and system blocks by system count. Optional bootstrap 95 % intervals
 resample clips (utterance level) or systems (system level). Nothing is rounded.
 """
@@ -15,7 +15,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-METRIC_NAMES = ("rmse", "lcc", "srcc", "ktau", "pair_acc")
+METRIC_NAMES = ("rmse", "mse", "lcc", "srcc", "ktau", "pair_acc")
+# Higher is better for these; lower for the error measures.
+RANKING_METRICS = ("lcc", "srcc", "ktau", "pair_acc")
+ERROR_METRICS = ("rmse", "mse")
 LEVELS = ("utt", "sys")
 AVERAGE_KEY = "avg"
 CI_KEY = "ci"
@@ -45,19 +48,29 @@ def pair_acc(pred: np.ndarray, true: np.ndarray) -> float:
 
 
 def correlations(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
-    """RMSE, LCC, SRCC, KTAU and PAIR_ACC of 1-D arrays `pred` and `true` (n,) (plus `n`)."""
+    """RMSE, MSE, LCC, SRCC, KTAU and PAIR_ACC of 1-D arrays `pred` and `true` (n,) (plus `n`)."""
     pred = np.asarray(pred, dtype=np.float64)
     true = np.asarray(true, dtype=np.float64)
     if pred.shape != true.shape or pred.ndim != 1:
         raise ValueError(f"pred and true must be 1-D of equal length, got {pred.shape} and {true.shape}")
     n = int(pred.size)
-    rmse = float(np.sqrt(np.mean((pred - true) ** 2))) if n else math.nan
+    mse = float(np.mean((pred - true) ** 2)) if n else math.nan
+    rmse = math.sqrt(mse)
     acc = pair_acc(pred, true)
     # Correlations are undefined for fewer than two points or a constant input; report NaN.
     if n < 2 or np.ptp(pred) == 0 or np.ptp(true) == 0:
-        return {"rmse": rmse, "lcc": math.nan, "srcc": math.nan, "ktau": math.nan, "pair_acc": acc, "n": n}
+        return {
+            "rmse": rmse,
+            "mse": mse,
+            "lcc": math.nan,
+            "srcc": math.nan,
+            "ktau": math.nan,
+            "pair_acc": acc,
+            "n": n,
+        }
     return {
         "rmse": rmse,
+        "mse": mse,
         "lcc": float(stats.pearsonr(pred, true)[0]),
         "srcc": float(stats.spearmanr(pred, true)[0]),
         "ktau": float(stats.kendalltau(pred, true)[0]),
@@ -124,8 +137,9 @@ def resampled_metrics(
     true = np.asarray(true, dtype=np.float64)
     p, t = pred[idx], true[idx]
     out: dict[str, np.ndarray] = {}
-    if "rmse" in names:
-        out["rmse"] = np.sqrt(np.mean((p - t) ** 2, axis=1))
+    if "rmse" in names or "mse" in names:
+        out["mse"] = np.mean((p - t) ** 2, axis=1)
+        out["rmse"] = np.sqrt(out["mse"])
     if "lcc" in names:
         out["lcc"] = _row_pearson(p, t)
     if "srcc" in names:
@@ -252,15 +266,30 @@ def evaluate_sets(
     return result
 
 
-def selection_score(blocks: Mapping[str, Mapping[str, Mapping[str, float]]]) -> float:
-    """System-level SRCC averaged over sets weighted by system count (NaN sets count as 0)."""
-    total = sum(int(b["sys"]["n"]) for b in blocks.values())
+def undefined(value: float | None) -> bool:
+    """Whether a metric value is undefined (None or NaN, e.g. a correlation of a constant input)."""
+    return value is None or math.isnan(value)
+
+
+def selection_score(
+    blocks: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str = "srcc", level: str = "sys"
+) -> float:
+    """`metric` at `level` averaged over the sets' blocks, weighted by their count `n` at that level.
+
+    An undefined ranking metric counts as 0 (chance); an undefined error makes the score NaN,
+    which checkpointing ranks last.
+    """
+    total = sum(int(b[level]["n"]) for b in blocks.values())
     if total == 0:
         return math.nan
     acc = 0.0
     for b in blocks.values():
-        srcc = b["sys"]["srcc"]
-        acc += (0.0 if math.isnan(srcc) else srcc) * b["sys"]["n"]
+        value = b[level][metric]
+        if undefined(value):
+            if metric not in RANKING_METRICS:
+                return math.nan
+            value = 0.0
+        acc += value * b[level]["n"]
     return acc / total
 
 
