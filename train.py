@@ -16,8 +16,8 @@ from sqa.training import run
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    """Train one configuration; returns its best validation score, the objective of sweeps."""
-    return run(cfg, HydraConfig.get().runtime.output_dir).val_selection
+    """Train one configuration; returns the objective of sweeps (the best selection score, errors negated)."""
+    return run(cfg, HydraConfig.get().runtime.output_dir).objective
 
 
 if __name__ == "__main__":
