@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import subprocess
@@ -58,8 +59,6 @@ def read_rows(path: Path) -> list[dict]:
 
 def test_eval_of_a_runs_export_reproduces_its_test_results(trained, tmp_path):
     manifest, run_dir = trained
-    import json
-
     config = yaml.safe_load((run_dir / "export" / "config.yaml").read_text())
     assert config["data"]["corpus"] == {
         "_target_": "sqa.data.corpus.read_csv_manifest",

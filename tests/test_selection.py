@@ -179,3 +179,27 @@ def test_forcing_the_ranking_metric_reports_an_uninformative_selection(manifest,
     assert len({v for _, v in history}) == 1
     assert selection["uninformative"] and selection["best_checkpoint"] == f"best-step={history[0][0]}.ckpt"
     assert any("selection was uninformative" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("metric", ["loss", "train_loss"])
+def test_selecting_on_a_loss_minimises_it(manifest, tmp_path, metric):
+    overrides = ["trainer.max_steps=12", "trainer.log_every_n_steps=1", f"selection.metric={metric}"]
+    run(compose_train([*tiny_run_overrides(manifest), *overrides]), tmp_path)
+    selection = read_run_info(tmp_path)["selection"]
+    assert (selection["metric"], selection["level"], selection["mode"]) == (metric, None, "min")
+    scores = selection_history(tmp_path)
+    assert len(scores) == 3
+    best_step, _ = min(scores, key=lambda h: h[1])
+    assert selection["best_checkpoint"] == f"best-step={best_step}.ckpt"
+    # Each score is the validation loss, or the mean training loss of the steps since the last check.
+    (path,) = (tmp_path / "logs").rglob("metrics.csv")
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh))
+    expected, since = [], []
+    for row in rows:
+        if row.get("train/loss"):
+            since.append(float(row["train/loss"]))
+        if row.get("val/selection"):
+            expected.append(float(row["val/loss"]) if metric == "loss" else sum(since) / len(since))
+            since = []
+    assert [v for _, v in scores] == pytest.approx(expected, rel=1e-6)
