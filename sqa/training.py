@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
+import math
 import platform
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -323,9 +324,9 @@ def report_selection(info: dict[str, Any], scores: list[tuple[int, float]], best
     """
     values = [value for _, value in scores]
     flat = uninformative(values)
-    info["selection"].update(
-        checks=len(values), scores=[list(point) for point in scores], best_checkpoint=best, uninformative=flat
-    )
+    # NaN (a diverged check) is not JSON: written as null.
+    points = [[step, None if math.isnan(value) else value] for step, value in scores]
+    info["selection"].update(checks=len(values), scores=points, best_checkpoint=best, uninformative=flat)
     if flat:
         log.warning(
             "selection was uninformative: val/selection (%s) stayed at %.4g over all %d validation "

@@ -141,3 +141,24 @@ def test_label_counts_and_worker_cap(tmp_path):
     dm = MOSDataModule(read_csv_manifest(manifest), num_workers=10_000)
     assert 1 <= dm.num_workers <= 10_000 and dm.num_workers == len(__import__("os").sched_getaffinity(0))
     assert list(dm.label_counts()) == ["train", "valid/default", "test/test"]
+
+
+def test_singmos_pro_without_valid_parts_gets_a_carved_split_per_batch(synthetic_root, tmp_path):
+    (tmp_path / "info").mkdir()
+    (tmp_path / "wav").symlink_to(synthetic_root / "wav")
+    for name in ("score.json", "sys_info.json"):
+        (tmp_path / "info" / name).write_text((synthetic_root / "info" / name).read_text())
+    split = json.loads((synthetic_root / "info" / "split.json").read_text())
+    for batch in split.values():
+        del batch["valid"]
+    (tmp_path / "info" / "split.json").write_text(json.dumps(split))
+    corpus = read_singmos_pro(tmp_path, ["singmospro-p1", "singmospro-p2", "singmospro-p3"])
+    assert not corpus.split("valid")
+    dm = MOSDataModule(corpus, seed=0)
+    # Every annotation batch gets a validation set, holding every one of its training systems.
+    assert dm.valid_names == corpus.domains
+    train_systems = {c.system_id for c in corpus.split("train")}
+    assert {c.system_id for c in dm.corpus.split("valid")} == train_systems
+    assert len(dm.carved_valid) == sum(
+        max(1, round(0.1 * n)) for n in Counter(c.system_id for c in corpus.split("train")).values()
+    )
