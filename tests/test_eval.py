@@ -14,9 +14,9 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from sqa.data.corpus import CorpusError
-from sqa.evaluation import evaluate
-from sqa.training import run
+from sqa.data.corpus import Clip, Corpus, CorpusError, recorded_corpus
+from sqa.evaluation import evaluate, evaluation_corpus
+from sqa.training import recorded_data, run
 
 from .conftest import REPO
 from .test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
@@ -109,3 +109,28 @@ def test_eval_py_command_line(trained, tmp_path):
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "metrics.json").read_text() == (run_dir / "metrics.json").read_text()
+
+
+def test_recorded_corpus_is_plain_absolute_and_readable(synthetic_root, tmp_path, monkeypatch):
+    spec = recorded_data(compose_train([f"data.corpus.root={synthetic_root}"]))
+    assert spec["corpus"]["_target_"] == "sqa.data.synthetic.load_synthetic"
+    corpus = recorded_corpus(spec["corpus"], "config.yaml")
+    assert len(corpus.test_sets()) == 3
+    # The default root is an interpolation relative to the working directory: recorded resolved.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SQA_DATA_DIR", raising=False)
+    root = recorded_data(compose_train([]))["corpus"]["root"]
+    assert root == str(tmp_path / "data" / "synthetic-seed0-clips14")
+
+
+def test_clips_of_domains_the_export_does_not_know_are_scored_as_its_first(caplog):
+    clips = [
+        Clip("a", Path("a.wav"), 3.0, "s", "p2", "test", "test1"),
+        Clip("b", Path("b.wav"), 3.0, "s", "new", "test", "test1"),
+        Clip("c", Path("c.wav"), 3.0, "s", "p1", "train"),
+    ]
+    corpus = evaluation_corpus(Corpus(clips, ["p1", "p2", "new"]), ["p1", "p2"], uses_domains=True)
+    assert [(c.sample_id, c.domain) for c in corpus.clips] == [("a", "p2"), ("b", "p1")]
+    assert corpus.domains == ["p1", "p2"] and "['new'] are unknown to the export" in caplog.text
+    with pytest.raises(CorpusError, match="no test clips"):
+        evaluation_corpus(Corpus(clips[2:], ["p1"]), ["p1"], uses_domains=False)
