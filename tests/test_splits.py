@@ -19,8 +19,10 @@ from sqa.data.corpus import (
     write_valid_split,
 )
 from sqa.data.datamodule import MOSDataModule
+from sqa.training import run
 
 from .test_corpus import make_singmos_pro
+from .test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
 
 
 def write_manifest(root: Path, clips_per_system: dict[str, int], splits=("train",), seconds=0.1) -> Path:
@@ -162,3 +164,18 @@ def test_singmos_pro_without_valid_parts_gets_a_carved_split_per_batch(synthetic
     assert len(dm.carved_valid) == sum(
         max(1, round(0.1 * n)) for n in Counter(c.system_id for c in corpus.split("train")).values()
     )
+
+
+def test_a_run_writes_its_carved_split_and_a_rerun_reuses_it(tmp_path):
+    manifest = write_per_system_corpus(tmp_path / "corpus")
+    manifest.write_text(manifest.read_text().replace(",valid\n", ",train\n"))
+    short = ["trainer.max_steps=4", "trainer.val_check_interval=2", "bootstrap=0", "data.valid_share=0.25"]
+    run(compose_train([*tiny_run_overrides(manifest), *short]), tmp_path / "a")
+    carved = read_valid_split(tmp_path / "a" / "valid_split.csv")
+    # One of each training system's 4 clips.
+    assert sorted(i.split("-")[0] for i in carved) == [f"tr{i}" for i in range(6)] + ["va0", "va1"]
+    reuse = [f"data.valid_split_csv={tmp_path / 'a' / 'valid_split.csv'}", "seed=5"]
+    run(compose_train([*tiny_run_overrides(manifest), *short, *reuse]), tmp_path / "b")
+    info = [json.loads((tmp_path / n / "run_info.json").read_text()) for n in ("a", "b")]
+    assert info[0]["corpus_fingerprint"] == info[1]["corpus_fingerprint"]
+    assert read_valid_split(tmp_path / "b" / "valid_split.csv") == carved
