@@ -109,8 +109,8 @@ def choose_rule(
 
     A ranking metric is averaged over the sets that can rank (`can_rank`); where none can, the
     `fallback` error measure (utterance level) or validation loss over every set is used
-    instead, or, with `fallback=None`, the ranking metric anyway. Errors and losses are used as
-    asked.
+    instead. `fallback=None` keeps the ranking metric on every set. Errors and losses are used
+    as asked.
     """
     if metric not in SELECTION_METRICS:
         raise ValueError(f"selection.metric must be one of {list(SELECTION_METRICS)}, got {metric!r}")
@@ -140,12 +140,12 @@ def choose_rule(
         f"{LEVEL_NAMES[level]}-level {metric} cannot rank checkpoints on validation set(s) {unfit} "
         f"(needs {need})"
     )
+    if fallback is None:
+        warning = f"{cannot}; selection.fallback=null keeps {metric} on every set (may be uninformative)"
+        return SelectionRule(metric, level, names, warning=warning, **common)
     if ranking:
         warning = f"{cannot}; they are left out of the selection score"
         return SelectionRule(metric, level, ranking, warning=warning, **common)
-    if fallback is None:
-        warning = f"{cannot}; selection.fallback=null keeps {metric}, so the selection may be uninformative"
-        return SelectionRule(metric, level, names, warning=warning, **common)
     fallback_level = None if fallback == "loss" else FALLBACK_LEVEL
     what = "validation loss" if fallback == "loss" else f"{LEVEL_NAMES[FALLBACK_LEVEL]}-level {fallback}"
     warning = f"{cannot}; selecting on {what} over all validation clips instead"

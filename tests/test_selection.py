@@ -99,6 +99,7 @@ def test_rule_uses_ranking_metric_only_where_the_sets_can_rank():
     assert "selecting on utterance-level mse" in rule.warning
     forced = choose_rule({"p2": small}, fallback=None)
     assert forced.metric == "srcc" and "uninformative" in forced.warning
+    assert choose_rule({"p1": big, "p2": small}, fallback=None).sets == ("p1", "p2")
     # Utterance level counts distinct clip labels, not systems.
     assert choose_rule({"p2": counts(8, 2, 6, 2)}, level="utt").metric == "srcc"
     assert choose_rule({"p2": counts(8, 2, 6, 2)}, level="utt", min_distinct_labels=7).metric == "rmse"
