@@ -19,9 +19,9 @@ from sqa.training import run
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    """Train one configuration; returns its best validation score, the objective of sweeps."""
+    """Train one configuration; returns the objective of sweeps (the best selection score, errors negated)."""
     try:
-        return run(cfg, HydraConfig.get().runtime.output_dir).val_selection
+        return run(cfg, HydraConfig.get().runtime.output_dir).objective
     except CorpusError as err:
         # The report is the message: print it as text on stderr, not inside a traceback.
         sys.exit("\n".join(["Error: " + str(err), *getattr(err, "__notes__", [])]))

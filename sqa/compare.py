@@ -7,7 +7,7 @@ For every test set and the weighted average, at utterance and system level, each
 clips (systems) once and scores both runs on them, so the difference B − A is bootstrapped with
 the runs' shared noise cancelled. Reported: the observed difference, its percentile 95 % interval
 and p = 2·min(share of resampled differences ≤ 0, share ≥ 0) (capped at 1); "significant" when the
-interval excludes 0. For rmse a negative difference means B is better.
+interval excludes 0. For rmse and mse a negative difference means B is better.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def _p_text(r: dict[str, Any]) -> str:
 
 def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str) -> str:
     """One line per test set and level: A, B, B − A, its interval, p and the verdict."""
-    lower_is_better = metric == "rmse"
+    lower_is_better = metric in metrics.ERROR_METRICS
     lines = [f"{'set':<8} {'level':<5} {'A':>7} {'B':>7} {'B-A':>7}  {'95 % interval':<18} {'p':>6}"]
     for name, block in result.items():
         for level, r in block.items():

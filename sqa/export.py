@@ -48,12 +48,15 @@ def export_predictor(
     overwrite: bool = False,
     f0_extractor: F0Extractor | None = None,
     dimension_metrics: Mapping[str, Mapping[str, Any]] | None = None,
+    data: Mapping[str, Any] | None = None,
+    test: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`.
 
     `metrics` (of the overall MOS) go to metrics.json, each of `dimension_metrics` (other score
     dimensions) to metrics_<dim>.json. config.yaml's `model` records the predictor's score
-    dimensions and judge count.
+    dimensions and judge count; `data` (plain values: the corpus reader and its arguments) and
+    `test` (seed and bootstrap of the test metrics) let `eval.py` recompute those metrics.
     """
     directory = Path(directory)
     if directory.exists() and not overwrite:
@@ -66,6 +69,8 @@ def export_predictor(
         "domains": list(domains),
         "model": predictor.export_config(),
         "f0": f0_extractor.export_config() if f0_extractor is not None else None,
+        "data": dict(data) if data is not None else None,
+        "test": dict(test) if test is not None else None,
     }
     try:
         state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}

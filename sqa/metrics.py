@@ -1,8 +1,8 @@
 """Utterance- and system-level MOS metrics: the one place where scores are computed.
 
-RMSE, LCC (Pearson), SRCC (Spearman), KTAU (Kendall's tau-b) and PAIR_ACC (pairwise preference
-accuracy) at utterance level, and at system level on per-system means (the mean prediction of a
-system's clips against the mean of their true MOS). Averages over test sets weight utterance
+RMSE, MSE, LCC (Pearson), SRCC (Spearman), KTAU (Kendall's tau-b) and PAIR_ACC (pairwise
+preference accuracy) at utterance level, and at system level on per-system means (the mean
+prediction of a system's clips against the mean of their true MOS). Averages over test sets weight utterance
 blocks by clip count and system blocks by system count. Optional bootstrap 95 % intervals
 resample clips (utterance level) or systems (system level). Nothing is rounded.
 
@@ -22,7 +22,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-METRIC_NAMES = ("rmse", "lcc", "srcc", "ktau", "pair_acc")
+METRIC_NAMES = ("rmse", "mse", "lcc", "srcc", "ktau", "pair_acc")
+# Higher is better for these; lower for the error measures.
+RANKING_METRICS = ("lcc", "srcc", "ktau", "pair_acc")
+ERROR_METRICS = ("rmse", "mse")
 LEVELS = ("utt", "sys")
 # What a point is at each level, as the reasons for undefined metrics name it.
 UNITS = {"utt": "clip", "sys": "system"}
@@ -94,7 +97,7 @@ def undefined_reasons(
 
 
 def correlations(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
-    """RMSE, LCC, SRCC, KTAU and PAIR_ACC of 1-D arrays `pred` and `true` (n,) (plus `n`).
+    """RMSE, MSE, LCC, SRCC, KTAU and PAIR_ACC of 1-D arrays `pred` and `true` (n,) (plus `n`).
 
     Metrics that are undefined for these points (see `undefined_reasons`) are NaN.
     """
@@ -106,6 +109,7 @@ def correlations(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
     reasons = undefined_reasons(pred, true)
     compute = {
         "rmse": lambda: float(np.sqrt(np.mean((pred - true) ** 2))),
+        "mse": lambda: float(np.mean((pred - true) ** 2)),
         "lcc": lambda: float(stats.pearsonr(pred, true)[0]),
         "srcc": lambda: float(stats.spearmanr(pred, true)[0]),
         "ktau": lambda: float(stats.kendalltau(pred, true)[0]),
@@ -174,8 +178,9 @@ def resampled_metrics(
     true = np.asarray(true, dtype=np.float64)
     p, t = pred[idx], true[idx]
     out: dict[str, np.ndarray] = {}
-    if "rmse" in names:
-        out["rmse"] = np.sqrt(np.mean((p - t) ** 2, axis=1))
+    if "rmse" in names or "mse" in names:
+        out["mse"] = np.mean((p - t) ** 2, axis=1)
+        out["rmse"] = np.sqrt(out["mse"])
     if "lcc" in names:
         out["lcc"] = _row_pearson(p, t)
     if "srcc" in names:
@@ -356,15 +361,25 @@ def evaluate_sets(
     return result
 
 
-def selection_score(blocks: Mapping[str, Mapping[str, Mapping[str, float]]]) -> float:
-    """System-level SRCC averaged over sets weighted by system count (NaN sets count as 0)."""
-    total = sum(int(b["sys"]["n"]) for b in blocks.values())
+def selection_score(
+    blocks: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str = "srcc", level: str = "sys"
+) -> float:
+    """`metric` at `level` averaged over the sets' blocks, weighted by their count `n` at that level.
+
+    An undefined ranking metric counts as 0 (chance); an undefined error makes the score NaN,
+    which checkpointing ranks last.
+    """
+    total = sum(int(b[level]["n"]) for b in blocks.values())
     if total == 0:
         return math.nan
     acc = 0.0
     for b in blocks.values():
-        srcc = b["sys"]["srcc"]
-        acc += (0.0 if math.isnan(srcc) else srcc) * b["sys"]["n"]
+        value = b[level][metric]
+        if not defined(value):
+            if metric not in RANKING_METRICS:
+                return math.nan
+            value = 0.0
+        acc += value * b[level]["n"]
     return acc / total
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
+import logging
+import math
 import platform
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -18,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa import metrics, plots
 from sqa.atomic import atomic_write, atomic_write_json, atomic_write_text
-from sqa.data.corpus import CorpusError
+from sqa.data.corpus import CORPUS_READERS, CorpusError, count_labels, format_counts, write_valid_split
 from sqa.data.datamodule import MOSDataModule
 from sqa.data.validate import CorpusProblems, format_report
 from sqa.export import export_predictor
@@ -26,6 +28,9 @@ from sqa.lit_module import MOSModule
 from sqa.models.predictor import OVERALL
 from sqa.predictions import write_predictions
 from sqa.provenance import package_versions
+from sqa.selection import SelectionRule, choose_rule, uninformative
+
+log = logging.getLogger(__name__)
 
 
 def default_precision() -> str:
@@ -71,6 +76,8 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         init_from(predictor, cfg.init_from.checkpoint, list(cfg.init_from.modules))
     if cfg.get("compile"):
         predictor.compile()
+    # Decided from the validation labels alone, so before training: see sqa.selection.
+    valid_counts = {name: count_labels(clips) for name, clips in datamodule.corpus.valid_sets().items()}
     module = MOSModule(
         predictor,
         loss=instantiate(cfg.loss),
@@ -79,18 +86,73 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         test_names=datamodule.test_names,
         seed=cfg.seed,
         bootstrap=cfg.bootstrap,
+        selection=choose_rule(valid_counts, **cfg.get("selection", {})),
     )
     return datamodule, module
 
 
-def progress_bar(cfg: DictConfig) -> list[L.Callback]:
-    """The progress bar callback, redrawn every `log_every_n_steps` steps ([] when it is off).
+def log_interval(cfg: DictConfig, datamodule: MOSDataModule) -> int:
+    """`trainer.log_every_n_steps`, lowered to the training batches of one epoch where fewer.
+
+    An interval longer than an epoch logs nothing per epoch (and draws Lightning's warning).
+    """
+    batches = len(datamodule.train_dataloader())
+    devices, nodes = cfg.trainer.get("devices"), cfg.trainer.get("num_nodes", 1)
+    if isinstance(devices, int) and isinstance(nodes, int) and devices > 0:
+        batches //= devices * nodes
+    return max(1, min(int(cfg.trainer.log_every_n_steps), batches))
+
+
+def recorded_data(cfg: DictConfig) -> dict[str, Any] | None:
+    """The corpus of this run as plain values for an export (None for a reader outside sqa's).
+
+    Interpolations are resolved and the readers' `root`/`path` made absolute, so that
+    `eval.py export=<dir>` finds the same clips from any working directory.
+    """
+    corpus = OmegaConf.to_container(cfg.data.corpus, resolve=True)
+    if corpus.get("_target_") not in CORPUS_READERS:
+        return None
+    for key in ("root", "path"):
+        if isinstance(corpus.get(key), str):
+            corpus[key] = str(Path(corpus[key]).resolve())
+    return {"corpus": corpus, "eval_batch_size": int(cfg.data.eval_batch_size)}
+
+
+def write_test_outputs(
+    module: MOSModule,
+    out_dir: Path,
+    history: plots.History | None = None,
+) -> dict[str, Path]:
+    """Write a test phase's metrics.json (metrics_<dim>.json), predictions.csv and plots; print them.
+
+    The one writer of test results: training runs and `eval.py` call it alike. With `history`,
+    the training curves are drawn too. Returns the figures by tag.
+    """
+    results = module.test_results
+    atomic_write_json(out_dir / "metrics.json", results)
+    for dim, dim_results in module.dimension_results.items():
+        atomic_write_json(out_dir / f"metrics_{dim}.json", dim_results)
+    write_predictions(module.test_predictions, out_dir / "predictions.csv", module.extra_dimensions)
+    if history is not None:
+        figures = plots.write_run_plots(module.test_predictions, results, history, out_dir / "plots")
+    else:
+        paths = plots.write_test_plots(module.test_predictions, results, out_dir / "plots")
+        figures = {f"plots/{path.stem}": path for path in paths}
+    print(metrics.format_table(results))
+    for dim, dim_results in module.dimension_results.items():
+        print(f"\nTest results, {dim} (clips with a {dim} score):")
+        print(metrics.format_table(dim_results))
+    return figures
+
+
+def progress_bar(cfg: DictConfig, interval: int | None = None) -> list[L.Callback]:
+    """The progress bar, redrawn every `interval` (default `log_every_n_steps`) steps ([] when off).
 
     Redrawing every step (Lightning's default) costs about 10 ms, a fifth of a log-mel step.
     """
     if not cfg.trainer.get("enable_progress_bar", True):
         return []
-    return [TQDMProgressBar(refresh_rate=cfg.trainer.log_every_n_steps)]
+    return [TQDMProgressBar(refresh_rate=interval or cfg.trainer.log_every_n_steps)]
 
 
 def init_from(predictor: torch.nn.Module, checkpoint: str | Path, modules: list[str]) -> None:
@@ -159,10 +221,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class RunResult(NamedTuple):
-    """Test metrics (per set and `avg`) and the best validation selection score of a run."""
+    """Test metrics (per set and `avg`), the best validation selection score and its mode."""
 
     test: dict[str, Any]
     val_selection: float
+    selection_mode: str = "max"
+
+    @property
+    def objective(self) -> float:
+        """The best selection score as a quantity to maximise (errors and losses negated), for sweeps."""
+        return self.val_selection if self.selection_mode == "max" else -self.val_selection
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
@@ -194,15 +262,28 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
             atomic_write_text(report, format_report(err.problems) + "\n")
             err.add_note(f"(this report is also in {report})")
         raise
+    rule: SelectionRule = module.selection
+    info = run_info(cfg, datamodule)
     if leader:
-        atomic_write_json(run_dir / "run_info.json", run_info(cfg, datamodule))
+        counts = datamodule.label_counts()
+        print(f"Corpus:\n{format_counts(counts)}")
+        log.info("corpus:\n%s", format_counts(counts))
+        if rule.warning:
+            log.warning("selection: %s", rule.warning)
+        print(f"Selecting checkpoints on {rule.describe()}")
+        info["splits"] = {name: vars(c) for name, c in counts.items()}
+        info["selection"] = rule.record()
+        if datamodule.carved_valid:
+            write_valid_split(datamodule.carved_valid, run_dir / "valid_split.csv")
+            info["valid_split_csv"] = str(run_dir / "valid_split.csv")
+        atomic_write_json(run_dir / "run_info.json", info)
         if datamodule.problems:
             atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
     checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best-{step}",
         monitor="val/selection",
-        mode="max",
+        mode=rule.mode,
         enable_version_counter=False,
     )
     # The resume point: saved at epoch ends only. Data order and crops are functions of (seed,
@@ -214,9 +295,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         enable_version_counter=False,
     )
     history = plots.MetricHistory()
-    callbacks: list[L.Callback] = [checkpoint, resume_point, history, *progress_bar(cfg)]
+    interval = log_interval(cfg, datamodule)
+    callbacks: list[L.Callback] = [checkpoint, resume_point, history, *progress_bar(cfg, interval)]
     if cfg.early_stopping_patience:
-        callbacks.append(EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience))
+        callbacks.append(EarlyStopping("val/selection", mode=rule.mode, patience=cfg.early_stopping_patience))
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
     trainer: L.Trainer = instantiate(
         cfg.trainer,
@@ -224,24 +306,20 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         logger=logger,
         default_root_dir=str(run_dir),
         plugins=[AtomicCheckpointIO()],
+        log_every_n_steps=interval,
     )
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None)
     trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
     results = module.test_results
+    outcome = RunResult(results, float(checkpoint.best_model_score), rule.mode)
     if not trainer.is_global_zero:
         # The metrics were gathered from every rank; the first rank writes and exports them.
-        return RunResult(results, float(checkpoint.best_model_score))
-    atomic_write_json(run_dir / "metrics.json", results)
-    for dim, dim_results in module.dimension_results.items():
-        atomic_write_json(run_dir / f"metrics_{dim}.json", dim_results)
-    write_predictions(module.test_predictions, run_dir / "predictions.csv", module.extra_dimensions)
-    figures = plots.write_run_plots(module.test_predictions, results, history.history, run_dir / "plots")
+        return outcome
+    best = Path(checkpoint.best_model_path).name
+    report_selection(info, history.history.get("val/selection", []), best, run_dir)
+    print(f"\nTest results (best checkpoint {best}):")
+    figures = write_test_outputs(module, run_dir, history.history)
     plots.log_figures(logger, figures, step=trainer.global_step)
-    print(f"\nTest results (best checkpoint {Path(checkpoint.best_model_path).name}):")
-    print(metrics.format_table(results))
-    for dim, dim_results in module.dimension_results.items():
-        print(f"\nTest results, {dim} (clips with a {dim} score):")
-        print(metrics.format_table(dim_results))
     export_predictor(
         module.predictor,
         export_dir,
@@ -251,6 +329,31 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         dimension_metrics=module.dimension_results,
         overwrite=cfg.overwrite_export,
         f0_extractor=datamodule.f0_extractor,
+        data=recorded_data(cfg),
+        test={"seed": int(cfg.seed), "bootstrap": int(cfg.bootstrap)},
     )
     print(f"Exported the best model to {export_dir}")
-    return RunResult(results, float(checkpoint.best_model_score))
+    return outcome
+
+
+def report_selection(info: dict[str, Any], scores: list[tuple[int, float]], best: str, run_dir: Path) -> None:
+    """Add the selection's outcome to run_info.json; warn when its score never changed.
+
+    `scores` are the (step, val/selection) pairs of every validation check.
+    """
+    values = [value for _, value in scores]
+    flat = uninformative(values)
+    # NaN (a diverged check) is not JSON: written as null.
+    points = [[step, None if math.isnan(value) else value] for step, value in scores]
+    info["selection"].update(checks=len(values), scores=points, best_checkpoint=best, uninformative=flat)
+    if flat:
+        log.warning(
+            "selection was uninformative: val/selection (%s) stayed at %.4g over all %d validation "
+            "checks, so the first checkpoint (%s) was kept; select on an error measure "
+            "(selection.metric=rmse) or use more validation systems",
+            info["selection"]["rule"],
+            values[0],
+            len(values),
+            best,
+        )
+    atomic_write_json(run_dir / "run_info.json", info)

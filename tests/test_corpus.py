@@ -78,7 +78,7 @@ def test_singmos_pro_sample_rate_filter_keeps_16k_only(tmp_path):
         (lambda s, sc: sc["utterance"]["s1-u1"].pop("sys_id"), "missing key 'sys_id'"),
         (lambda s, sc: sc["utterance"]["s1-u1"]["score"].pop("mos"), "missing key 'mos'"),
         (lambda s, sc: sc.pop("utterance"), "missing key 'utterance'"),
-        (lambda s, sc: s["singmospro-p1"].pop("valid"), "missing key 'valid'"),
+        (lambda s, sc: s["singmospro-p1"].pop("train"), "missing key 'train'"),
         (lambda s, sc: sc["utterance"].pop("s2-u1"), "missing key 's2-u1'"),
         (lambda s, sc: sc["utterance"]["s1-u1"]["score"].update(mos="good"), "is not a number"),
     ],

@@ -21,6 +21,23 @@ def test_correlations_match_hand_computed_values():
     assert m["n"] == 4
 
 
+def test_mse_is_the_mean_squared_error_beside_rmse():
+    # Errors 0.5, -1, 0, 2: squared 0.25, 1, 0, 4, mean 5.25 / 4.
+    m = metrics.correlations(np.array([1.5, 2.0, 3.0, 6.0]), np.array([1.0, 3.0, 3.0, 4.0]))
+    assert m["mse"] == pytest.approx(1.3125)
+    assert m["rmse"] == pytest.approx(math.sqrt(1.3125))
+    # System means: a (pred 1.75, true 2), b (pred 4.5, true 3.5): squared errors 1/16 and 1.
+    block = metrics.evaluate([1.5, 2.0, 3.0, 6.0], [1.0, 3.0, 3.0, 4.0], ["a", "a", "b", "b"])
+    assert block["sys"]["mse"] == pytest.approx((1 / 16 + 1) / 2)
+    results = metrics.evaluate_sets(
+        [1.5, 2.0, 3.0, 6.0], [1.0, 3.0, 3.0, 4.0], ["a", "a", "b", "b"], ["t", "t", "u", "u"], 200
+    )
+    # Weighted by clips: set t has squared errors 0.25 and 1, set u 0 and 4.
+    assert results["avg"]["utt"]["mse"] == pytest.approx((0.625 * 2 + 2.0 * 2) / 4)
+    lo, hi = results["u"]["ci"]["utt"]["mse"]
+    assert 0.0 <= lo <= 2.0 <= hi <= 4.0
+
+
 def test_constant_prediction_gives_nan_correlations_not_an_error():
     m = metrics.correlations(np.array([3.0, 3.0, 3.0]), np.array([1.0, 2.0, 4.0]))
     assert math.isnan(m["lcc"]) and math.isnan(m["srcc"])

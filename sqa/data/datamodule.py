@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -13,7 +14,16 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from sqa.data.audio import audio_info, crop_start, load_audio, pad_to
-from sqa.data.corpus import Clip, Corpus, CorpusError
+from sqa.data.corpus import (
+    SPLITS,
+    Clip,
+    Corpus,
+    CorpusError,
+    LabelCounts,
+    carve_valid,
+    count_labels,
+    read_valid_split,
+)
 from sqa.data.pitch import F0Extractor
 from sqa.data.validate import CorpusProblems, format_report, validate_corpus
 from sqa.models.predictor import OVERALL
@@ -281,6 +291,11 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def available_cpus() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -303,6 +318,7 @@ _KINDS: dict[str, Callable[[Any], bool]] = {
     "a list of names or null": lambda v: v is None or _names(v),
     "a non-empty list of names": lambda v: _names(v) and len(v) > 0,
     "'raise' or 'skip'": lambda v: v in ("raise", "skip"),
+    "a share in [0, 1)": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1,
 }
 _ARGUMENTS = {
     "sample_rate": "a positive integer",
@@ -318,6 +334,7 @@ _ARGUMENTS = {
     "max_batch_seconds": "a positive number of seconds or null",
     "dimensions": "a non-empty list of names",
     "judges": "true or false",
+    "valid_share": "a share in [0, 1)",
 }
 
 
@@ -332,7 +349,14 @@ def _check_arguments(corpus: Corpus, args: Mapping[str, Any]) -> None:
 
 
 class MOSDataModule(L.LightningDataModule):
-    """Loaders over a `Corpus`: shuffled training clips, per-domain validation, per-set test."""
+    """Loaders over a `Corpus`: shuffled training clips, per-domain validation, per-set test.
+
+    A corpus without validation clips gets a seeded validation split of `valid_share` of every
+    system's training clips (`carve_valid`); `valid_split_csv` (a run's `valid_split.csv`)
+    reuses one instead. The clips moved to validation are `carved_valid`. Only
+    `required_splits` must have clips (evaluation needs only `test`). `num_workers` is capped
+    at the available CPU cores.
+    """
 
     def __init__(
         self,
@@ -351,27 +375,38 @@ class MOSDataModule(L.LightningDataModule):
         max_batch_seconds: float | None = None,
         dimensions: Sequence[str] = (OVERALL,),
         judges: bool = False,
+        valid_share: float = 0.1,
+        valid_split_csv: str | None = None,
+        required_splits: Sequence[str] = SPLITS,
     ) -> None:
         super().__init__()
         # Arguments first: a typo in the config must not wait for every clip to be decoded.
         _check_arguments(corpus, locals())
+        self.carved_valid: list[Clip] = []
+        if "valid" in required_splits:
+            corpus = self._with_valid_split(corpus, valid_share, valid_split_csv, seed)
+            if not corpus.split("valid"):
+                raise CorpusError(
+                    "the corpus has no validation clips; set data.valid_share > 0 to carve some"
+                )
         # Validate everything before training starts: stop with the full report, or drop the
         # bad clips and keep the report (`problems`) for the run directory.
-        self.problems = validate_corpus(corpus, sample_rate, MIN_SAMPLES)
+        self.problems = validate_corpus(corpus, sample_rate, MIN_SAMPLES, required_splits)
         if self.problems and on_error == "raise":
             raise CorpusProblems(self.problems, "(set data.on_error=skip to drop these clips)")
         bad = {p.sample_id for p in self.problems if p.sample_id is not None}
         corpus = corpus.without(bad)
         if self.problems:
             log.warning("%s\nskipped %d clip(s)", format_report(self.problems), len(bad))
-        for split in ("train", "valid", "test"):
+        for split in required_splits:
             if not corpus.split(split):
                 raise CorpusError(f"no usable clips left in the {split} split")
         self.corpus = corpus
         self.sample_rate = sample_rate
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
-        self.num_workers = num_workers
+        # More workers than cores only adds contention (and a DataLoader warning).
+        self.num_workers = min(num_workers, available_cpus())
         self.max_train_seconds = max_train_seconds
         self.preload = preload
         self.seed = seed
@@ -380,7 +415,7 @@ class MOSDataModule(L.LightningDataModule):
         self.bucketing = bucketing
         self.max_batch_seconds = max_batch_seconds
         self.dimensions = list(dimensions)
-        for dim in self.dimensions[1:]:
+        for dim in self.dimensions[1:] if "train" in required_splits else ():
             if not any(dim in c.extra_scores for c in self.train_clips):
                 raise CorpusError(f"no training clip has a {dim!r} score (dimensions: {self.dimensions})")
         # Judges are indexed over the training clips only; evaluation always uses the mean judge.
@@ -390,6 +425,31 @@ class MOSDataModule(L.LightningDataModule):
             else None
         )
         self._datasets: dict[str, ClipDataset] = {}
+
+    def _with_valid_split(self, corpus: Corpus, share: float, split_csv: str | None, seed: int) -> Corpus:
+        """The corpus with its validation split read from `split_csv` or carved where it has none."""
+        before = {c.sample_id for c in corpus.split("valid")}
+        if split_csv:
+            corpus = corpus.with_valid(read_valid_split(split_csv), split_csv)
+        elif not before and share:
+            corpus = carve_valid(corpus, share, seed)
+        else:
+            return corpus
+        self.carved_valid = [c for c in corpus.split("valid") if c.sample_id not in before]
+        log.info(
+            "validation split: %d training clip(s) of %d systems moved to validation (%s)",
+            len(self.carved_valid),
+            len({c.system_id for c in self.carved_valid}),
+            f"from {split_csv}" if split_csv else f"carved: {share:g} of each system, seed {seed}",
+        )
+        return corpus
+
+    def label_counts(self) -> dict[str, LabelCounts]:
+        """Clips, systems and distinct labels of the training split, each validation and test set."""
+        counts = {"train": count_labels(self.train_clips)}
+        counts.update({f"valid/{n}": count_labels(c) for n, c in self.corpus.valid_sets().items()})
+        counts.update({f"test/{n}": count_labels(c) for n, c in self.corpus.test_sets().items()})
+        return counts
 
     @property
     def train_clips(self) -> list[Clip]:

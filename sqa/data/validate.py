@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,13 +26,15 @@ class Problem:
         return f"{self.where}{clip}: {self.what}"
 
 
-def validate_corpus(corpus: Corpus, sample_rate: int, min_samples: int) -> list[Problem]:
+def validate_corpus(
+    corpus: Corpus, sample_rate: int, min_samples: int, splits: Sequence[str] = SPLITS
+) -> list[Problem]:
     """All problems of `corpus` when read at `sample_rate` by a backbone seeing `min_samples`.
 
     Per clip: missing or unreadable audio, no samples, NaN/inf samples, all-silent audio, audio
     shorter than the receptive field, a score or a judge's rating that is NaN or outside
     `corpus.score_range`, a duplicate sample ID, an unknown system or domain, an unknown split.
-    Per corpus: an empty train, valid or test split.
+    Per corpus: an empty split of `splits`.
     """
     problems: list[Problem] = []
     low, high = corpus.score_range
@@ -73,7 +76,7 @@ def validate_corpus(corpus: Corpus, sample_rate: int, min_samples: int) -> list[
                 f"audio is {wav.shape[0]} samples at {sample_rate} Hz, shorter than the "
                 f"{min_samples}-sample receptive field"
             )
-    for split in SPLITS:
+    for split in splits:
         if not any(c.split == split for c in corpus.clips):
             problems.append(Problem(f"{split} split", None, "is empty"))
     return problems
