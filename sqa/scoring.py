@@ -232,14 +232,15 @@ class Scorer:
             raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
         single = not isinstance(audio, list | tuple)
         clips = [audio] if single else list(audio)
-        wavs = []
-        for i, clip in enumerate(clips):
-            name = "audio" if single else f"audio[{i}]"
-            wav = downmix_resample(as_samples(clip, name), int(sample_rate), self.sample_rate, name)
+        names = ["audio"] if single else [f"audio[{i}]" for i in range(len(clips))]
+        wavs = [
+            downmix_resample(as_samples(clip, name), int(sample_rate), self.sample_rate, name)
+            for clip, name in zip(clips, names, strict=True)
+        ]
+        for wav, name in zip(wavs, names, strict=True):
             warning = clip_warning(wav, self.sample_rate, self.min_samples)
             if warning is not None:
                 warnings.warn(f"{name}: {warning}", ClipWarning, stacklevel=2)
-            wavs.append(wav)
         rows = self.score_dimensions(wavs)
         out = [row[0] if len(row) == 1 else dict(zip(self.dimensions, row, strict=True)) for row in rows]
         return out[0] if single else out
