@@ -159,7 +159,8 @@ def resolve_export(path: str | Path) -> tuple[Path, Path]:
             "a run directory holding export/, or a model.pt beside its config.yaml"
         )
     directory = path.resolve()
-    if not (directory / "config.yaml").exists() and (directory / "export").exists():
+    # A run directory holds its own config.yaml (the training config) beside export/.
+    if not (directory / "model.pt").exists() and (directory / "export").exists():
         if (directory / "export").is_symlink():
             raise ExportError(f"{directory / 'export'}: is a symbolic link out of the run directory")
         directory = directory / "export"

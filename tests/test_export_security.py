@@ -229,6 +229,7 @@ def test_run_directory_with_a_linked_export_is_refused(export, tmp_path, marker)
 def test_run_directory_and_weights_file_forms_load(export, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")  # the training config a run directory holds
     export.rename(run / "export")
     a = load_export(run)[0]
     b = load_export(run / "export" / "model.pt")[0]
