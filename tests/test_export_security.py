@@ -163,6 +163,7 @@ HOSTILE_YAML = {
         "aliases",
     ),
     "broken": ("format: 1\nmodel: {_target_: [unclosed\n", "not a plain YAML file"),
+    "deep_nesting": ("x: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
     "empty": ("", "expected a mapping at the top level, got NoneType"),
     "a_list": ("- 1\n- 2\n", "expected a mapping at the top level, got list"),
     "timestamp": ("format: 1\nsample_rate: 2001-12-14\n", "sample_rate: unsupported value of type date"),
