@@ -212,7 +212,7 @@ def default_workers() -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sqa-score",
-        description=__doc__.split("\n")[0],
+        description="Score audio files, folders or manifests with an exported sqa checkpoint.",
         epilog="Documentation: docs/scoring.md",
     )
     parser.add_argument(
@@ -220,15 +220,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output", help="output .csv or .json (default: CSV on stdout)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    parser.add_argument("--batch-size", type=int, default=8, help="clips (or windows) per forward pass")
+    parser.add_argument(
+        "--batch-size", type=int, default=8, help="clips (or windows) per forward pass (default: %(default)s)"
+    )
     parser.add_argument(
         "--num-workers",
         type=int,
         default=default_workers(),
-        help="decoding processes (0: decode in this one)",
+        help="decoding processes, 0: none (default: %(default)s)",
     )
     parser.add_argument(
-        "--device", default="auto", help="auto (the GPU when present), cpu, cuda, cuda:1, ..."
+        "--device", default="auto", help="auto (the GPU when present; the default), cpu, cuda, cuda:1, ..."
     )
     parser.add_argument(
         "--domain", help="domain name or index for models trained with domain IDs (default: the first domain)"
