@@ -1,15 +1,18 @@
 """Atomic file writes: a temporary file in the same folder, then a rename over the target.
 
-A process killed at any moment leaves either the old file or the complete new one.
+A process killed at any moment leaves either the old file or the complete new one. JSON is
+written strictly: undefined values (NaN) as null.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
@@ -31,3 +34,26 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` atomically."""
     atomic_write(path, lambda fh: fh.write(text.encode()))
+
+
+def _strict(value: Any) -> Any:
+    """`value` with NaN and ±inf floats as None and numpy scalars/arrays as Python values."""
+    if isinstance(value, Mapping):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(item) for item in value]
+    if hasattr(value, "tolist") and not isinstance(value, str | bytes):
+        return _strict(value.tolist())  # numpy scalars and arrays
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def json_text(value: Any, indent: int | None = 2) -> str:
+    """Strict JSON text of `value`: NaN and ±inf (undefined values) become null, never bare NaN."""
+    return json.dumps(_strict(value), indent=indent, allow_nan=False)
+
+
+def atomic_write_json(path: str | Path, value: Any) -> None:
+    """Write `value` as strict JSON (`json_text`) to `path` atomically."""
+    atomic_write_text(path, json_text(value))

@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 import yaml
-from omegaconf import OmegaConf
 
+from sqa.atomic import json_text
 from sqa.data.pitch import F0Extractor
+from sqa.extras import MissingExtraError
 from sqa.models.predictor import MOSPredictor
 
 FORMAT_VERSION = 1
@@ -74,6 +75,9 @@ def export_predictor(
     dimensions) to metrics_<dim>.json. config.yaml's `model` records the predictor's score
     dimensions and judge count.
     """
+    # Here, not at the top: loading an export needs only the core install (no omegaconf).
+    from omegaconf import OmegaConf
+
     directory = Path(directory)
     if directory.exists() and not overwrite:
         raise ExportError(f"{directory}: already exists; pass overwrite=True to replace it")
@@ -90,9 +94,9 @@ def export_predictor(
         state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}
         torch.save(state, tmp / "model.pt")
         (tmp / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
-        (tmp / "metrics.json").write_text(json.dumps(metrics or {}, indent=2))
+        (tmp / "metrics.json").write_text(json_text(metrics or {}))
         for dim, dim_metrics in (dimension_metrics or {}).items():
-            (tmp / f"metrics_{dim}.json").write_text(json.dumps(dim_metrics, indent=2))
+            (tmp / f"metrics_{dim}.json").write_text(json_text(dim_metrics))
         _replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -252,7 +256,12 @@ def _check_top_level(config: dict[str, Any], where: Path) -> None:
 def _constructor(target: str) -> type:
     """The class an allowed `_target_` names (callers have checked it against ALLOWED_TARGETS)."""
     module, name = target.rsplit(".", 1)
-    return getattr(importlib.import_module(module), name)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as err:
+        raise MissingExtraError(
+            f"an export with a {name} needs a package that is not installed ({err}): pip install 'sqa[ssl]'"
+        ) from err
 
 
 def _accepted_types(annotation: str) -> tuple[type, ...] | None:

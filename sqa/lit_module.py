@@ -189,6 +189,8 @@ class MOSModule(L.LightningModule):
                 for level in ("utt", "sys"):
                     for key in metrics.METRIC_NAMES:
                         value = block[level][key]
+                        if not metrics.defined(value):
+                            continue  # undefined for this set (see metrics.json's `undefined`)
                         self.log(
                             f"{prefix}/{name}/{level}_{key}", value, add_dataloader_idx=False, sync_dist=True
                         )

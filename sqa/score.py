@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqa.atomic import atomic_write_text
+from sqa.atomic import atomic_write_text, json_text
 
 if TYPE_CHECKING:
     from sqa.scoring import ScoreResult
@@ -148,7 +147,7 @@ def system_of(path: str, columns: dict[str, str]) -> str | None:
 
 def _table(rows: list[dict[str, Any]], output: Path | None) -> str:
     if output is not None and output.suffix.lower() == ".json":
-        return json.dumps(rows, indent=1) + "\n"
+        return json_text(rows, indent=1) + "\n"
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
@@ -292,11 +291,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # Imported only now, so that --help and argument errors come back without loading torch.
     from sqa.export import ExportError
+    from sqa.extras import MissingExtraError
     from sqa.scoring import Scorer
 
     try:
         scorer = Scorer(args.checkpoint, args.device, args.batch_size, args.domain, args.chunk_seconds)
-    except (ExportError, ValueError) as err:
+    except (ExportError, ValueError, MissingExtraError) as err:
         return _fail([str(err)], 2)
     if not inputs.paths:
         return _fail([*inputs.problems, "nothing to score; no output written"], 1)
@@ -306,12 +306,16 @@ def main(argv: list[str] | None = None) -> int:
         from tqdm import tqdm
 
         bar = tqdm(total=len(results), unit="clip", file=sys.stderr)
-    for result in scorer.score_files(inputs.paths, args.num_workers):
-        results[result.index] = result
+    try:
+        for result in scorer.score_files(inputs.paths, args.num_workers):
+            results[result.index] = result
+            if bar is not None:
+                bar.update()
+    except MissingExtraError as err:  # e.g. the f0 extractor of a model with a pitch branch
+        return _fail([str(err)], 2)
+    finally:
         if bar is not None:
-            bar.update()
-    if bar is not None:
-        bar.close()
+            bar.close()
     done = [r for r in results if r is not None]
     rows = clip_rows(done, inputs, scorer.dimensions[1:], args.by_system)
     messages = [*inputs.problems, *(r.error for r in done if r.error is not None)]

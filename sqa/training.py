@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import platform
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import lightning as L
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -17,9 +17,10 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from sqa import metrics, plots
-from sqa.atomic import atomic_write, atomic_write_text
+from sqa.atomic import atomic_write, atomic_write_json, atomic_write_text
+from sqa.data.corpus import CorpusError
 from sqa.data.datamodule import MOSDataModule
-from sqa.data.validate import format_report
+from sqa.data.validate import CorpusProblems, format_report
 from sqa.export import export_predictor
 from sqa.lit_module import MOSModule
 from sqa.models.predictor import OVERALL
@@ -45,12 +46,24 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
     # judge embedding; the domain count is the corpus's, the judge count the training split's.
     f0_extractor = instantiate(cfg.f0) if cfg.model.get("pitch") else None
     dimensions = list(cfg.model.get("dimensions") or [OVERALL])
-    datamodule: MOSDataModule = instantiate(
-        cfg.data,
-        f0_extractor=f0_extractor,
-        dimensions=dimensions,
-        judges=bool(cfg.model.get("judge_dim")),
-    )
+    # Before the data module decodes every clip: a missing weights file is found at once.
+    paths = {f"model.backbone.{k}": cfg.model.get("backbone", {}).get(k) for k in ("checkpoint", "path")}
+    paths["init_from.checkpoint"] = cfg.init_from.checkpoint if cfg.get("init_from") else None
+    for key, path in paths.items():
+        if path and not Path(path).expanduser().exists():
+            raise FileNotFoundError(f"{key}: {path} does not exist")
+    try:
+        datamodule: MOSDataModule = instantiate(
+            cfg.data,
+            f0_extractor=f0_extractor,
+            dimensions=dimensions,
+            judges=bool(cfg.model.get("judge_dim")),
+        )
+    except InstantiationException as err:
+        # Hydra wraps the error in a one-line repr; a corpus report is multi-line text.
+        if isinstance(err.__cause__, CorpusError):
+            raise err.__cause__ from None
+        raise
     predictor = instantiate(
         cfg.model, num_domains=len(datamodule.corpus.domains), num_judges=datamodule.num_judges
     )
@@ -173,9 +186,16 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     leader = rank_zero_only.rank == 0
     if leader:
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    datamodule, module = build(cfg)
+    try:
+        datamodule, module = build(cfg)
+    except CorpusProblems as err:
+        if leader:
+            report = run_dir / "data_problems.txt"
+            atomic_write_text(report, format_report(err.problems) + "\n")
+            err.add_note(f"(this report is also in {report})")
+        raise
     if leader:
-        atomic_write_text(run_dir / "run_info.json", json.dumps(run_info(cfg, datamodule), indent=2))
+        atomic_write_json(run_dir / "run_info.json", run_info(cfg, datamodule))
         if datamodule.problems:
             atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
     checkpoint = ModelCheckpoint(
@@ -211,9 +231,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     if not trainer.is_global_zero:
         # The metrics were gathered from every rank; the first rank writes and exports them.
         return RunResult(results, float(checkpoint.best_model_score))
-    atomic_write_text(run_dir / "metrics.json", json.dumps(results, indent=2))
+    atomic_write_json(run_dir / "metrics.json", results)
     for dim, dim_results in module.dimension_results.items():
-        atomic_write_text(run_dir / f"metrics_{dim}.json", json.dumps(dim_results, indent=2))
+        atomic_write_json(run_dir / f"metrics_{dim}.json", dim_results)
     write_predictions(module.test_predictions, run_dir / "predictions.csv", module.extra_dimensions)
     figures = plots.write_run_plots(module.test_predictions, results, history.history, run_dir / "plots")
     plots.log_figures(logger, figures, step=trainer.global_step)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import logging
 import re
@@ -111,11 +112,42 @@ def _file_sample_rate(path: Path) -> int | None:
         return None
 
 
-def _load_json(path: Path) -> object:
+def _read_text(path: Path, encoding: str | None = None, hint: str = "") -> str:
+    """Text of a metadata file: UTF-8 (or `encoding`), a byte-order mark dropped.
+
+    A file that does not decode is a CorpusError naming it, the first bad byte and its line.
+    """
     if not path.is_file():
         raise CorpusError(f"{path}: file not found")
+    data = path.read_bytes()
     try:
-        return json.loads(path.read_text())
+        text = data.decode(encoding or "utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise CorpusError(
+            f"{path}: not {encoding or 'UTF-8'} text (byte 0x{data[err.start]:02x} on line {line}); "
+            f"save it as UTF-8{hint}"
+        ) from None
+    except LookupError:
+        raise CorpusError(f"{path}: unknown encoding {encoding!r}") from None
+    return text.removeprefix("\ufeff")
+
+
+def _scale(score_range: Sequence[float]) -> tuple[float, float]:
+    """`score_range` as (low, high); ValueError unless it is two numbers with low < high."""
+    try:
+        low, high = (float(v) for v in score_range)
+    except (TypeError, ValueError):
+        raise ValueError(f"score_range must be [low, high], got {score_range!r}") from None
+    if not low < high:
+        raise ValueError(f"score_range must be [low, high] with low < high, got {score_range!r}")
+    return low, high
+
+
+def _load_json(path: Path) -> object:
+    text = _read_text(path)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise CorpusError(f"{path}: not valid JSON ({err})") from err
 
@@ -160,6 +192,7 @@ def read_singmos_pro(
     root: str | Path,
     test_batches: Sequence[str] = ("singmospro-p1", "singmospro-p2", "singmospro-p3"),
     sample_rate_filter: int | None = None,
+    score_range: Sequence[float] = (1.0, 5.0),
 ) -> Corpus:
     """Read the SingMOS-Pro layout (info/split.json, info/score.json, wav/).
 
@@ -167,8 +200,10 @@ def read_singmos_pro(
     `test_batches` becomes test set `test{k}`; test parts of other batches join training.
     `sample_rate_filter=16000` keeps only 16 kHz clips, as the paper does. Per-judge ratings
     (`judges`/`scores` of an entry's `score`) are kept in `Clip.ratings`; malformed ones are
-    left out with a warning, since only judge-aware training needs them.
+    left out with a warning, since only judge-aware training needs them. `score_range` is the
+    rating scale that scores and ratings are checked against.
     """
+    scale = _scale(score_range)
     root = Path(root)
     malformed: list[str] = []
     split_path, score_path = root / "info" / "split.json", root / "info" / "score.json"
@@ -230,19 +265,20 @@ def read_singmos_pro(
         )
     sys_info_path = root / "info" / "sys_info.json"
     systems = frozenset(_load_json(sys_info_path)) if sys_info_path.is_file() else None
-    corpus = Corpus(clips, sorted(splits, key=_natural_key), systems=systems)
+    corpus = Corpus(clips, sorted(splits, key=_natural_key), scale, systems)
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
 
 
-def read_vmc24(root: str | Path, sample_rate_filter: int | None = None) -> Corpus:
+def read_vmc24(
+    root: str | Path, sample_rate_filter: int | None = None, score_range: Sequence[float] = (1.0, 5.0)
+) -> Corpus:
     """Read the SingMOS VMC'24 track 2 layout: sets/{train,val,eval}_mos_list.txt, wav/<id>.wav."""
+    scale = _scale(score_range)
     root = Path(root)
     clips = []
     for list_name, split in (("train", "train"), ("val", "valid"), ("eval", "test")):
         path = root / "sets" / f"{list_name}_mos_list.txt"
-        if not path.is_file():
-            raise CorpusError(f"{path}: file not found")
-        for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
             if not line.strip():
                 continue
             parts = line.strip().split(",")
@@ -263,7 +299,7 @@ def read_vmc24(root: str | Path, sample_rate_filter: int | None = None) -> Corpu
                     test_set="eval" if split == "test" else None,
                 )
             )
-    corpus = Corpus(clips, ["vmc24"])
+    corpus = Corpus(clips, ["vmc24"], scale)
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
 
 
@@ -271,27 +307,32 @@ REQUIRED_CSV_COLUMNS = ("wav_path", "score", "system_id", "sample_id")
 
 
 def read_csv_manifest(
-    path: str | Path, default_split: str | None = None, sample_rate_filter: int | None = None
+    path: str | Path,
+    default_split: str | None = None,
+    sample_rate_filter: int | None = None,
+    score_range: Sequence[float] = (1.0, 5.0),
+    encoding: str | None = None,
 ) -> Corpus:
     """Read a SHEET-style CSV manifest; rows of one sample from several listeners are averaged.
 
     Required columns: wav_path, score, system_id, sample_id. Optional: listener_id, domain_id,
     split (else `default_split` for every row), test_set, and extra score columns `score_<name>`.
     Relative paths resolve against the CSV's folder. The rows' scores by `listener_id` (where
-    given; a listener's repeated rows averaged) are kept in `Clip.ratings`.
+    given; a listener's repeated rows averaged) are kept in `Clip.ratings`. The file is UTF-8
+    (a byte-order mark is fine) unless `encoding` names another (e.g. "latin-1"); `score_range`
+    is the rating scale that scores and ratings are checked against.
     """
+    scale = _scale(score_range)
     path = Path(path)
-    if not path.is_file():
-        raise CorpusError(f"{path}: file not found")
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        columns = reader.fieldnames or []
-        missing = [c for c in REQUIRED_CSV_COLUMNS if c not in columns]
-        if missing:
-            raise CorpusError(f"{path}: missing column(s) {missing}; found {columns}")
-        if "split" not in columns and default_split is None:
-            raise CorpusError(f"{path}: no 'split' column; add one or set default_split")
-        rows = list(reader)
+    text = _read_text(path, encoding, " or set data.corpus.encoding (e.g. latin-1)")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    columns = reader.fieldnames or []
+    missing = [c for c in REQUIRED_CSV_COLUMNS if c not in columns]
+    if missing:
+        raise CorpusError(f"{path}: missing column(s) {missing}; found {columns}")
+    if "split" not in columns and default_split is None:
+        raise CorpusError(f"{path}: no 'split' column; add one or set default_split")
+    rows = list(reader)
     grouped: dict[str, list[tuple[int, dict[str, str]]]] = {}
     for lineno, row in enumerate(rows, start=2):
         grouped.setdefault(row["sample_id"], []).append((lineno, row))
@@ -332,7 +373,7 @@ def read_csv_manifest(
             )
         )
     domains = sorted({c.domain for c in clips}, key=_natural_key)
-    corpus = Corpus(clips, domains)
+    corpus = Corpus(clips, domains, scale)
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
 
 

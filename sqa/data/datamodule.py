@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import lightning as L
@@ -16,7 +16,7 @@ from sqa.data.audio import audio_info, crop_start, load_audio, pad_to
 from sqa.data.batching import pad_batch
 from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.pitch import F0Extractor
-from sqa.data.validate import format_report, validate_corpus
+from sqa.data.validate import CorpusProblems, format_report, validate_corpus
 from sqa.models.predictor import OVERALL
 
 log = logging.getLogger(__name__)
@@ -273,6 +273,56 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _names(value: Any) -> bool:
+    return (
+        isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, str) for v in value)
+    )
+
+
+# What each argument of MOSDataModule must be (the words of the error), and the test for it.
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    "a positive integer": lambda v: _integer(v) and v > 0,
+    "an integer >= 0": lambda v: _integer(v) and v >= 0,
+    "an integer": _integer,
+    "a positive number of seconds or null": lambda v: (
+        v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v > 0)
+    ),
+    "true or false": lambda v: isinstance(v, bool),
+    "a list of names or null": lambda v: v is None or _names(v),
+    "a non-empty list of names": lambda v: _names(v) and len(v) > 0,
+    "'raise' or 'skip'": lambda v: v in ("raise", "skip"),
+}
+_ARGUMENTS = {
+    "sample_rate": "a positive integer",
+    "batch_size": "a positive integer",
+    "eval_batch_size": "a positive integer",
+    "num_workers": "an integer >= 0",
+    "max_train_seconds": "a positive number of seconds or null",
+    "preload": "true or false",
+    "seed": "an integer",
+    "train_domains": "a list of names or null",
+    "on_error": "'raise' or 'skip'",
+    "bucketing": "true or false",
+    "max_batch_seconds": "a positive number of seconds or null",
+    "dimensions": "a non-empty list of names",
+    "judges": "true or false",
+}
+
+
+def _check_arguments(corpus: Corpus, args: Mapping[str, Any]) -> None:
+    """ValueError naming the first of the data module's `args` of a wrong type or value."""
+    for name, kind in _ARGUMENTS.items():
+        if not _KINDS[kind](args[name]):
+            raise ValueError(f"{name} must be {kind}, got {args[name]!r}")
+    unknown = sorted(set(args["train_domains"] or ()) - set(corpus.domains))
+    if unknown:
+        raise ValueError(f"train_domains {unknown} not in the corpus {corpus.domains}")
+
+
 class MOSDataModule(L.LightningDataModule):
     """Loaders over a `Corpus`: shuffled training clips, per-domain validation, per-set test."""
 
@@ -295,13 +345,13 @@ class MOSDataModule(L.LightningDataModule):
         judges: bool = False,
     ) -> None:
         super().__init__()
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        # Arguments first: a typo in the config must not wait for every clip to be decoded.
+        _check_arguments(corpus, locals())
         # Validate everything before training starts: stop with the full report, or drop the
         # bad clips and keep the report (`problems`) for the run directory.
         self.problems = validate_corpus(corpus, sample_rate, MIN_SAMPLES)
         if self.problems and on_error == "raise":
-            raise CorpusError(format_report(self.problems) + "\n(set data.on_error=skip to drop these clips)")
+            raise CorpusProblems(self.problems, "(set data.on_error=skip to drop these clips)")
         bad = {p.sample_id for p in self.problems if p.sample_id is not None}
         corpus = corpus.without(bad)
         if self.problems:
@@ -338,9 +388,6 @@ class MOSDataModule(L.LightningDataModule):
         """Training clips (of `train_domains` only, if set)."""
         clips = self.corpus.split("train")
         if self.train_domains is not None:
-            unknown = set(self.train_domains) - set(self.corpus.domains)
-            if unknown:
-                raise ValueError(f"train_domains {sorted(unknown)} not in the corpus {self.corpus.domains}")
             clips = [c for c in clips if c.domain in self.train_domains]
         return clips
 
