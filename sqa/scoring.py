@@ -102,7 +102,7 @@ def clip_warning(wav: np.ndarray, sample_rate: int, min_samples: int) -> str | N
             f"only {wav.shape[0]} samples ({1000 * wav.shape[0] / sample_rate:.1f} ms), shorter than the "
             f"model's {min_samples}-sample receptive field: padded with silence before scoring"
         )
-    if float(np.abs(wav).max()) < SILENCE_PEAK:
+    if max(float(wav.max()), -float(wav.min())) < SILENCE_PEAK:  # no |wav| copy of a long clip
         return "silent (peak below -80 dBFS): scored, but the score says nothing about singing"
     return None
 

@@ -39,7 +39,8 @@ def downmix_resample(data: np.ndarray, orig_sr: int, target_sr: int, name: str) 
     Files (`load_audio`) and in-memory arrays (`sqa.load(...).score`) both go through here, so
     the same audio gets the same waveform either way.
     """
-    wav = data.mean(axis=1)
+    # One channel is its own mean (exactly); taking it as is saves a copy of a long clip.
+    wav = data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)
     if not np.isfinite(wav).all():
         raise AudioError(f"{name}: the audio holds NaN or infinite samples")
     return resample(wav, orig_sr, target_sr)
