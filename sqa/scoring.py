@@ -221,7 +221,9 @@ class Scorer:
         self.predictor.to(self.device)
         return self
 
-    def score(self, audio: Any, sample_rate: int) -> Any:
+    def score(
+        self, audio: Any, sample_rate: int
+    ) -> float | dict[str, float] | list[float] | list[dict[str, float]]:
         """Score a clip or a list of clips at `sample_rate` Hz (any rate; resampled as files are).
 
         A clip is a float numpy array or torch tensor, 1-D (samples,) or (channels, samples)
