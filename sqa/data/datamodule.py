@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from sqa.data.audio import audio_info, crop_start, load_audio, pad_to
+from sqa.data.batching import pad_batch
 from sqa.data.corpus import (
     SPLITS,
     Clip,
@@ -256,15 +257,6 @@ class BucketBatchSampler(_EpochRankSampler):
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         return iter([[(i, self.epoch) for i in batch] for batch in self.batches()])
-
-
-def pad_batch(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero-pad 1-D tensors to a (B, N_max) batch; returns it and the lengths (B,)."""
-    lengths = torch.tensor([t.shape[0] for t in tensors])
-    out = torch.zeros(len(tensors), int(lengths.max()), dtype=tensors[0].dtype)
-    for i, t in enumerate(tensors):
-        out[i, : t.shape[0]] = t
-    return out, lengths
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
