@@ -129,6 +129,19 @@ def padding_mask(wav: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.arange(wav.shape[1])[None, :] >= lengths[:, None]
 
 
+def fairseq_normalized(wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input fairseq's dataset builds for a normalize=True model, zero-padded to 400 samples.
+
+    fairseq's RawAudioDataset.postprocess (and s3prl's wav2vec2 expert) normalise each unpadded
+    clip with `F.layer_norm(wav, wav.shape)` before the collater pads the batch.
+    """
+    clips = [nn.functional.layer_norm(clip[:n], (n,)) for clip, n in zip(wav, lengths.tolist(), strict=True)]
+    out = torch.zeros(len(clips), max(wav.shape[1], 400))
+    for row, clip in enumerate(clips):
+        out[row, : clip.shape[0]] = clip
+    return out, lengths.clamp_min(400)
+
+
 def torchaudio_source(tmp_path: Path, layer_norm_first: bool = True) -> Source:
     torch.manual_seed(0)
     model = torchaudio.models.wav2vec2_model(
@@ -187,10 +200,11 @@ def s3prl_source(tmp_path: Path) -> Source:
 
 
 def fairseq2_reference(model: nn.Module) -> Reference:
+    """fairseq2's forward on the normalised input that large_lv60k weights expect."""
     from fairseq2.nn import BatchLayout
 
     def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
-        lengths = lengths.clamp_min(400)
+        wav, lengths = fairseq_normalized(wav, lengths)
         layers: list[torch.Tensor] = []
         handle = model.encoder.register_layer_hook(lambda i, out, layout, n: layers.append(out) or True)
         seqs, layout = model.encoder_frontend(wav, BatchLayout.of(wav, lengths.tolist()))
@@ -238,24 +252,27 @@ def fairseq_original_source(tmp_path: Path, post_ln: bool = False) -> Source:
     fairseq itself is not installable here, but s3prl's wav2vec2_model.py is a copy of fairseq's
     module code, so its state dict has fairseq's keys; s3prl's converter writes exactly
     {"task_cfg": cfg["task"], "model_cfg": cfg["model"], "model_weight": state["model"]}, so the
-    inverse below is a fairseq checkpoint. The reference is that fairseq-code model itself.
+    inverse below is a fairseq checkpoint. The reference is that fairseq-code model itself, on
+    the input fairseq's dataset gives it: per-clip normalised where the checkpoint says so.
     """
     if post_ln:
         # The base layout: GroupNorm front end, no conv bias, post-LN transformer.
         model_config = {**FAIRSEQ_TINY, "extractor_mode": "default", "conv_bias": False}
         model_config["layer_norm_first"] = False
         state = {"args": None, "cfg": {"model": model_config, "task": {"normalize": False}}}
-        arch = "base"
+        arch, normalized = "base", False
     else:
         model_config = FAIRSEQ_TINY
         # Checkpoints from 2020 (e.g. wav2vec_vox_new.pt) pickle their argparse args.
         state = {"args": argparse.Namespace(arch="wav2vec2", normalize=True)}
-        arch = "large_lv60k"
+        arch, normalized = "large_lv60k", True
     model = fairseq_reference_model(model_config)
     state["model"] = model.state_dict()
     torch.save(state, tmp_path / "fairseq.pt")
 
     def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
+        if normalized:
+            wav, lengths = fairseq_normalized(wav, lengths)
         lengths = lengths.clamp_min(400)
         result = model.extract_features(wav, padding_mask(wav, lengths))
         first = result["layer_results"][0][0].transpose(0, 1)
@@ -268,13 +285,22 @@ def fairseq_original_source(tmp_path: Path, post_ln: bool = False) -> Source:
 
 
 def transformers_source(tmp_path: Path) -> Source:
-    from transformers import Wav2Vec2Config, Wav2Vec2Model
+    from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2Model
 
     torch.manual_seed(0)
     model = Wav2Vec2Model(Wav2Vec2Config(**TRANSFORMERS_TINY)).eval()
     model.save_pretrained(tmp_path / "hf")
+    # As transformers' fairseq converter writes it for layer-norm models: normalised input.
+    extractor = Wav2Vec2FeatureExtractor(do_normalize=True, return_attention_mask=True)
+    extractor.save_pretrained(tmp_path / "hf")
 
     def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
+        # The library's own feature extractor normalises each unpadded clip; a clip shorter
+        # than the 400-sample receptive field is zero-padded after that, as in the backbone.
+        clips = [clip[:n].numpy() for clip, n in zip(wav, lengths.tolist(), strict=True)]
+        normed = extractor(clips, sampling_rate=16000, return_tensors="pt", padding=True).input_values
+        wav = nn.functional.pad(normed, (0, max(0, 400 - normed.shape[1])))
+        wav = wav * ~padding_mask(wav, lengths)
         lengths = lengths.clamp_min(400)
         attention_mask = (~padding_mask(wav, lengths)).long()
         output = model(wav, attention_mask=attention_mask, output_hidden_states=True)
@@ -560,3 +586,58 @@ def test_gradient_checkpointing_same_gradients_training_only(source: Source, bat
         with torch.no_grad():
             checkpointed.train()(*batch)
     assert spy.call_count == 0
+
+
+@pytest.mark.parametrize("bundle", ["BASE", "LARGE", "LARGE_LV60K", "XLSR_300M", "XLSR_1B", "XLSR_2B"])
+def test_torchaudio_normalize_table_is_the_bundles_own(bundle: str) -> None:
+    from sqa.models.ssl import TORCHAUDIO_NORMALIZE
+
+    expected = getattr(torchaudio.pipelines, f"WAV2VEC2_{bundle}")._normalize_waveform
+    assert TORCHAUDIO_NORMALIZE[f"wav2vec2_{bundle.lower()}"] is expected
+
+
+def test_torchaudio_generic_builder_needs_normalize() -> None:
+    with pytest.raises(ValueError, match="set normalize: true or false"):
+        TorchaudioWav2Vec2(arch="wav2vec2_model", arch_kwargs=TINY_TORCHAUDIO)
+    assert TorchaudioWav2Vec2(arch="wav2vec2_model", arch_kwargs=TINY_TORCHAUDIO, normalize=True).normalize
+
+
+def test_normalize_is_read_from_the_checkpoint_logged_and_exported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A fairseq .pt whose task says normalize=False, under the large_lv60k arch (table: true).
+    model = fairseq_reference_model(FAIRSEQ_TINY)
+    state = {"cfg": {"model": FAIRSEQ_TINY, "task": {"normalize": False}}, "model": model.state_dict()}
+    torch.save(state, tmp_path / "fairseq.pt")
+    kwargs = {"checkpoint": str(tmp_path / "fairseq.pt"), "config_overrides": FAIRSEQ2_TINY}
+    with caplog.at_level("INFO", logger="sqa.models.ssl"):
+        read = Fairseq2Wav2Vec2(**kwargs)
+    assert read.normalize is False and read.export_config()["normalize"] is False
+    assert "normalize=False (the fairseq checkpoint" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="sqa.models.ssl"):
+        forced = Fairseq2Wav2Vec2(**kwargs, normalize=True)
+    assert forced.normalize is True and forced.export_config()["normalize"] is True
+    assert "overrides the fairseq checkpoint" in caplog.text
+    # Reduced to its weights, the file records nothing: the arch decides.
+    torch.save({"model": model.state_dict()}, tmp_path / "weights.pt")
+    assert Fairseq2Wav2Vec2(checkpoint=str(tmp_path / "weights.pt"), config_overrides=FAIRSEQ2_TINY).normalize
+    # An export rebuilds with the value it stored, whatever the arch says.
+    rebuilt = instantiate(OmegaConf.create(read.export_config()))
+    assert rebuilt.normalize is False
+
+
+def test_transformers_normalize_comes_from_the_preprocessor_config(tmp_path: Path) -> None:
+    from transformers import Wav2Vec2FeatureExtractor
+
+    transformers_source(tmp_path)
+    assert TransformersWav2Vec2(path=str(tmp_path / "hf")).normalize is True
+    Wav2Vec2FeatureExtractor(do_normalize=False).save_pretrained(tmp_path / "hf")
+    backbone = TransformersWav2Vec2(path=str(tmp_path / "hf"))
+    assert backbone.normalize is False and backbone.export_config()["normalize"] is False
+    (tmp_path / "hf" / "preprocessor_config.json").unlink()
+    with raises_naming(ValueError, tmp_path / "hf" / "preprocessor_config.json"):
+        TransformersWav2Vec2(path=str(tmp_path / "hf"))
+    assert TransformersWav2Vec2(path=str(tmp_path / "hf"), normalize=True).normalize
+    with pytest.raises(ValueError, match="set normalize"):
+        TransformersWav2Vec2(config=TRANSFORMERS_TINY)
