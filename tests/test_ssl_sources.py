@@ -13,6 +13,7 @@ import importlib
 import os
 import re
 import socket
+import sys
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from sqa.models.ssl import (
     patch_torchaudio_for_s3prl,
     s3prl_upstream_names,
 )
+
+from .conftest import REPO
 
 LENGTHS = [4800, 2345, 1234, 250]
 CONV = [(128, 10, 5)] + [(128, 3, 2)] * 4 + [(128, 2, 2)] * 2
@@ -641,3 +644,91 @@ def test_transformers_normalize_comes_from_the_preprocessor_config(tmp_path: Pat
     assert TransformersWav2Vec2(path=str(tmp_path / "hf"), normalize=True).normalize
     with pytest.raises(ValueError, match="set normalize"):
         TransformersWav2Vec2(config=TRANSFORMERS_TINY)
+
+
+def fairseq_args_to_cfg(args: argparse.Namespace) -> dict:
+    """fairseq's `convert_namespace_to_omegaconf` for a wav2vec2 pretraining checkpoint's args.
+
+    Every argparse attribute goes to the task and the model config that have a field of that
+    name (s3prl's AudioPretrainingConfig and Wav2Vec2Config are copies of fairseq's).
+    """
+    import dataclasses as dc
+
+    from s3prl.upstream.wav2vec2.wav2vec2_model import AudioPretrainingConfig, Wav2Vec2Config
+
+    values = vars(args)
+    return {
+        group: {f.name: values[f.name] for f in dc.fields(config) if f.name in values}
+        for group, config in (("task", AudioPretrainingConfig), ("model", Wav2Vec2Config))
+    }
+
+
+@pytest.fixture
+def fake_fairseq(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fairseq.checkpoint_utils.load_checkpoint_to_cpu` for s3prl's converter (fairseq itself
+    does not install here): it loads the file and turns legacy `args` into `cfg`, as fairseq does.
+    """
+
+    def load_checkpoint_to_cpu(path: str, arg_overrides: dict | None = None) -> dict:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        if state.get("args") is not None:
+            state["cfg"] = OmegaConf.create(fairseq_args_to_cfg(state["args"]))
+        return state
+
+    fairseq = types.ModuleType("fairseq")
+    fairseq.checkpoint_utils = types.ModuleType("fairseq.checkpoint_utils")
+    fairseq.checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+    monkeypatch.setitem(sys.modules, "fairseq", fairseq)
+    monkeypatch.setitem(sys.modules, "fairseq.checkpoint_utils", fairseq.checkpoint_utils)
+
+
+def shipped(name: str, **overrides: object) -> nn.Module:
+    """The backbone of conf/model/backbone/<name>.yaml with `overrides`, in eval mode."""
+    config = OmegaConf.merge(OmegaConf.load(REPO / "conf" / "model" / "backbone" / f"{name}.yaml"), overrides)
+    assert "normalize" not in overrides or name == "torchaudio_wav2vec2_large"
+    return instantiate(config).eval()
+
+
+@torch.no_grad()
+def test_one_fairseq_checkpoint_gives_the_same_frames_in_every_runtime(
+    tmp_path: Path, batch: tuple, fake_fairseq: None
+) -> None:
+    """fairseq2 reads the fairseq file itself, s3prl after its own converter, torchaudio after
+    its fairseq importer; all three from their shipped configs. transformers is left out: its
+    fairseq converter is a repository script that the 4.57 wheel does not ship.
+    """
+    from s3prl.upstream.wav2vec2.convert import load_and_convert_fairseq_ckpt
+    from torchaudio.models.wav2vec2.utils import import_fairseq_model
+
+    # A 2020-style fairseq checkpoint (argparse args, normalize=True) of a tiny wav2vec2.
+    model = fairseq_reference_model(FAIRSEQ_TINY)
+    args = argparse.Namespace(arch="wav2vec2", normalize=True, sample_rate=16000, **FAIRSEQ_TINY)
+    torch.save({"args": args, "model": model.state_dict()}, tmp_path / "fairseq.pt")
+    # The reference: fairseq's own forward on the input fairseq's dataset builds (normalised).
+    wav, lengths = batch
+    normalized, padded_lengths = fairseq_normalized(wav, lengths)
+    expected = model.extract_features(normalized, padding_mask(normalized, padded_lengths))["x"]
+
+    # s3prl converts the fairseq checkpoint with its own converter; torchaudio imports the model.
+    load_and_convert_fairseq_ckpt(str(tmp_path / "fairseq.pt"), str(tmp_path / "s3prl.pt"))
+    torch.save(import_fairseq_model(model).state_dict(), tmp_path / "torchaudio.pt")
+    backbones = {
+        "fairseq2": shipped(
+            "fairseq2_wav2vec2_large", checkpoint=str(tmp_path / "fairseq.pt"), config_overrides=FAIRSEQ2_TINY
+        ),
+        "s3prl": shipped("s3prl", checkpoint=str(tmp_path / "s3prl.pt"), upstream=None),
+        # A torchaudio state_dict carries no input contract: the checkpoint's is passed on.
+        "torchaudio": shipped(
+            "torchaudio_wav2vec2_large",
+            arch="tiny",
+            checkpoint=str(tmp_path / "torchaudio.pt"),
+            normalize=True,
+        ),
+    }
+    for name, backbone in backbones.items():
+        frames, frame_lengths = backbone(wav, lengths)
+        assert backbone.normalize is True, name
+        assert torch.equal(frame_lengths, conv_frame_lengths(padded_lengths)), name
+        for row, n in enumerate(frame_lengths.tolist()):
+            torch.testing.assert_close(frames[row, :n], expected[row, :n], atol=1e-4, rtol=0, msg=name)
