@@ -22,3 +22,9 @@ done
     --cell "SSL=$OUT/ssl/*" \
     --cell "SSL + MIDI pitch=$OUT/midi/*" \
     --cell "SSL + pitch histogram=$OUT/histogram/*"
+# The paper's layout (MSE, 2 decimals) with the paper's own rows of the table above the runs'.
+"$PY" -m sqa.results --paper --csv "$OUT/table3_paper.csv" \
+    --paper-rows recipes/singmos_pro/paper_rows.json:table3 \
+    --cell "SSL=$OUT/ssl/*" \
+    --cell "SSL + MIDI pitch=$OUT/midi/*" \
+    --cell "SSL + pitch histogram=$OUT/histogram/*"
