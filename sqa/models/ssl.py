@@ -503,6 +503,19 @@ def _s3prl_cached_checkpoint(upstream: str) -> Path:
     return path
 
 
+def s3prl_configs(checkpoint: str | None = None, upstream: str | None = None) -> tuple[dict, dict]:
+    """(model_cfg, task_cfg) of an s3prl-converted wav2vec2 file, local or in s3prl's cache.
+
+    `checkpoint` is a local file; `upstream` names an s3prl wav2vec2 entry whose converted file
+    is already in s3prl's cache (never downloaded).
+    """
+    if (checkpoint is None) == (upstream is None):
+        raise ValueError("give exactly one of checkpoint or upstream")
+    path = str(_s3prl_cached_checkpoint(upstream)) if checkpoint is None else checkpoint
+    model_cfg, task_cfg, _ = _read_s3prl_checkpoint(path)
+    return model_cfg, task_cfg
+
+
 def _read_s3prl_checkpoint(checkpoint: str) -> tuple[dict, dict, dict]:
     """(model_cfg, task_cfg, model_weight) of an s3prl-converted wav2vec2 checkpoint."""
     expected = "an s3prl-converted wav2vec2 checkpoint (a dict with model_cfg, task_cfg, model_weight)"
