@@ -38,8 +38,6 @@ from sqa.export import ExportError, export_predictor
 from sqa.models.predictor import MOSPredictor
 from sqa.models.ssl import S3prlWav2Vec2, s3prl_configs, s3prl_upstream_names
 
-log = logging.getLogger(__name__)
-
 SAMPLE_RATE = 16000
 SINGMOS_SSL = "ssl_model.ssl_model.upstream.model."
 SHEET_SSL = "ssl_model.upstream.model."
