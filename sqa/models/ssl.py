@@ -152,10 +152,13 @@ def _existing(path: str | Path, what: str) -> Path:
     return path
 
 
-def resolve_normalize(normalize: bool | None, found: bool | None, where: str, source: str) -> bool:
+def resolve_normalize(
+    normalize: bool | None, found: bool | None, where: str, source: str, recorded: bool = True
+) -> bool:
     """The input contract to use: `normalize` when set, else `found` (what `source` says); logged.
 
-    A set value that contradicts the checkpoint is used, with a warning; neither a value nor a
+    A set value that contradicts a contract the checkpoint `recorded` is used, with a warning (an
+    arch's default is overridden silently: exports store their value); neither a value nor a
     contract to read is an error naming `where`.
     """
     if normalize is None:
@@ -167,7 +170,7 @@ def resolve_normalize(normalize: bool | None, found: bool | None, where: str, so
         value, origin = bool(found), source
     else:
         value, origin = bool(normalize), "set explicitly"
-        if found is not None and bool(found) != value:
+        if recorded and found is not None and bool(found) != value:
             log.warning("%s: normalize=%s overrides %s, which says %s", where, value, source, found)
     log.info("%s: normalize=%s (%s)", where, value, origin)
     return value
@@ -303,7 +306,11 @@ class TorchaudioWav2Vec2(_Wav2Vec2Backbone):
         arch_kwargs = _plain(arch_kwargs) or {}
         model = self._build(arch, arch_kwargs)
         normalize = resolve_normalize(
-            normalize, TORCHAUDIO_NORMALIZE.get(arch), "TorchaudioWav2Vec2", f"torchaudio arch {arch!r}"
+            normalize,
+            TORCHAUDIO_NORMALIZE.get(arch),
+            "TorchaudioWav2Vec2",
+            f"torchaudio arch {arch!r}",
+            recorded=False,
         )
         self._config = {
             "arch": arch,
@@ -570,12 +577,12 @@ class Fairseq2Wav2Vec2(_Wav2Vec2Backbone):
         # fairseq2 refuses layer-output hooks while LayerDrop is active.
         config.encoder_config.layer_drop_p = 0.0
         model = hub.create_new_model(config, device=CPU)
-        found, source = FAIRSEQ2_NORMALIZE.get(arch), f"fairseq2 arch {arch!r}"
+        found, source, recorded = FAIRSEQ2_NORMALIZE.get(arch), f"fairseq2 arch {arch!r}", False
         if checkpoint is not None and _load_fairseq2_checkpoint(hub, model, config, checkpoint, arch):
-            recorded = _fairseq_task_normalize(Path(checkpoint).expanduser())
-            if recorded is not None:
-                found, source = recorded, f"the fairseq checkpoint {checkpoint}"
-        normalize = resolve_normalize(normalize, found, "Fairseq2Wav2Vec2", source)
+            in_file = _fairseq_task_normalize(Path(checkpoint).expanduser())
+            if in_file is not None:
+                found, source, recorded = in_file, f"the fairseq checkpoint {checkpoint}", True
+        normalize = resolve_normalize(normalize, found, "Fairseq2Wav2Vec2", source, recorded)
         self._config = {
             "arch": arch,
             "config_overrides": config_overrides,
