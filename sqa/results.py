@@ -1,14 +1,10 @@
 """Results tables: read run directories and print the paper's layout with mean ± std over seeds.
 
     sqa-table --cell "SSL=runs/t3/ssl/*" --cell "SSL+MIDI=runs/t3/midi/*" [--csv out.csv]
-    sqa-table --paper --cell "SSL=runs/t3/ssl/*" \
-        --paper-rows recipes/singmos_pro/paper_rows.json:table3
+    sqa-table --paper --cell "SSL=runs/t3/ssl/*" [--paper-rows recipes/singmos_pro/paper_rows.json:table3]
 
 Each cell is a label and a glob of run directories (one per seed) holding `metrics.json`. Rows
 are cells; columns are utterance- and system-level RMSE, LCC and SRCC, each as `R1/R2|R3|Avg`.
-`--paper` prints the SingMOS-Pro paper's own layout instead: utterance and system MSE, LCC and
-SRCC (the paper's "RMSE" column is an MSE), means over seeds with 2 decimals; `--paper-rows
-FILE:TABLE` adds the paper's published rows of that table from a JSON file (docs/paper.md).
 """
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ import argparse
 import csv
 import glob
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -39,13 +36,11 @@ def load_runs(pattern: str) -> list[dict]:
     return runs
 
 
-def summarise(
-    runs: list[dict], columns: list[tuple[str, str]] = COLUMNS
-) -> dict[tuple[str, str], list[tuple[float, float]]]:
+def summarise(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float]]]:
     """Per column: (mean, std) over runs for each test set in order, then the average."""
     sets = [k for k in runs[0] if k != AVERAGE_KEY] + [AVERAGE_KEY]
     out = {}
-    for level, name in columns:
+    for level, name in COLUMNS:
         values = np.array([[run[s][level][name] for s in sets] for run in runs])
         std = values.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(sets))
         out[(level, name)] = list(zip(values.mean(axis=0), std, strict=True))
@@ -77,8 +72,23 @@ def paper_layout_cell(values: list[float | None]) -> str:
     return "/".join(parts[:-2]) + "|" + parts[-2] + "|" + parts[-1]
 
 
+def paper_means(runs: list[dict], level: str, name: str) -> list[float | None]:
+    """Mean over the runs defining `level`.`name` in each test set, then `avg` (None: no run does)."""
+    sets = [k for k in runs[0] if k != AVERAGE_KEY] + [AVERAGE_KEY]
+    means = []
+    for s in sets:
+        values = [run[s][level][name] for run in runs]
+        values = [v for v in values if v is not None and not math.isnan(v)]
+        means.append(sum(values) / len(values) if values else None)
+    return means
+
+
 def build_paper_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the paper's layout: utterance and system MSE, LCC, SRCC (seed means)."""
+    """Header and rows of the SingMOS-Pro paper's layout (`--paper`), means over seeds.
+
+    Columns are utterance and system MSE, LCC and SRCC (the paper's "RMSE" column is an MSE),
+    each `R1/R2|R3|Avg` with 2 decimals.
+    """
     header = ["setting", "runs"] + [f"{level.upper()} {name.upper()}" for level, name in PAPER_COLUMNS]
     rows = []
     for label, pattern in cells:
@@ -93,9 +103,8 @@ def build_paper_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[lis
                     f"{path} has no 'mse' (written before sqa recorded it); re-evaluate the run to "
                     "print the paper's layout"
                 )
-        stats = summarise(runs, PAPER_COLUMNS)
         rows.append(
-            [label, str(len(runs))] + [paper_layout_cell([m for m, _ in stats[c]]) for c in PAPER_COLUMNS]
+            [label, str(len(runs))] + [paper_layout_cell(paper_means(runs, *c)) for c in PAPER_COLUMNS]
         )
     return header, rows
 
