@@ -295,6 +295,7 @@ class MOSDataModule(L.LightningDataModule):
         eval_batch_size: int = 8,
         num_workers: int = 0,
         max_train_seconds: float | None = 10.0,
+        eval_max_seconds: float | None = None,
         preload: bool = False,
         seed: int = 0,
         f0_extractor: F0Extractor | None = None,
@@ -304,7 +305,6 @@ class MOSDataModule(L.LightningDataModule):
         max_batch_seconds: float | None = None,
         dimensions: Sequence[str] = (OVERALL,),
         judges: bool = False,
-        eval_max_seconds: float | None = None,
     ) -> None:
         super().__init__()
         if on_error not in ("raise", "skip"):
