@@ -38,6 +38,7 @@ from sqa.export import ExportError, export_predictor
 from sqa.models.predictor import MOSPredictor
 from sqa.models.ssl import S3prlWav2Vec2, s3prl_configs, s3prl_upstream_names
 
+KINDS = ("singmos_pro", "singmos_v1", "sheet")
 SAMPLE_RATE = 16000
 SINGMOS_SSL = "ssl_model.ssl_model.upstream.model."
 SHEET_SSL = "ssl_model.upstream.model."
@@ -240,9 +241,6 @@ def import_predictor(
         raise LayoutError(f"kind must be one of {KINDS}, got {kind!r}")
     predictor = build_predictor(converted, upstream_checkpoint, weights)
     return export_predictor(predictor, output, SAMPLE_RATE, converted.domains, overwrite=overwrite)
-
-
-KINDS = ("singmos_pro", "singmos_v1", "sheet")
 
 
 def main(argv: list[str] | None = None) -> int:
