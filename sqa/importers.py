@@ -54,11 +54,14 @@ class LayoutError(ValueError):
 
 @dataclass
 class Converted:
-    """A released predictor in sqa terms: its s3prl upstream, backbone weights and head."""
+    """A released predictor in sqa terms: its s3prl upstream, backbone weights and the rest.
+
+    `other` holds every weight outside the backbone under sqa's names (head, domain embedding).
+    """
 
     upstream: str
     ssl: dict[str, torch.Tensor]
-    head: dict[str, torch.Tensor]
+    other: dict[str, torch.Tensor]
     head_dim: int
     range_clip: bool
     domains: list[str]
@@ -109,12 +112,12 @@ def convert_singmos_pro(path: Path) -> Converted:
     num_ids = domain.shape[0]
     # The torch.hub default ID first, so sqa's default domain scores as torch.hub does.
     order = [SINGMOS_PRO_DEFAULT_DOMAIN] + [i for i in range(num_ids) if i != SINGMOS_PRO_DEFAULT_DOMAIN]
-    head = {"head.0.weight": w0, "head.0.bias": b0, "head.3.weight": w3, "head.3.bias": b3}
-    head["domain.embedding.weight"] = domain[order]
+    other = {"head.0.weight": w0, "head.0.bias": b0, "head.3.weight": w3, "head.3.bias": b3}
+    other["domain.embedding.weight"] = domain[order]
     return Converted(
         upstream=SINGMOS_UPSTREAMS["singmos_pro"],
         ssl=ssl,
-        head=head,
+        other=other,
         head_dim=w0.shape[0],
         range_clip=True,
         domains=[f"domain_id_{i}" for i in order],
@@ -206,7 +209,7 @@ def build_predictor(converted: Converted, upstream_checkpoint: str | None, sourc
         num_domains=max(len(converted.domains), 1),
         domain_dim=converted.domain_dim,
     )
-    state = {f"backbone.model.{k}": v for k, v in converted.ssl.items()} | converted.head
+    state = {f"backbone.model.{k}": v for k, v in converted.ssl.items()} | converted.other
     own = predictor.state_dict()
     missing, extra = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     wrong = [k for k in set(own) & set(state) if own[k].shape != state[k].shape]
