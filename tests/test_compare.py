@@ -26,7 +26,7 @@ def corpus():
     rng = np.random.default_rng(0)
     n = 600
     systems = [f"sys{i % 30:02d}" for i in range(n)]
-    quality = {s: rng.uniform(1.5, 4.5) for s in set(systems)}
+    quality = {s: rng.uniform(1.5, 4.5) for s in sorted(set(systems))}
     true = np.array([quality[s] for s in systems]) + rng.normal(0, 0.4, n)
     sets = [f"test{i % 2 + 1}" for i in range(n)]
     return rng, true, systems, sets

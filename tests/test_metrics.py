@@ -125,7 +125,7 @@ def test_resampled_metrics_equal_metrics_of_the_resampled_clips(monkeypatch):
 def simulated_sets(n: int, seed: int = 0) -> tuple[list, list, list, list]:
     rng = np.random.default_rng(seed)
     systems = [f"s{i % 20}" for i in range(n)]
-    quality = {s: rng.uniform(1.5, 4.5) for s in set(systems)}
+    quality = {s: rng.uniform(1.5, 4.5) for s in sorted(set(systems))}
     true = np.array([quality[s] for s in systems]) + rng.normal(0, 0.5, n)
     pred = true + rng.normal(0, 0.6, n)
     sets = [f"test{i % 3 + 1}" for i in range(n)]
