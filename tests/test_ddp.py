@@ -206,3 +206,26 @@ def test_a_ddp_step_equals_a_one_process_step_on_the_global_batch(tmp_path):
         torch.testing.assert_close(ddp_update, one_update, rtol=1e-3, atol=1e-7)
     changed = max((single["trained"][k] - v).abs().max().item() for k, v in single["initial"].items())
     assert changed > 1e-5
+
+
+def test_dropout_masks_differ_between_ranks_and_repeat_for_a_rank_and_step():
+    from types import SimpleNamespace
+
+    from sqa.lit_module import MOSModule
+    from sqa.losses import margin_l1
+    from sqa.models.backbone import LogMelBackbone
+    from sqa.models.predictor import MOSPredictor
+
+    module = MOSModule(MOSPredictor(LogMelBackbone()), loss=margin_l1, optimizer=torch.optim.SGD, seed=3)
+    dropout = module.predictor.head[2]
+    dropout.train()
+
+    def mask(rank: int, step: int) -> torch.Tensor:
+        # The step hook as the trainer of DDP rank `rank` calls it before step `step`.
+        module._trainer = SimpleNamespace(global_rank=rank, global_step=step)
+        module.on_train_batch_start({}, 0)
+        return dropout(torch.ones(2000)) == 0
+
+    assert torch.equal(mask(0, 5), mask(0, 5)) and torch.equal(mask(1, 5), mask(1, 5))
+    assert not torch.equal(mask(0, 5), mask(1, 5))
+    assert not torch.equal(mask(0, 5), mask(0, 6))
