@@ -19,8 +19,10 @@ SD_TRUE, SD_ERROR = 0.8, 0.5
 # Binomial standard error of a 95 % rate over 400 simulations: 1.1 points; the tolerance is
 # about three of them. A 90 % interval covers about 89 % and falls outside.
 COVERAGE_TOLERANCE = 0.035
-# Two equally good runs: the share called significant should be the nominal 5 %.
-FALSE_POSITIVE_RANGE = (0.01, 0.09)
+# Two equally good runs: the share called significant should be the nominal 5 % (measured: 5.5 %
+# of clip-level comparisons; 1 % if the runs were resampled independently instead of paired).
+# The system level, 16 systems a set, is conservative (measured 1.75 %).
+FALSE_POSITIVE_RANGE = {"utt": (0.02, 0.08), "sys": (0.01, 0.08)}
 
 
 def simulated(rng: np.random.Generator, runs: int) -> tuple[list[np.ndarray], np.ndarray, list, list]:
@@ -52,5 +54,6 @@ def test_two_equally_good_runs_differ_significantly_at_about_the_nominal_rate():
     for level in ("utt", "sys"):
         significant = np.mean([result[s][level]["significant"] for s in names])
         small_p = np.mean([result[s][level]["p"] < 0.05 for s in names])
-        assert FALSE_POSITIVE_RANGE[0] <= significant <= FALSE_POSITIVE_RANGE[1], (level, significant)
-        assert FALSE_POSITIVE_RANGE[0] <= small_p <= FALSE_POSITIVE_RANGE[1], (level, small_p)
+        low, high = FALSE_POSITIVE_RANGE[level]
+        assert low <= significant <= high, (level, significant)
+        assert low <= small_p <= high, (level, small_p)
