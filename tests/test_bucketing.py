@@ -69,3 +69,41 @@ def test_datamodule_trains_with_bucketed_batches(synthetic_root, tmp_path):
         )
     result = run(cfg, tmp_path)
     assert result.test["avg"]["utt"]["n"] > 0
+
+
+def test_a_bucketed_run_trains_on_length_buckets_within_the_padded_seconds_cap(
+    synthetic_root, tmp_path, monkeypatch
+):
+    from sqa.lit_module import MOSModule
+
+    lengths_seen = []
+    original = MOSModule.training_step
+
+    def recording(self, batch, batch_idx):
+        lengths_seen.append(batch["lengths"].tolist())
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(MOSModule, "training_step", recording)
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                f"data.corpus.root={synthetic_root}",
+                "data.bucketing=true",
+                "data.max_batch_seconds=20",
+                "trainer.max_steps=40",
+                "trainer.val_check_interval=40",
+                "trainer.enable_progress_bar=false",
+                "bootstrap=0",
+            ],
+        )
+    run(cfg, tmp_path)
+    assert len(lengths_seen) == 40
+    cap = 20 * cfg.data.sample_rate
+    for lengths in lengths_seen:
+        assert max(lengths) * len(lengths) <= cap or len(lengths) == 1
+    # Clips of similar length share a batch: little padding, and more clips than batch_size
+    # (8) where they are short. Random batches of 8 pad about a third of their samples.
+    padded = sum(max(lengths) * len(lengths) for lengths in lengths_seen)
+    assert 1 - sum(map(sum, lengths_seen)) / padded < 0.1
+    assert max(len(lengths) for lengths in lengths_seen) > cfg.data.batch_size

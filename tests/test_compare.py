@@ -26,7 +26,7 @@ def corpus():
     rng = np.random.default_rng(0)
     n = 600
     systems = [f"sys{i % 30:02d}" for i in range(n)]
-    quality = {s: rng.uniform(1.5, 4.5) for s in set(systems)}
+    quality = {s: rng.uniform(1.5, 4.5) for s in sorted(set(systems))}
     true = np.array([quality[s] for s in systems]) + rng.normal(0, 0.4, n)
     sets = [f"test{i % 2 + 1}" for i in range(n)]
     return rng, true, systems, sets
@@ -156,3 +156,42 @@ def test_too_few_points_give_a_difference_but_no_interval():
         x for x in compare.format_comparison(result, "srcc").splitlines() if x.startswith("t        sys")
     )
     assert line.endswith("+0.100  no interval: 5 systems (needs at least 8)")
+
+
+def test_p_is_two_sided_by_a_hand_count():
+    # 2 of 10 resampled differences are <= 0, 8 are >= 0: p = 2 * min(2/10, 8/10) = 0.4.
+    diffs = np.array([-0.2, -0.1, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    assert compare.summarise(0.35, diffs)["p"] == pytest.approx(0.4)
+    assert compare.summarise(-0.35, -diffs)["p"] == pytest.approx(0.4)
+    # Balanced differences: 2 * 1/2 = 1 (and never above 1, although 0 counts on both sides).
+    assert compare.summarise(0.0, np.array([-1.0, 0.0, 1.0]))["p"] == pytest.approx(1.0)
+
+
+def test_p_and_interval_of_a_comparison_by_a_hand_count_over_the_drawn_resamples(monkeypatch):
+    from scipy import stats
+
+    drawn = []
+    real = metrics.bootstrap_indices
+
+    def recording(rng, n, resamples):
+        drawn.append(real(rng, n, resamples))
+        return drawn[-1]
+
+    monkeypatch.setattr(metrics, "bootstrap_indices", recording)
+    rng = np.random.default_rng(2)
+    n = 80
+    true = rng.uniform(1, 5, n)
+    # B is a little better than A: p lands strictly between 0 and 1.
+    pred_a, pred_b = true + rng.normal(0, 1.6, n), true + rng.normal(0, 1.0, n)
+    systems = [f"s{i % 10}" for i in range(n)]
+    result = compare.compare(list(pred_a), list(pred_b), list(true), systems, ["t"] * n, resamples=400)
+    utt_idx = next(idx for idx in drawn if idx.shape[1] == n)
+    diffs = np.array(
+        [stats.spearmanr(pred_b[i], true[i])[0] - stats.spearmanr(pred_a[i], true[i])[0] for i in utt_idx]
+    )
+    below, above = np.count_nonzero(diffs <= 0), np.count_nonzero(diffs >= 0)
+    r = result["t"]["utt"]
+    assert 0 < below < above
+    assert r["p"] == pytest.approx(2 * below / len(diffs))
+    np.testing.assert_allclose(r["ci"], np.percentile(diffs, [2.5, 97.5]), rtol=1e-9)
+    assert r["significant"] == (r["ci"][0] > 0 or r["ci"][1] < 0)

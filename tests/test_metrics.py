@@ -144,7 +144,7 @@ def test_resampled_metrics_equal_metrics_of_the_resampled_clips(monkeypatch):
 def simulated_sets(n: int, seed: int = 0) -> tuple[list, list, list, list]:
     rng = np.random.default_rng(seed)
     systems = [f"s{i % 20}" for i in range(n)]
-    quality = {s: rng.uniform(1.5, 4.5) for s in set(systems)}
+    quality = {s: rng.uniform(1.5, 4.5) for s in sorted(set(systems))}
     true = np.array([quality[s] for s in systems]) + rng.normal(0, 0.5, n)
     pred = true + rng.normal(0, 0.6, n)
     sets = [f"test{i % 3 + 1}" for i in range(n)]
@@ -386,3 +386,57 @@ def test_a_run_with_a_one_system_test_set_writes_strict_json_and_averages_the_re
     columns = logged.read_text().splitlines()[0].split(",")
     assert "test/solo/sys_rmse" in columns and "test/multi/sys_srcc" in columns
     assert "test/solo/sys_srcc" not in columns
+
+
+def test_intervals_are_the_2_5_and_97_5_percentiles_of_the_resampled_statistics(monkeypatch):
+    # The resamples are recorded as drawn; the statistics of each are recomputed with scipy and
+    # the interval with numpy's percentiles at the stated 95 % level.
+    from scipy import stats
+
+    drawn: dict[int, np.ndarray] = {}
+    real = metrics.bootstrap_indices
+
+    def recording(rng, n, resamples):
+        drawn[n] = real(rng, n, resamples)
+        return drawn[n]
+
+    monkeypatch.setattr(metrics, "bootstrap_indices", recording)
+    rng = np.random.default_rng(4)
+    sizes = {"t1": (40, 8), "t2": (66, 11)}  # (clips, systems): four distinct resample sizes
+    pred, true, systems, sets = [], [], [], []
+    for name, (n, k) in sizes.items():
+        t = rng.uniform(1, 5, n)
+        pred += list(t + rng.normal(0, 0.8, n))
+        true += list(t)
+        systems += [f"{name}-s{i % k:02d}" for i in range(n)]
+        sets += [name] * n
+    results = metrics.evaluate_sets(pred, true, systems, sets, bootstrap=300, seed=5)
+    assert sorted(drawn) == sorted(v for pair in sizes.values() for v in pair)
+
+    def reference(p, t, idx):
+        return {
+            "rmse": np.sqrt(np.mean((p[idx] - t[idx]) ** 2, axis=1)),
+            "lcc": np.array([stats.pearsonr(p[i], t[i])[0] for i in idx]),
+            "srcc": np.array([stats.spearmanr(p[i], t[i])[0] for i in idx]),
+        }
+
+    per_set = {}
+    for name, (n, k) in sizes.items():
+        rows = [i for i, s in enumerate(sets) if s == name]
+        p, t = np.array(pred)[rows], np.array(true)[rows]
+        ids = [systems[i] for i in rows]
+        names = sorted(set(ids))
+        sys_p = np.array([np.mean([p[j] for j in range(n) if ids[j] == s]) for s in names])
+        sys_t = np.array([np.mean([t[j] for j in range(n) if ids[j] == s]) for s in names])
+        per_set[name] = {"utt": reference(p, t, drawn[n]), "sys": reference(sys_p, sys_t, drawn[k])}
+        for level in ("utt", "sys"):
+            for key, values in per_set[name][level].items():
+                expected = np.percentile(values[~np.isnan(values)], [2.5, 97.5])
+                np.testing.assert_allclose(results[name]["ci"][level][key], expected, rtol=1e-9)
+    # The average's interval: percentiles of the per-resample weighted averages.
+    for level, weight in (("utt", 0), ("sys", 1)):
+        total = sum(v[weight] for v in sizes.values())
+        for key in ("rmse", "lcc", "srcc"):
+            averaged = sum(per_set[s][level][key] * sizes[s][weight] for s in sizes) / total
+            expected = np.percentile(averaged[~np.isnan(averaged)], [2.5, 97.5])
+            np.testing.assert_allclose(results["avg"]["ci"][level][key], expected, rtol=1e-9)

@@ -88,3 +88,25 @@ def test_cache_computes_once_per_clip_and_setting(tmp_path):
     other = F0Extractor("dio", f0_ceil=500.0, cache_dir=str(tmp_path))
     other(wav, 16000)
     assert other.computed == 1  # another setting is another cache entry
+
+
+@pytest.mark.parametrize("method", ["dio", "fcpe"])
+def test_voiced_f0_that_the_extractor_returns_above_the_ceiling_is_clipped(monkeypatch, method):
+    # The extractors are stubbed to return values above the ceiling (real DIO rarely does, so
+    # a test on audio cannot show whether the clipping happens).
+    raw = np.array([0.0, 120.0, 850.0, 1500.0, 0.0, 798.0])
+    extractor = F0Extractor(method, f0_ceil=799.0)
+    if method == "dio":
+        import pyworld
+
+        monkeypatch.setattr(pyworld, "dio", lambda x, fs, floor, ceil, frame_period: (raw.copy(), raw * 0))
+        monkeypatch.setattr(pyworld, "stonemask", lambda x, f0, t, fs: f0)
+    else:
+
+        class StubFCPE:
+            def infer(self, wav, sr, f0_min, f0_max, output_interp_target_length):
+                return torch.tensor(raw, dtype=torch.float32)[None, :, None]
+
+        extractor._fcpe = StubFCPE()
+    f0 = extractor.compute(np.zeros(1600), 16000)
+    assert f0.tolist() == [0.0, 120.0, 799.0, 799.0, 0.0, 798.0]

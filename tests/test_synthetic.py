@@ -106,3 +106,29 @@ def test_judges_come_from_a_pool_per_batch_with_their_own_leniency(synthetic_roo
     assert 40 <= len(deviations) <= 60
     biases = [np.mean(v) for v in deviations.values()]
     assert max(biases) - min(biases) > 0.5
+
+
+def test_lengths_clip_counts_and_set_sizes_reach_every_code_path(synthetic_root):
+    from omegaconf import OmegaConf
+
+    from .conftest import REPO
+
+    max_train_seconds = OmegaConf.load(REPO / "conf" / "data" / "synthetic.yaml").max_train_seconds
+    corpus = load_synthetic(synthetic_root, seed=0)
+    seconds = {c.sample_id: sf.info(str(c.path)).duration for c in corpus.clips}
+    assert min(seconds.values()) < 1.5 and max(seconds.values()) > 12
+    # A few training clips longer than the training crop (few: they cost the most per step),
+    # and long test clips, scored whole.
+    long_train = [c for c in corpus.split("train") if seconds[c.sample_id] > max_train_seconds]
+    assert 3 <= len(long_train) <= 8
+    assert any(seconds[c.sample_id] > max_train_seconds for c in corpus.split("test"))
+    # Unequal clips per system, so clip-weighted and system-weighted averages differ.
+    clips_per_set, systems_per_set = {}, {}
+    for name, clips in corpus.test_sets().items():
+        per_system: dict[str, int] = {}
+        for c in clips:
+            per_system[c.system_id] = per_system.get(c.system_id, 0) + 1
+        assert len(set(per_system.values())) > 1, name
+        clips_per_set[name], systems_per_set[name] = len(clips), len(per_system)
+    assert len(set(systems_per_set.values())) > 1
+    assert len({clips_per_set[n] / systems_per_set[n] for n in clips_per_set}) == len(clips_per_set)

@@ -4,7 +4,10 @@
 #   SINGMOS_PRO=/data/SingMOS-Pro W2V_CKPT=/models/wav2vec_vox_new.pt \
 #       bash recipes/singmos_pro/table3.sh paper # the paper's setting, on a GPU
 # In paper mode the zero-shot DNSMOS row is scored with sqa-baseline when its extra is installed
-# (pip install -e '.[baseline]'); the other zero-shot rows are released predictors (docs/paper.md).
+# (pip install -e '.[baseline]'); the other zero-shot rows are released predictors converted with
+# sqa-import (docs/paper.md), named with ZERO_SHOT="LABEL=EXPORT_DIR ..." and scored with eval.py:
+#   ZERO_SHOT="SingMOS=exports/singmos_v1 SHEET-ssqa=exports/sheet" SINGMOS_PRO=... W2V_CKPT=... \
+#       bash recipes/singmos_pro/table3.sh paper
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-quick}
@@ -24,6 +27,15 @@ zero_shot=()
 if [ "$mode" = paper ] && "$PY" -c "import speechmos" 2>/dev/null; then
     [ -f "$OUT/dnsmos/metrics.json" ] || "$PY" -m sqa.baseline --corpus singmos_pro --root "$SINGMOS_PRO" --run-dir "$OUT/dnsmos"
     zero_shot=(--cell "DNSMOS=$OUT/dnsmos")
+fi
+if [ "$mode" = paper ]; then
+    for item in ${ZERO_SHOT:-}; do
+        label=${item%%=*} export_dir=${item#*=}
+        run="$OUT/zero-shot/$label"
+        [ -f "$run/metrics.json" ] || "$PY" eval.py export="$export_dir" data=singmos_pro \
+            data.corpus.root="$SINGMOS_PRO" hydra.run.dir="$run"
+        zero_shot+=(--cell "$label=$run")
+    done
 fi
 "$PY" -m sqa.results --csv "$OUT/table3.csv" "${zero_shot[@]}" \
     --cell "SSL=$OUT/ssl/*" \

@@ -11,6 +11,13 @@ MOS driven by different degradations: melody by the pitch errors, lyrics by the 
 five judges drawn from a pool per batch, each judge with a leniency of its own. These labels
 come from random streams of their own, so the audio and the overall MOS are those that the
 corpus had before it had them.
+
+Clips are sung phrases of about 1-3.5 s, except one long clip (12-20 s, longer than the default
+training crop of 10 s) among the training clips of one system per batch and among the test clips
+of another system per test batch; systems have unequal clip counts (0.6-1.4 times
+`clips_per_system`). So training crops (and the f0 slice that follows them), whole-clip scoring
+of long clips and the clip- versus system-weighted averages over test sets are all exercised.
+The clip counts and long-clip lengths come from a random stream of their own.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ VOICE_BAND = 7000.0
 # visible in the octave-folded pitch histogram (its circular mean moves off the 12-tone grid); at
 # 30-60 cents the vibrato's own peaks hide it.
 VIBRATO_SEMITONES = (0.1, 0.3)
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # Batches whose clips have lyrics and melody MOS (SingMOS-Pro has them for part of its batches).
 DIMENSION_BATCHES = BATCHES[0], BATCHES[1], BATCHES[3]
 PITCH_KINDS = frozenset({"detune", "drift", "jitter", "note_detune"})
@@ -48,6 +55,12 @@ JUDGE_LENIENCY_STD = 0.5
 JUDGE_ORDER_NOISE = 0.3
 # Keys of the random streams of the labels added after format 3, apart from the audio's streams.
 LABEL_STREAM, JUDGE_STREAM = 1, 2
+# Key of the random stream of the layout (clip counts per system, long-clip lengths).
+LAYOUT_STREAM = 3
+# A system's clip count is `clips_per_system` times a factor drawn from this range.
+CLIP_COUNT_SPREAD = (0.6, 1.4)
+# Length range (seconds) of the long clips.
+LONG_SECONDS = (12.0, 20.0)
 
 # Vowel formant frequencies (Hz) and bandwidths: a, e, i, o, u.
 VOWELS = (
@@ -96,11 +109,15 @@ def _recipe_pool(rng: np.random.Generator) -> list[SystemRecipe]:
 
 
 def _melody(
-    rng: np.random.Generator, sr: int, kind: str, param: float
+    rng: np.random.Generator, sr: int, kind: str, param: float, seconds: float | None = None
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Per-sample f0 (Hz) and voicing of a random phrase, with the pitch errors of `kind`."""
+    """Per-sample f0 (Hz) and voicing of a random phrase, with the pitch errors of `kind`.
+
+    A phrase has 4-7 notes; with `seconds`, enough notes to last that long, cut to that length.
+    """
     base = int(rng.integers(52, 68))
-    n_notes = int(rng.integers(4, 8))
+    # A note with its gap lasts 0.39 s on average: 0.3 s per note leaves a margin to cut.
+    n_notes = int(rng.integers(4, 8)) if seconds is None else int(np.ceil(seconds / 0.3))
     scale = np.array([0, 2, 4, 5, 7, 9, 11, 12])
     notes = base + rng.choice(scale, size=n_notes)
     durs = rng.uniform(0.22, 0.5, size=n_notes)
@@ -124,6 +141,8 @@ def _melody(
             voiced_parts.append(np.zeros(g))
     midi = np.concatenate(midi_parts)
     voiced = np.concatenate(voiced_parts)
+    if seconds is not None:
+        midi, voiced = midi[: int(seconds * sr)], voiced[: int(seconds * sr)]
     t = np.arange(midi.size) / sr
     vib_depth = rng.uniform(*VIBRATO_SEMITONES)
     midi = midi + vib_depth * np.sin(2 * np.pi * rng.uniform(5.0, 6.5) * t) * np.clip(t / 0.3, 0, 1)
@@ -214,6 +233,8 @@ def generate(
 ) -> Path:
     """Write the synthetic corpus under `root` in the SingMOS-Pro layout; returns `root`.
 
+    Systems have about `clips_per_system` clips each (0.6-1.4 times as many).
+
     The corpus is written to a temporary folder and renamed into place, so an interrupted
     generation leaves nothing half-written. An existing folder is never overwritten.
     """
@@ -240,6 +261,7 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
     (root / "wav").mkdir(parents=True)
     (root / "info").mkdir()
     master = np.random.default_rng(seed)
+    layout = np.random.default_rng([seed, LAYOUT_STREAM])
     pool = _recipe_pool(master)
     split, utterances, systems, sys_info = {}, {}, {}, {}
     sys_counter = 0
@@ -252,7 +274,17 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
             pool[i] for i in master.choice(np.arange(1, len(pool)), n_sys - 1, replace=False)
         ]
         split[batch] = {"train": [], "valid": [], "test": []}
-        for recipe in chosen:
+        has_test = batch in TEST_BATCHES
+        for position, recipe in enumerate(chosen):
+            n_clips = max(1, round(clips_per_system * layout.uniform(*CLIP_COUNT_SPREAD)))
+            long_seconds = layout.uniform(*LONG_SECONDS)
+            # The second system of a batch has a long last (training) clip, the third system of a
+            # test batch a long first (test) clip.
+            long_clips = set()
+            if position == 1 % n_sys and _split_of(n_clips - 1, n_clips, has_test) == "train":
+                long_clips.add(n_clips - 1)
+            if position == 2 % n_sys and _split_of(0, n_clips, has_test) == "test":
+                long_clips.add(0)
             sys_counter += 1
             sys_id = f"sys{sys_counter:04d}"
             sys_info[sys_id] = {
@@ -263,11 +295,12 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                 "dataset": "synthetic",
             }
             sys_scores = []
-            for u in range(clips_per_system):
+            for u in range(n_clips):
                 utt_id = f"{sys_id}-utt{u + 1:04d}"
                 rng = np.random.default_rng([seed, sys_counter, u])
                 sr = recipe.sample_rate
-                f0, voiced, _ = _melody(rng, SYNTH_RATE, recipe.kind, recipe.param)
+                seconds = long_seconds if u in long_clips else None
+                f0, voiced, _ = _melody(rng, SYNTH_RATE, recipe.kind, recipe.param, seconds)
                 wav = resample(_sing(rng, f0, voiced), SYNTH_RATE, sr)
                 wav = _degrade(rng, wav, sr, recipe)
                 wav = 0.5 * wav / (np.abs(wav).max() + 1e-9) * rng.uniform(0.5, 1.0)
@@ -286,7 +319,7 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                         dim_ratings = np.clip(np.rint(dim_raw + labels.normal(0, 0.5, size=5)), 1, 5)
                         score[dim] = float(np.mean(dim_ratings))
                 utterances[utt_id] = {"sys_id": sys_id, "wav": f"wav/{utt_id}.wav", "score": score}
-                part = _split_of(u, clips_per_system, batch in TEST_BATCHES)
+                part = _split_of(u, n_clips, has_test)
                 split[batch][part].append(utt_id)
             systems[sys_id] = {"mos": float(np.mean(sys_scores))}
     info = root / "info"

@@ -37,7 +37,6 @@ from unittest import mock
 import torch
 import torch.utils.checkpoint
 import torchaudio
-from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
 
 from sqa.masking import frame_mask
@@ -139,7 +138,10 @@ def patch_torchaudio_for_s3prl() -> None:
 
 def _plain(value: Any) -> Any:
     """Deep-copy `value`, turning OmegaConf containers (from Hydra) into dicts and lists."""
-    if isinstance(value, DictConfig | ListConfig):
+    # Only Hydra passes OmegaConf containers; a core install scoring an export has no omegaconf.
+    if type(value).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
         return OmegaConf.to_container(value, resolve=True)
     return copy.deepcopy(value)
 
