@@ -268,7 +268,9 @@ def test_wav2vec2_exports_with_pitch_and_domains_pass_the_checks(source, tmp_pat
 
     torch.manual_seed(0)
     backbone = (
-        TorchaudioWav2Vec2() if source == "torchaudio" else TransformersWav2Vec2(config=TINY_TRANSFORMERS)
+        TorchaudioWav2Vec2()
+        if source == "torchaudio"
+        else TransformersWav2Vec2(config=TINY_TRANSFORMERS, normalize=True)
     )
     model = MOSPredictor(backbone, pitch="midi", num_domains=2, domain_dim=4).eval()
     export_predictor(model, tmp_path / "exp", 16000, ["a", "b"], f0_extractor=F0Extractor(method="fcpe"))

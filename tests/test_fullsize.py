@@ -2,7 +2,7 @@
 
 Random weights (no download), 24 transformer layers, 317M parameters: train 2 steps on CPU,
 validate, test, export and score one clip with the exported model. Several minutes and about
-6 GB of memory on 2 CPU threads, hence `slow`.
+6 GB of memory on 2 CPU threads, hence `fullsize`: not part of the default run (`pytest -m fullsize`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sqa.data.synthetic import generate
 from .test_cli import run_cli
 
 
-@pytest.mark.slow
+@pytest.mark.fullsize
 def test_large_lv60k_trains_validates_tests_exports_and_scores(tmp_path):
     root = generate(tmp_path / "corpus", seed=0, clips_per_system=3)
     run_dir = tmp_path / "run"
