@@ -25,6 +25,7 @@ from sqa.lit_module import MOSModule
 from sqa.models.predictor import OVERALL
 from sqa.predictions import write_predictions
 from sqa.provenance import package_versions
+from sqa.run_dir import is_leader, lock, prepare
 
 
 def default_precision() -> str:
@@ -155,10 +156,23 @@ class RunResult(NamedTuple):
 def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     """Fit, select the best validation checkpoint, test it, write metrics and export it.
 
+    The run owns `run_dir` while it runs (see `sqa.run_dir`): a directory in use by another run,
+    or holding a previous run's outputs without `cfg.resume` or `cfg.overwrite`, is an error.
+    Under DDP only the first rank claims it; the other ranks write nothing there.
+    """
+    if not is_leader():
+        return _fit_test_export(cfg, Path(run_dir))
+    with lock(run_dir):
+        prepare(run_dir, cfg.resume, cfg.overwrite)
+        return _fit_test_export(cfg, Path(run_dir))
+
+
+def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
+    """The body of `run` in a claimed run directory.
+
     With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written at the
     end of every epoch) and ends exactly as an uninterrupted run with the same seed would.
     """
-    run_dir = Path(run_dir)
     export_dir = run_dir / "export"
     last = run_dir / "checkpoints" / "last.ckpt"
     if cfg.resume and not last.is_file():

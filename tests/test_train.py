@@ -122,12 +122,14 @@ def test_other_loggers_write_into_the_run_directory(logger, synthetic_root, tmp_
         assert {p.stem.rsplit("_", 2)[0] for p in images.glob("*.png")} == figures
 
 
-def test_existing_export_stops_the_run_before_training(synthetic_root, tmp_path):
+def test_existing_export_stops_a_resumed_run_before_training(synthetic_root, tmp_path):
     (tmp_path / "export").mkdir()
-    cfg = compose_train([f"data.corpus.root={synthetic_root}"])
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    cfg = compose_train([f"data.corpus.root={synthetic_root}", "resume=true"])
     with pytest.raises(FileExistsError, match="overwrite_export=true"):
         run(cfg, tmp_path)
-    assert not (tmp_path / "checkpoints").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "checkpoints", "export"]
 
 
 def test_same_seed_and_config_give_the_same_metrics(synthetic_root, tmp_path):
