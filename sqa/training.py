@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import platform
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -170,13 +171,13 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
 def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     """The body of `run` in a claimed run directory.
 
-    With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written at the
-    end of every epoch) and ends exactly as an uninterrupted run with the same seed would.
+    With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written after
+    every validation) and ends exactly as an uninterrupted run with the same seed would.
     """
     export_dir = run_dir / "export"
     last = run_dir / "checkpoints" / "last.ckpt"
     if cfg.resume and not last.is_file():
-        raise FileNotFoundError(f"resume=true but {last} does not exist (no finished epoch to resume from)")
+        raise FileNotFoundError(f"resume=true but {last} does not exist (no validation to resume from)")
     if export_dir.exists() and not cfg.overwrite_export:
         # Checked before training so that a long run never fails at its very end.
         raise FileExistsError(f"{export_dir} already exists; set overwrite_export=true to replace it")
@@ -199,12 +200,14 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         mode="max",
         enable_version_counter=False,
     )
-    # The resume point: saved at epoch ends only. Data order and crops are functions of (seed,
-    # epoch) and dropout of (seed, step), so resuming replays the interrupted epoch exactly.
+    # The resume point: saved after every validation (after the selection callbacks have seen
+    # it), never at an epoch end, which Lightning restores one batch off under max_steps. Data
+    # order and crops are functions of (seed, epoch), dropout of (seed, step), and the resumed
+    # sampler skips the batches already trained, so a resumed run continues exactly.
     resume_point = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="last",
-        save_on_train_epoch_end=True,
+        save_on_train_epoch_end=False,
         enable_version_counter=False,
     )
     history = plots.MetricHistory()
@@ -219,7 +222,11 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         default_root_dir=str(run_dir),
         plugins=[AtomicCheckpointIO()],
     )
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None)
+    with warnings.catch_warnings():
+        # Lightning warns that a mid-epoch resume point needs a resumable loader: the training
+        # sampler resumes itself (MOSDataModule._resume_point).
+        warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None)
     trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
     results = module.test_results
     if not trainer.is_global_zero:

@@ -154,10 +154,21 @@ class _EpochRankSampler(Sampler):
         self.num_replicas = num_replicas
         self.rank = rank
         self.epoch = 0
+        self._resume = (0, 0)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration yields."""
         self.epoch = epoch
+
+    def resume(self, epoch: int, skip: int) -> None:
+        """Continue `epoch` after its first `skip` items, which a resumed run has trained already."""
+        self.epoch = epoch
+        self._resume = (epoch, skip)
+
+    def _skipped(self, items: Sequence[T]) -> Sequence[T]:
+        """`items` of the current epoch without those trained before a resume."""
+        epoch, skip = self._resume
+        return items[skip:] if epoch == self.epoch else items
 
 
 class EpochSampler(_EpochRankSampler):
@@ -175,7 +186,8 @@ class EpochSampler(_EpochRankSampler):
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         order = np.random.default_rng([self.seed, self.epoch]).permutation(self.size)
-        return iter([(int(i), self.epoch) for i in rank_share(order, self.num_replicas, self.rank)])
+        share = self._skipped(rank_share(order, self.num_replicas, self.rank))
+        return iter([(int(i), self.epoch) for i in share])
 
 
 def eval_batches(size: int, batch_size: int, num_replicas: int = 1, rank: int = 0) -> list[list[int]]:
@@ -245,7 +257,7 @@ class BucketBatchSampler(_EpochRankSampler):
         return len(self.batches())
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        return iter([[(i, self.epoch) for i in batch] for batch in self.batches()])
+        return iter([[(i, self.epoch) for i in batch] for batch in self._skipped(self.batches())])
 
 
 def pad_batch(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -415,8 +427,10 @@ class MOSDataModule(L.LightningDataModule):
         """Shuffled training clips (of `train_domains` only, if set), cropped to `max_train_seconds`."""
         train = self._dataset("train", self.train_clips, self.max_train_seconds, self.judges)
         world, rank = self._ranks()
+        epoch, batches = self._resume_point()
         if not self.bucketing:
             sampler = EpochSampler(len(train), self.seed, world, rank)
+            sampler.resume(epoch, batches * self.batch_size)
             return self._loader(train, sampler=sampler, batch_size=self.batch_size)
         # Length-bucketed batches: by clip count, or by padded seconds with max_batch_seconds.
         batch_sampler = BucketBatchSampler(
@@ -429,7 +443,20 @@ class MOSDataModule(L.LightningDataModule):
             num_replicas=world,
             rank=rank,
         )
+        batch_sampler.resume(epoch, batches)
         return self._loader(train, batch_sampler=batch_sampler)
+
+    def _resume_point(self) -> tuple[int, int]:
+        """(epoch, training batches it has done) of the checkpoint a fit resumes from; (0, 0) if none.
+
+        Resume checkpoints are written after validations, mid-epoch: the resumed sampler starts
+        after the batches trained before it, as an uninterrupted run would continue.
+        """
+        trainer = self.trainer
+        if trainer is None or not trainer.fit_loop.restarting:
+            return 0, 0
+        loop = trainer.fit_loop
+        return loop.epoch_progress.current.processed, loop.epoch_loop.batch_progress.current.completed
 
     def val_dataloader(self) -> list[DataLoader]:
         """One loader per domain's validation split."""
