@@ -18,6 +18,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from sqa import model_card
+from sqa.atomic import default_mode
 from sqa.data.pitch import F0Extractor
 from sqa.models.predictor import MOSPredictor
 
@@ -48,18 +50,23 @@ def export_predictor(
     overwrite: bool = False,
     f0_extractor: F0Extractor | None = None,
     dimension_metrics: Mapping[str, Mapping[str, Any]] | None = None,
+    run_info: Mapping[str, Any] | None = None,
+    training: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`.
 
     `metrics` (of the overall MOS) go to metrics.json, each of `dimension_metrics` (other score
     dimensions) to metrics_<dim>.json. config.yaml's `model` records the predictor's score
-    dimensions and judge count.
+    dimensions and judge count. README.md is the model card (`sqa.model_card`), drawn also from
+    the run's `run_info` (copied to run_info.json) and resolved `training` configuration.
     """
     directory = Path(directory)
     if directory.exists() and not overwrite:
         raise ExportError(f"{directory}: already exists; pass overwrite=True to replace it")
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    # mkdtemp makes a private (0700) folder; an export is meant to be read by others.
+    tmp.chmod(default_mode(directory=True))
     config = {
         "format": FORMAT_VERSION,
         "sample_rate": sample_rate,
@@ -74,6 +81,10 @@ def export_predictor(
         (tmp / "metrics.json").write_text(json.dumps(metrics or {}, indent=2))
         for dim, dim_metrics in (dimension_metrics or {}).items():
             (tmp / f"metrics_{dim}.json").write_text(json.dumps(dim_metrics, indent=2))
+        if run_info is not None:
+            (tmp / "run_info.json").write_text(json.dumps(run_info, indent=2))
+        card = model_card.render(config, metrics or {}, dimension_metrics, run_info, training)
+        (tmp / "README.md").write_text(card)
         _replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
