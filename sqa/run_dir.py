@@ -138,6 +138,54 @@ def prepare(run_dir: str | Path, resume: bool, overwrite: bool, remove_log: bool
     log.info("overwrite=true: removed the previous run's %s from %s", names, run_dir)
 
 
+LOG_NAME = "train.log"
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+@contextmanager
+def log_to_file(run_dir: str | Path) -> Iterator[None]:
+    """For the block, copy what the console shows (logging, Lightning, warnings) into train.log.
+
+    Under train.py, Hydra's job logging already writes the root logger to `<run_dir>/train.log`;
+    otherwise a file handler is added for the block, plus a console handler where the root logger
+    has none. Lightning's loggers, which do not propagate when Lightning was imported before
+    logging was configured, get the file handler too; warnings go through logging.
+    """
+    path = (Path(run_dir) / LOG_NAME).resolve()
+    root = logging.getLogger()
+    added: list[tuple[logging.Logger, logging.Handler]] = []
+    handler = next(
+        (h for h in root.handlers if isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path),
+        None,
+    )
+    own_file = handler is None
+    if handler is None:
+        handler = logging.FileHandler(path, encoding="utf-8")
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        if not root.handlers:
+            added.append((root, logging.StreamHandler()))
+        added.append((root, handler))
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        if not logging.getLogger(name).propagate:
+            added.append((logging.getLogger(name), handler))
+    sqa_logger = logging.getLogger("sqa")
+    level = sqa_logger.level
+    if sqa_logger.getEffectiveLevel() > logging.INFO:
+        sqa_logger.setLevel(logging.INFO)
+    for logger, h in added:
+        logger.addHandler(h)
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        for logger, h in added:
+            logger.removeHandler(h)
+        sqa_logger.setLevel(level)
+        if own_file:
+            handler.close()
+
+
 def is_leader() -> bool:
     """Whether this process is the first DDP rank (the only one that owns the run directory)."""
     return rank_zero_only.rank == 0

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import platform
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -26,7 +28,9 @@ from sqa.lit_module import MOSModule
 from sqa.models.predictor import OVERALL
 from sqa.predictions import write_predictions
 from sqa.provenance import package_versions
-from sqa.run_dir import is_leader, lock, prepare
+from sqa.run_dir import is_leader, lock, log_to_file, prepare
+
+log = logging.getLogger(__name__)
 
 
 def default_precision() -> str:
@@ -75,9 +79,11 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
 def progress_bar(cfg: DictConfig) -> list[L.Callback]:
     """The progress bar callback, redrawn every `log_every_n_steps` steps ([] when it is off).
 
-    Redrawing every step (Lightning's default) costs about 10 ms, a fifth of a log-mel step.
+    Redrawing every step (Lightning's default) costs about 10 ms, a fifth of a log-mel step. The
+    bar is drawn on a terminal only: redirected to a file, its control codes are noise
+    (`ValidationLog` reports progress there).
     """
-    if not cfg.trainer.get("enable_progress_bar", True):
+    if not cfg.trainer.get("enable_progress_bar", True) or not sys.stderr.isatty():
         return []
     return [TQDMProgressBar(refresh_rate=cfg.trainer.log_every_n_steps)]
 
@@ -128,14 +134,33 @@ RECORDED_PACKAGES = (
 
 def run_info(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
     """What a rerun needs to reproduce this run: seed, versions, platform and corpus fingerprint."""
+    corpus = corpus_summary(cfg, datamodule)
     return {
         "seed": cfg.seed,
         "sqa": importlib.metadata.version("sqa"),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": package_versions(RECORDED_PACKAGES),
-        "corpus_fingerprint": datamodule.corpus.fingerprint(),
+        "corpus_fingerprint": corpus["fingerprint"],
         "corpus_clips": len(datamodule.corpus.clips),
+        "corpus": corpus,
+    }
+
+
+def corpus_summary(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
+    """What the model card says about the data: reader, clip counts per split, systems, domains."""
+    corpus = datamodule.corpus
+    return {
+        "reader": cfg.data.corpus.get("_target_"),
+        "fingerprint": corpus.fingerprint(),
+        "clips": {
+            "train": len(datamodule.train_clips),
+            **{f"valid ({name})": len(clips) for name, clips in corpus.valid_sets().items()},
+            **{f"test ({name})": len(clips) for name, clips in corpus.test_sets().items()},
+        },
+        "systems": len({c.system_id for c in corpus.clips}),
+        "domains": list(corpus.domains),
+        "score_range": list(corpus.score_range),
     }
 
 
@@ -145,6 +170,26 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         """Write `checkpoint` to `path`; a kill leaves the previous file or the complete new one."""
         atomic_write(path, lambda fh: torch.save(checkpoint, fh))
+
+
+class ValidationLog(L.Callback):
+    """Logs the step, epoch, training loss and selection score after every validation."""
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """One line per validation, for the console and train.log."""
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        values = ", ".join(
+            f"{key} {float(value):.4f}"
+            for key, value in sorted(trainer.callback_metrics.items())
+            if key in ("train/loss", "val/selection")
+        )
+        log.info("step %d (epoch %d): %s", trainer.global_step, trainer.current_epoch, values)
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The global step at which a Lightning checkpoint was saved (read without loading its tensors)."""
+    return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
 
 
 class RunResult(NamedTuple):
@@ -165,7 +210,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         return _fit_test_export(cfg, Path(run_dir))
     with lock(run_dir):
         prepare(run_dir, cfg.resume, cfg.overwrite)
-        return _fit_test_export(cfg, Path(run_dir))
+        with log_to_file(run_dir):
+            return _fit_test_export(cfg, Path(run_dir))
 
 
 def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
@@ -189,8 +235,9 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     if leader:
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     datamodule, module = build(cfg)
+    info = run_info(cfg, datamodule) if leader else {}
     if leader:
-        atomic_write_text(run_dir / "run_info.json", json.dumps(run_info(cfg, datamodule), indent=2))
+        atomic_write_text(run_dir / "run_info.json", json.dumps(info, indent=2))
         if datamodule.problems:
             atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
     checkpoint = ModelCheckpoint(
@@ -211,16 +258,21 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         enable_version_counter=False,
     )
     history = plots.MetricHistory()
-    callbacks: list[L.Callback] = [checkpoint, resume_point, history, *progress_bar(cfg)]
+    bar = progress_bar(cfg)
+    callbacks: list[L.Callback] = [checkpoint, resume_point, history, ValidationLog(), *bar]
     if cfg.early_stopping_patience:
         callbacks.append(EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience))
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
+    if logger:
+        # The module saves no hyperparameters; the resolved configuration is the run's record.
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer: L.Trainer = instantiate(
         cfg.trainer,
         callbacks=callbacks,
         logger=logger,
         default_root_dir=str(run_dir),
         plugins=[AtomicCheckpointIO()],
+        enable_progress_bar=bool(bar),
     )
     with warnings.catch_warnings():
         # Lightning warns that a mid-epoch resume point needs a resumable loader: the training
@@ -236,13 +288,22 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     for dim, dim_results in module.dimension_results.items():
         atomic_write_text(run_dir / f"metrics_{dim}.json", json.dumps(dim_results, indent=2))
     write_predictions(module.test_predictions, run_dir / "predictions.csv", module.extra_dimensions)
-    figures = plots.write_run_plots(module.test_predictions, results, history.history, run_dir / "plots")
+    figures = plots.write_run_plots(
+        module.test_predictions,
+        results,
+        history.history,
+        run_dir / "plots",
+        score_range=datamodule.corpus.score_range,
+        selected_step=checkpoint_step(checkpoint.best_model_path),
+    )
     plots.log_figures(logger, figures, step=trainer.global_step)
-    print(f"\nTest results (best checkpoint {Path(checkpoint.best_model_path).name}):")
-    print(metrics.format_table(results))
+    log.info(
+        "Test results (best checkpoint %s):\n%s",
+        Path(checkpoint.best_model_path).name,
+        metrics.format_table(results),
+    )
     for dim, dim_results in module.dimension_results.items():
-        print(f"\nTest results, {dim} (clips with a {dim} score):")
-        print(metrics.format_table(dim_results))
+        log.info("Test results, %s (clips with a %s score):\n%s", dim, dim, metrics.format_table(dim_results))
     export_predictor(
         module.predictor,
         export_dir,
@@ -252,6 +313,8 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         dimension_metrics=module.dimension_results,
         overwrite=cfg.overwrite_export,
         f0_extractor=datamodule.f0_extractor,
+        run_info=info,
+        training=OmegaConf.to_container(cfg, resolve=True),
     )
-    print(f"Exported the best model to {export_dir}")
+    log.info("Exported the best model to %s", export_dir)
     return RunResult(results, float(checkpoint.best_model_score))

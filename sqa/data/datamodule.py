@@ -272,8 +272,9 @@ def pad_batch(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tens
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     """Pad a batch: index (B,), wav (B, N), lengths (B,), f0 (B, T') or None, mos, domain (B,), ids.
 
-    Also target (B, K) (NaN where a label is missing), mask (B, K) bool and judge (B,) IDs (None
-    for datasets without judges).
+    Also target (B, K) (NaN where a label is missing), the same labels unrounded as B lists of K
+    floats (`labels`, for evaluation), mask (B, K) bool and judge (B,) IDs (None for datasets
+    without judges).
     """
     wav, lengths = pad_batch([it["wav"] for it in items])
     f0 = pad_batch([it["f0"] for it in items])[0] if items[0].get("f0") is not None else None
@@ -284,6 +285,8 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
         "f0": f0,
         "mos": torch.tensor([it["mos"] for it in items], dtype=torch.float32),
         "target": torch.tensor([it["target"] for it in items], dtype=torch.float32),
+        # The labels as read (Python floats): float32 would turn 4.4 into 4.400000095367432.
+        "labels": [list(it["target"]) for it in items],
         "mask": torch.tensor([it["mask"] for it in items], dtype=torch.bool),
         "judge": torch.tensor([it["judge"] for it in items]) if items[0]["judge"] is not None else None,
         "domain": torch.tensor([it["domain"] for it in items]),
