@@ -7,17 +7,25 @@ python train.py experiment=singmos_pro_ssl data.corpus.root=... model.backbone.c
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from sqa.data.corpus import CorpusError
+from sqa.run_dir import RunDirError
 from sqa.training import run
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    """Train one configuration; returns its best validation score, the objective of sweeps."""
-    return run(cfg, HydraConfig.get().runtime.output_dir).val_selection
+    """Train one configuration; returns the objective of sweeps (the best selection score, errors negated)."""
+    try:
+        return run(cfg, HydraConfig.get().runtime.output_dir).objective
+    except (CorpusError, RunDirError) as err:
+        # The report is the message: print it as text on stderr, not inside a traceback.
+        sys.exit("\n".join(["Error: " + str(err), *getattr(err, "__notes__", [])]))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) .venv in the project root and install sqa with its dependencies.
-# Usage: bash scripts/setup.sh [extra]   e.g. `bash scripts/setup.sh dev` for the test tools.
+# Usage: bash scripts/setup.sh [extra]   default `all` (every feature); `dev` adds the test tools;
+# `bash scripts/setup.sh ""` installs the core only (loading exports and scoring audio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +23,8 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade "pip>=24" "setuptools>=69,<81" wheel
+extra="${1-all}"
 target="."
-[ $# -ge 1 ] && target=".[$1]"
+[ -n "$extra" ] && target=".[$extra]"
 # The constraint reaches pyworld's isolated build through the environment.
 PIP_CONSTRAINT="$PWD/scripts/constraints.txt" .venv/bin/python -m pip install -q -e "$target"

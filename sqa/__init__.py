@@ -1,3 +1,49 @@
-"""sqa: neural MOS prediction for singing quality."""
+"""sqa: neural MOS prediction for singing quality.
+
+    import sqa
+    predictor = sqa.load("runs/my-run")          # an export dir, a run dir or a model.pt
+    predictor.score(audio, sample_rate)          # one float per clip
+
+`import sqa` stays light: torch and the scoring code load on the first `sqa.load`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqa.scoring import Scorer
 
 __version__ = "0.1.0"
+
+
+def load(
+    path: str | Path,
+    device: str = "cpu",
+    batch_size: int = 8,
+    domain: str | int | None = None,
+    chunk_seconds: float | None = None,
+) -> Scorer:
+    """Load an export (its directory, a run directory holding export/, or its model.pt) for scoring.
+
+    The result's `.score(audio, sample_rate)` scores numpy arrays or torch tensors; see
+    `sqa.scoring.Scorer` for `domain` and `chunk_seconds`. An export is read as data only: a
+    hostile one raises `sqa.export.ExportError` before anything is built.
+    """
+    from sqa.scoring import Scorer
+
+    return Scorer(path, device=device, batch_size=batch_size, domain=domain, chunk_seconds=chunk_seconds)
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that `import sqa` (and `sqa-score --help`) does not import torch.
+    if name == "Scorer":
+        from sqa.scoring import Scorer
+
+        return Scorer
+    if name == "ExportError":
+        from sqa.export import ExportError
+
+        return ExportError
+    raise AttributeError(f"module 'sqa' has no attribute {name!r}")

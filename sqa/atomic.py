@@ -2,16 +2,19 @@
 
 A process killed at any moment leaves either the old file or the complete new one. Files get
 the mode a plain `open()` would give them (0644 under the usual umask 022), not mkstemp's 0600,
-so that a group sharing a cluster folder can read a run's outputs.
+so that a group sharing a cluster folder can read a run's outputs. JSON is written strictly:
+undefined values (NaN) as null.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
 def default_mode(directory: bool = False) -> int:
@@ -42,3 +45,26 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` atomically."""
     atomic_write(path, lambda fh: fh.write(text.encode()))
+
+
+def _strict(value: Any) -> Any:
+    """`value` with NaN and ±inf floats as None and numpy scalars/arrays as Python values."""
+    if isinstance(value, Mapping):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(item) for item in value]
+    if hasattr(value, "tolist") and not isinstance(value, str | bytes):
+        return _strict(value.tolist())  # numpy scalars and arrays
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def json_text(value: Any, indent: int | None = 2) -> str:
+    """Strict JSON text of `value`: NaN and ±inf (undefined values) become null, never bare NaN."""
+    return json.dumps(_strict(value), indent=indent, allow_nan=False)
+
+
+def atomic_write_json(path: str | Path, value: Any) -> None:
+    """Write `value` as strict JSON (`json_text`) to `path` atomically."""
+    atomic_write_text(path, json_text(value))

@@ -13,7 +13,6 @@ treats the baseline like a trained model, and prints the metric table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sqa import metrics
-from sqa.atomic import atomic_write_text
+from sqa.atomic import atomic_write_json
 from sqa.data.audio import AudioError
 from sqa.data.corpus import Clip, Corpus, CorpusError, read_csv_manifest, read_singmos_pro, read_vmc24
 from sqa.data.synthetic import load_synthetic
@@ -145,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         [r["system_id"] for r in rows],
         [r["test_set"] for r in rows],
     )
-    atomic_write_text(run_dir / "metrics.json", json.dumps(results, indent=2))
+    atomic_write_json(run_dir / "metrics.json", results)
     write_predictions(rows, run_dir / "predictions.csv")
-    atomic_write_text(run_dir / "run_info.json", json.dumps(run_info(args, len(rows), seconds), indent=2))
+    atomic_write_json(run_dir / "run_info.json", run_info(args, len(rows), seconds))
     print(f"DNSMOS {args.output.upper()} on {len(rows)} test clips ({seconds:.1f} s), written to {run_dir}:")
     print(metrics.format_table(results))
     return 0

@@ -7,14 +7,13 @@ For every test set and the weighted average, at utterance and system level, each
 clips (systems) once and scores both runs on them, so the difference B − A is bootstrapped with
 the runs' shared noise cancelled. Reported: the observed difference, its percentile 95 % interval
 and p = 2·min(share of resampled differences ≤ 0, share ≥ 0) (capped at 1); "significant" when the
-interval excludes 0. For rmse a negative difference means B is better.
+interval excludes 0. For rmse and mse a negative difference means B is better.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import sys
 from pathlib import Path
@@ -23,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from sqa import metrics
+from sqa.atomic import json_text
 
 REQUIRED_COLUMNS = ("sample_id", "system_id", "test_set", "mos", "pred")
+UNDEFINED_COMPARISON = {"diff": math.nan, "ci": None, "p": math.nan, "significant": False, "resamples": 0}
 
 
 def read_predictions(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -87,11 +88,21 @@ def align(path_a: str | Path, path_b: str | Path) -> dict[str, list]:
 
 
 def summarise(observed: float, diffs: np.ndarray) -> dict[str, Any]:
-    """Observed difference, 95 % interval, two-sided p and significance of resampled `diffs` (R,)."""
+    """Observed difference, 95 % interval, two-sided p and significance of resampled `diffs` (R,).
+
+    `resamples` counts the resamples where both runs' metric is defined, which the p-value and
+    interval rest on.
+    """
     valid = diffs[~np.isnan(diffs)]
     lo, hi = metrics.interval(valid)
     p = min(1.0, 2 * min(np.mean(valid <= 0), np.mean(valid >= 0))) if valid.size else math.nan
-    return {"diff": observed, "ci": [lo, hi], "p": float(p), "significant": bool(lo > 0 or hi < 0)}
+    return {
+        "diff": observed,
+        "ci": [lo, hi],
+        "p": float(p),
+        "significant": bool(lo > 0 or hi < 0),
+        "resamples": int(valid.size),
+    }
 
 
 def _level_pairs(
@@ -114,7 +125,12 @@ def compare(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Paired bootstrap of `metric` B − A per test set (sorted) and `avg`, at `utt` and `sys` level.
 
-    Each entry: a, b (observed values), diff, ci [lo, hi], p and significant.
+    Each entry: a, b (observed values), diff, ci [lo, hi], p, significant and resamples (those
+    defining the difference). Where the metric is undefined for either run the entry has
+    `undefined` (the reason) and no difference, interval or p; the average leaves such sets out
+    and then lists the sets it is over under `averaged_over`. With fewer points than
+    `metrics.MIN_INTERVAL_POINTS` the entry has the difference but `no_interval` (the reason)
+    instead of an interval and p.
     """
     groups: dict[str, list[int]] = {}
     for i, name in enumerate(test_sets):
@@ -122,6 +138,8 @@ def compare(
     rng = np.random.default_rng(seed)
     observed: dict[str, dict[str, dict]] = {"a": {}, "b": {}}
     draws: dict[str, dict[str, dict]] = {"a": {}, "b": {}}
+    # Per set and level, why the comparison is undefined (the metric is undefined for A or B).
+    reasons: dict[str, dict[str, str]] = {}
     for name in sorted(groups):
         idx = groups[name]
         t, s = [true[i] for i in idx], [systems[i] for i in idx]
@@ -139,34 +157,76 @@ def compare(
                     **metrics.resampled_metrics(p, tt, shared, (metric,)),
                     "n": len(tt),
                 }
+                reason = metrics.undefined_reasons(p, tt, metrics.UNITS[level], (metric,)).get(metric)
+                if reason is not None:
+                    reasons.setdefault(name, {}).setdefault(level, f"{run.upper()}: {reason}")
+    # The average is over the sets where the metric is defined for both runs, the same for both.
+    over = {
+        level: {metric: [name for name in sorted(groups) if level not in reasons.get(name, {})]}
+        for level in metrics.LEVELS
+    }
     for run in ("a", "b"):
-        observed[run][metrics.AVERAGE_KEY] = metrics.weighted_average(observed[run], (metric,))
-        draws[run][metrics.AVERAGE_KEY] = metrics.weighted_average(draws[run], (metric,))
+        observed[run][metrics.AVERAGE_KEY] = metrics.weighted_average(observed[run], (metric,), over)
+        draws[run][metrics.AVERAGE_KEY] = metrics.weighted_average(draws[run], (metric,), over)
+    for level in metrics.LEVELS:
+        if not over[level][metric]:
+            reasons.setdefault(metrics.AVERAGE_KEY, {})[level] = "undefined in every set"
     result: dict[str, dict[str, dict[str, Any]]] = {}
     for name in observed["a"]:
         result[name] = {}
         for level in metrics.LEVELS:
             a, b = observed["a"][name][level][metric], observed["b"][name][level][metric]
-            diffs = draws["b"][name][level][metric] - draws["a"][name][level][metric]
-            result[name][level] = {"a": a, "b": b, **summarise(b - a, diffs)}
+            reason = reasons.get(name, {}).get(level)
+            if reason is not None:
+                result[name][level] = {"a": a, "b": b, **UNDEFINED_COMPARISON, "undefined": reason}
+                continue
+            sets = over[level][metric] if name == metrics.AVERAGE_KEY else [name]
+            n = sum(observed["a"][s][level]["n"] for s in sets)
+            need = metrics.MIN_INTERVAL_POINTS.get(metric, 2)
+            if n < need:
+                # As in metrics.json: too few points for the bootstrap to mean anything.
+                entry = {**UNDEFINED_COMPARISON, "diff": b - a}
+                entry["no_interval"] = (
+                    f"{metrics.count_text(n, metrics.UNITS[level])} (needs at least {need})"
+                )
+            else:
+                diffs = draws["b"][name][level][metric] - draws["a"][name][level][metric]
+                entry = summarise(b - a, diffs)
+            result[name][level] = {"a": a, "b": b, **entry}
+            if name == metrics.AVERAGE_KEY and len(sets) < len(groups):
+                result[name][level]["averaged_over"] = sets
     return result
+
+
+def _p_text(r: dict[str, Any]) -> str:
+    """The p-value to 3 decimals; `<1/R` where no resample crossed 0 (p is below the resolution)."""
+    if r["p"] == 0:
+        return f"<{1 / r['resamples']:.2g}"
+    return f"{r['p']:.3f}"
 
 
 def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str) -> str:
     """One line per test set and level: A, B, B − A, its interval, p and the verdict."""
-    lower_is_better = metric == "rmse"
+    lower_is_better = metric in metrics.ERROR_METRICS
     lines = [f"{'set':<8} {'level':<5} {'A':>7} {'B':>7} {'B-A':>7}  {'95 % interval':<18} {'p':>6}"]
     for name, block in result.items():
         for level, r in block.items():
+            a, b = (f"{v:>7.3f}" if metrics.defined(v) else f"{'n/a':>7}" for v in (r["a"], r["b"]))
+            if "undefined" in r:
+                lines.append(f"{name:<8} {level:<5} {a} {b} {'n/a':>7}  undefined: {r['undefined']}")
+                continue
             verdict = ""
             if r["significant"]:
                 better = "B" if (r["diff"] < 0) == lower_is_better else "A"
                 verdict = f"  significant ({better} better)"
+            if "averaged_over" in r:
+                verdict += f"  (over {', '.join(r['averaged_over'])})"
+            head = f"{name:<8} {level:<5} {a} {b} {r['diff']:>+7.3f}  "
+            if "no_interval" in r:
+                lines.append(f"{head}no interval: {r['no_interval']}{verdict}")
+                continue
             interval = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]"
-            lines.append(
-                f"{name:<8} {level:<5} {r['a']:>7.3f} {r['b']:>7.3f} {r['diff']:>+7.3f}  "
-                f"{interval:<18} {r['p']:>6.3f}{verdict}"
-            )
+            lines.append(f"{head}{interval:<18} {_p_text(r):>6}{verdict}")
     return "\n".join(lines)
 
 
@@ -209,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "results": result,
         }
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+        Path(args.json).write_text(json_text(summary))
     return 0
 
 

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from sqa import metrics
 from sqa.models.predictor import OVERALL, MOSPredictor, Prediction
+from sqa.selection import SelectionRule
 
 LossFn = Callable[..., torch.Tensor]
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
@@ -20,8 +21,9 @@ OptimizerFactory = Callable[..., torch.optim.Optimizer]
 class MOSModule(L.LightningModule):
     """Trains a predictor with a configurable loss and optimizer; scores every eval set.
 
-    Validation logs `val/selection`: system-level SRCC of the overall MOS averaged over the
-    validation sets weighted by their system counts, the quantity checkpoints are selected on.
+    Validation logs `val/loss` and `val/selection`, the score of the `selection` rule
+    (default: system-level SRCC of the overall MOS averaged over the validation sets weighted by
+    their system counts), the quantity checkpoints are selected on.
     Test results (per set and averaged) of the overall MOS are kept in `test_results`, those of
     the predictor's other score dimensions in `dimension_results` (each over the clips that have
     that label), and per-clip predictions in `test_predictions` (`mos`, `pred`, and
@@ -31,14 +33,20 @@ class MOSModule(L.LightningModule):
     def __init__(
         self,
         predictor: MOSPredictor,
-        loss: LossFn,
-        optimizer: OptimizerFactory,
+        loss: LossFn | None,
+        optimizer: OptimizerFactory | None,
         valid_names: Sequence[str] = (),
         test_names: Sequence[str] = (),
         seed: int = 0,
         bootstrap: int = 1000,
+        selection: SelectionRule | None = None,
     ) -> None:
         super().__init__()
+        self.selection = selection or SelectionRule("srcc", "sys", tuple(valid_names), "sys srcc")
+        # Sums and counts of the training loss since the last validation and of the validation
+        # loss of the current one (losses are batch means: weighted by batch size).
+        self._train_loss = [0.0, 0]
+        self._val_loss = [0.0, 0]
         self.seed = seed
         self.bootstrap = bootstrap
         self.predictor = predictor
@@ -80,10 +88,23 @@ class MOSModule(L.LightningModule):
         out = self(batch)
         loss = self.loss(out, batch["target"], mask=batch["mask"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["mos"]))
+        if self.selection.metric == "train_loss":
+            # Read (a device sync) only when selecting on it.
+            self._train_loss[0] += float(loss.detach())
+            self._train_loss[1] += 1
         return loss
 
-    def _collect(self, batch: dict[str, Any], dataloader_idx: int) -> None:
-        scores = self(batch).scores.float().cpu()
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the training loss since the last validation: a resumed run selects alike."""
+        checkpoint["sqa_train_loss_since_validation"] = list(self._train_loss)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the training loss since the last validation."""
+        self._train_loss = list(checkpoint.get("sqa_train_loss_since_validation", [0.0, 0]))
+
+    def _collect(self, batch: dict[str, Any], dataloader_idx: int) -> Prediction:
+        out = self(batch)
+        scores = out.scores.float().cpu()
         rows = self._outputs.setdefault(dataloader_idx, [])
         for i, sample_id in enumerate(batch["sample_id"]):
             # Labels as read, not their float32 copies: metrics and predictions.csv use the
@@ -100,10 +121,15 @@ class MOSModule(L.LightningModule):
                 row[f"mos_{dim}"] = labels[k]
                 row[f"pred_{dim}"] = float(scores[i, k])
             rows.append(row)
+        return out
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        """Collect predictions of one validation batch."""
-        self._collect(batch, dataloader_idx)
+        """Collect predictions and the loss of one validation batch."""
+        out = self._collect(batch, dataloader_idx)
+        if self.loss is not None:
+            size = len(batch["mos"])
+            self._val_loss[0] += float(self.loss(out, batch["target"], mask=batch["mask"])) * size
+            self._val_loss[1] += size
 
     def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         """Collect predictions of one test batch."""
@@ -144,12 +170,25 @@ class MOSModule(L.LightningModule):
     def on_validation_epoch_start(self) -> None:
         """Start a fresh collection for this validation run."""
         self._outputs = {}
+        self._val_loss = [0.0, 0]
+
+    def _mean_loss(self, totals: list) -> float:
+        """Mean of a [sum, count] accumulator over every DDP rank (NaN when empty)."""
+        summed = self.trainer.strategy.reduce(
+            torch.tensor(totals, dtype=torch.float64, device=self.device), reduce_op="sum"
+        )
+        return float(summed[0] / summed[1]) if summed[1] > 0 else math.nan
 
     def on_validation_epoch_end(self) -> None:
-        """Log per-set system SRCC / utterance RMSE and the selection score."""
+        """Log per-set system SRCC / utterance RMSE, the validation loss and the selection score."""
+        val_loss = self._mean_loss(self._val_loss)
+        train_loss = self._mean_loss(self._train_loss)
+        self._train_loss = [0.0, 0]
         by_dim = self._blocks(self.valid_names)
         if not by_dim:
             return
+        if self.loss is not None:
+            self.log("val/loss", val_loss, add_dataloader_idx=False, sync_dist=True)
         # Metrics are computed from the gathered rows, so every rank logs the same values; the
         # (no-op) sync_dist averaging is what Lightning expects of epoch-level values under DDP.
         for dim, blocks in by_dim.items():
@@ -159,7 +198,7 @@ class MOSModule(L.LightningModule):
                     self.log(f"{prefix}/{name}/{key}", value, add_dataloader_idx=False, sync_dist=True)
         self.log(
             "val/selection",
-            metrics.selection_score(by_dim[OVERALL]),
+            self.selection.score(by_dim.get(OVERALL, {}), val_loss, train_loss),
             prog_bar=True,
             add_dataloader_idx=False,
             sync_dist=True,
@@ -192,6 +231,8 @@ class MOSModule(L.LightningModule):
                 for level in ("utt", "sys"):
                     for key in metrics.METRIC_NAMES:
                         value = block[level][key]
+                        if not metrics.defined(value):
+                            continue  # undefined for this set (see metrics.json's `undefined`)
                         self.log(
                             f"{prefix}/{name}/{level}_{key}", value, add_dataloader_idx=False, sync_dist=True
                         )

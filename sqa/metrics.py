@@ -1,10 +1,17 @@
 """Utterance- and system-level MOS metrics: the one place where scores are computed.
 
-RMSE, LCC (Pearson), SRCC (Spearman), KTAU (Kendall's tau-b) and PAIR_ACC (pairwise preference
-accuracy) at utterance level, and at system level on per-system means (the mean prediction of a
-system's clips against the mean of their true MOS). Averages over test sets weight utterance
+RMSE, MSE, LCC (Pearson), SRCC (Spearman), KTAU (Kendall's tau-b) and PAIR_ACC (pairwise
+preference accuracy) at utterance level, and at system level on per-system means (the mean
+prediction of a system's clips against the mean of their true MOS). Averages over test sets weight utterance
 blocks by clip count and system blocks by system count. Optional bootstrap 95 % intervals
 resample clips (utterance level) or systems (system level). Nothing is rounded.
+
+A metric that is undefined for a set (too few points, constant labels or predictions) is NaN in
+its level block, and the set's block says why under `undefined` ({utt|sys: {metric: reason}});
+averages leave such sets out and list the sets each metric is averaged over under
+`averaged_over` ({utt|sys: {metric: [set, ...]}}); an interval that cannot exist (undefined
+metric, too few points for the bootstrap) is None. Level blocks hold numbers only. Written as
+JSON (`sqa.atomic`), NaN becomes null.
 """
 
 from __future__ import annotations
@@ -15,11 +22,26 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-METRIC_NAMES = ("rmse", "lcc", "srcc", "ktau", "pair_acc")
+METRIC_NAMES = ("rmse", "mse", "lcc", "srcc", "ktau", "pair_acc")
+# Higher is better for these; lower for the error measures.
+RANKING_METRICS = ("lcc", "srcc", "ktau", "pair_acc")
+ERROR_METRICS = ("rmse", "mse")
 LEVELS = ("utt", "sys")
+# What a point is at each level, as the reasons for undefined metrics name it.
+UNITS = {"utt": "clip", "sys": "system"}
 AVERAGE_KEY = "avg"
 CI_KEY = "ci"
 CI_PERCENTILES = (2.5, 97.5)
+UNDEFINED_KEY = "undefined"
+AVERAGED_OVER_KEY = "averaged_over"
+# Fewest points for which a ranking metric is defined (any other metric, an error measure, needs
+# one): with two points every correlation is ±1 whatever the data, and pair_acc needs one pair.
+MIN_POINTS = {"lcc": 3, "srcc": 3, "ktau": 3, "pair_acc": 2}
+# Fewest points for a bootstrap interval (error measures: 2; with one point every resample is
+# that point). A resample with at most two distinct points has a correlation of ±1 or none: at
+# 5 points 1 resample in 10 is such, at 8 fewer than 1 in 2,000, so the percentile ends are no
+# longer set by degenerate draws.
+MIN_INTERVAL_POINTS = {"lcc": 8, "srcc": 8, "ktau": 8, "pair_acc": 8}
 # Elements per block of the O(n²) pairwise computations: bounds their memory (32 MB of float64)
 # whatever the number of clips.
 PAIR_BLOCK = 1 << 22
@@ -44,26 +66,58 @@ def pair_acc(pred: np.ndarray, true: np.ndarray) -> float:
     return credit / untied if untied else math.nan
 
 
+def defined(value: object) -> bool:
+    """True for a metric value that is a number, False for None (JSON null) and NaN."""
+    return value is not None and not math.isnan(value)  # type: ignore[arg-type]
+
+
+def count_text(n: int, unit: str) -> str:
+    """`n` units in words: "1 system", "2 systems"."""
+    return f"{n} {unit}{'' if n == 1 else 's'}"
+
+
+def undefined_reasons(
+    pred: np.ndarray, true: np.ndarray, unit: str = "point", names: Sequence[str] = METRIC_NAMES
+) -> dict[str, str]:
+    """Why each of `names` is undefined for 1-D `pred`/`true` (n,) of `unit`s; defined ones are absent."""
+    n = int(pred.size)
+    reasons = {}
+    for name in names:
+        need = MIN_POINTS.get(name, 1)
+        if n < need:
+            reasons[name] = f"{count_text(n, unit)} (needs at least {need})"
+        elif not (np.isfinite(pred).all() and np.isfinite(true).all()):
+            reasons[name] = "some predictions or labels are not finite"
+        elif name in MIN_POINTS and np.ptp(true) == 0:
+            reasons[name] = f"every {unit} has the same true score"
+        elif name in MIN_POINTS and name != "pair_acc" and np.ptp(pred) == 0:
+            # pair_acc stays defined: constant predictions tie every pair (credit ½ each).
+            reasons[name] = f"every {unit} has the same prediction"
+    return reasons
+
+
 def correlations(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
-    """RMSE, LCC, SRCC, KTAU and PAIR_ACC of 1-D arrays `pred` and `true` (n,) (plus `n`)."""
+    """RMSE, MSE, LCC, SRCC, KTAU and PAIR_ACC of 1-D arrays `pred` and `true` (n,) (plus `n`).
+
+    Metrics that are undefined for these points (see `undefined_reasons`) are NaN.
+    """
     pred = np.asarray(pred, dtype=np.float64)
     true = np.asarray(true, dtype=np.float64)
     if pred.shape != true.shape or pred.ndim != 1:
         raise ValueError(f"pred and true must be 1-D of equal length, got {pred.shape} and {true.shape}")
     n = int(pred.size)
-    rmse = float(np.sqrt(np.mean((pred - true) ** 2))) if n else math.nan
-    acc = pair_acc(pred, true)
-    # Correlations are undefined for fewer than two points or a constant input; report NaN.
-    if n < 2 or np.ptp(pred) == 0 or np.ptp(true) == 0:
-        return {"rmse": rmse, "lcc": math.nan, "srcc": math.nan, "ktau": math.nan, "pair_acc": acc, "n": n}
-    return {
-        "rmse": rmse,
-        "lcc": float(stats.pearsonr(pred, true)[0]),
-        "srcc": float(stats.spearmanr(pred, true)[0]),
-        "ktau": float(stats.kendalltau(pred, true)[0]),
-        "pair_acc": acc,
-        "n": n,
+    reasons = undefined_reasons(pred, true)
+    compute = {
+        "rmse": lambda: float(np.sqrt(np.mean((pred - true) ** 2))),
+        "mse": lambda: float(np.mean((pred - true) ** 2)),
+        "lcc": lambda: float(stats.pearsonr(pred, true)[0]),
+        "srcc": lambda: float(stats.spearmanr(pred, true)[0]),
+        "ktau": lambda: float(stats.kendalltau(pred, true)[0]),
+        "pair_acc": lambda: pair_acc(pred, true),
     }
+    out: dict = {name: math.nan if name in reasons else fn() for name, fn in compute.items()}
+    out["n"] = n
+    return out
 
 
 def _row_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -124,8 +178,9 @@ def resampled_metrics(
     true = np.asarray(true, dtype=np.float64)
     p, t = pred[idx], true[idx]
     out: dict[str, np.ndarray] = {}
-    if "rmse" in names:
-        out["rmse"] = np.sqrt(np.mean((p - t) ** 2, axis=1))
+    if "rmse" in names or "mse" in names:
+        out["mse"] = np.mean((p - t) ** 2, axis=1)
+        out["rmse"] = np.sqrt(out["mse"])
     if "lcc" in names:
         out["lcc"] = _row_pearson(p, t)
     if "srcc" in names:
@@ -156,15 +211,21 @@ def system_means(
     return p_mean, t_mean, names
 
 
-def evaluate(
-    pred: Sequence[float], true: Sequence[float], systems: Sequence[str]
-) -> dict[str, dict[str, float]]:
-    """Utterance (`utt`) and system (`sys`) metric blocks for one test set."""
+def evaluate(pred: Sequence[float], true: Sequence[float], systems: Sequence[str]) -> dict[str, dict]:
+    """Utterance (`utt`) and system (`sys`) metric blocks for one test set.
+
+    Plus `undefined` ({level: {metric: reason}}) where a metric is undefined (NaN).
+    """
     sys_pred, sys_true, _ = system_means(pred, true, systems)
-    return {
-        "utt": correlations(np.asarray(pred), np.asarray(true)),
-        "sys": correlations(sys_pred, sys_true),
+    points = {
+        "utt": (np.asarray(pred, dtype=np.float64), np.asarray(true, dtype=np.float64)),
+        "sys": (sys_pred, sys_true),
     }
+    out: dict[str, dict] = {level: correlations(p, t) for level, (p, t) in points.items()}
+    reasons = {level: undefined_reasons(p, t, UNITS[level]) for level, (p, t) in points.items()}
+    if any(reasons.values()):
+        out[UNDEFINED_KEY] = {level: r for level, r in reasons.items() if r}
+    return out
 
 
 def bootstrap_metrics(
@@ -197,26 +258,67 @@ def interval(values: np.ndarray) -> list[float]:
     return [float(lo), float(hi)]
 
 
-def intervals(draws: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[str, list[float]]]:
-    """The `ci` entry {utt|sys: {metric: [lo, hi]}} of resampled metrics {utt|sys: {metric: (R,)}}."""
-    return {level: {name: interval(draws[level][name]) for name in METRIC_NAMES} for level in LEVELS}
+def intervals(
+    draws: Mapping[str, Mapping[str, np.ndarray]],
+    block: Mapping[str, Mapping],
+    points: Mapping[str, Mapping[str, int]] | None = None,
+) -> dict[str, dict[str, list[float] | None]]:
+    """The `ci` entry {utt|sys: {metric: [lo, hi] or None}} of `block` from its resamples `draws`.
+
+    None where the metric is undefined in `block`, where it rests on fewer points than
+    `MIN_INTERVAL_POINTS` (`points[level][metric]`, else the block's `n`) or where no resample
+    defines it.
+    """
+    out: dict[str, dict[str, list[float] | None]] = {}
+    for level in LEVELS:
+        out[level] = {}
+        for name in METRIC_NAMES:
+            n = points[level][name] if points is not None else int(block[level]["n"])
+            ci = interval(draws[level][name]) if defined(block[level][name]) else [math.nan, math.nan]
+            enough = n >= MIN_INTERVAL_POINTS.get(name, 2)
+            out[level][name] = ci if enough and not math.isnan(ci[0]) else None
+    return out
 
 
 def weighted_average(
-    blocks: Mapping[str, Mapping[str, Mapping]], names: Sequence[str] = METRIC_NAMES
+    blocks: Mapping[str, Mapping[str, Mapping]],
+    names: Sequence[str] = METRIC_NAMES,
+    over: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> dict:
     """Average per-set results `{name: {utt|sys: metrics}}`, weighting each block by its `n`.
 
-    Metric values may be floats or equal-length arrays (resamples), averaged elementwise.
+    Each metric is averaged over the sets `over[level][metric]`, by default those where it is
+    defined; `averaged_over` ({level: {metric: sets}}) lists them, and a metric defined in no set
+    is NaN with its reason under `undefined`. `n` counts every set's points. Metric values may be
+    floats or equal-length arrays (resamples, which need `over`), averaged elementwise.
     """
     out: dict[str, dict] = {}
+    averaged_over: dict[str, dict[str, list[str]]] = {}
+    undefined: dict[str, dict[str, str]] = {}
     for level in LEVELS:
-        items = [b[level] for b in blocks.values()]
-        total = sum(int(m["n"]) for m in items)
-        avg: dict = {"n": total}
+        avg: dict = {"n": sum(int(b[level]["n"]) for b in blocks.values())}
+        used_by_name: dict[str, list[str]] = {}
+        reasons: dict[str, str] = {}
         for name in names:
-            avg[name] = sum(m[name] * m["n"] for m in items) / total if total else math.nan
+            used = (
+                list(over[level][name])
+                if over is not None
+                else [s for s, b in blocks.items() if defined(b[level][name])]
+            )
+            weight = sum(int(blocks[s][level]["n"]) for s in used)
+            if used:
+                avg[name] = sum(blocks[s][level][name] * blocks[s][level]["n"] for s in used) / weight
+            else:
+                avg[name] = math.nan
+                reasons[name] = "undefined in every set"
+            used_by_name[name] = used
+        averaged_over[level] = used_by_name
+        if reasons:
+            undefined[level] = reasons
         out[level] = avg
+    out[AVERAGED_OVER_KEY] = averaged_over
+    if undefined:
+        out[UNDEFINED_KEY] = undefined
     return out
 
 
@@ -231,7 +333,8 @@ def evaluate_sets(
     """Metric blocks for every test set (sorted by name) plus their weighted average under `avg`.
 
     With `bootstrap` resamples (0: none), every block also holds `ci`: {utt|sys: {metric: [lo, hi]}},
-    percentile 95 % intervals; the average's resamples every test set independently and averages.
+    percentile 95 % intervals (None where one cannot exist, see `intervals`); the average's
+    resamples every test set independently and averages those its metric is averaged over.
     """
     groups: dict[str, list[int]] = {}
     for i, name in enumerate(test_sets):
@@ -245,36 +348,80 @@ def evaluate_sets(
         result[name] = evaluate(p, t, s)
         if bootstrap:
             draws[name] = bootstrap_metrics(p, t, s, rng, bootstrap)
-            result[name][CI_KEY] = intervals(draws[name])
-    result[AVERAGE_KEY] = weighted_average(result)
+            result[name][CI_KEY] = intervals(draws[name], result[name])
+    average = weighted_average(result)
     if bootstrap:
-        result[AVERAGE_KEY][CI_KEY] = intervals(weighted_average(draws))
+        over = average[AVERAGED_OVER_KEY]
+        points = {
+            level: {m: sum(int(result[s][level]["n"]) for s in sets) for m, sets in over[level].items()}
+            for level in LEVELS
+        }
+        average[CI_KEY] = intervals(weighted_average(draws, over=over), average, points)
+    result[AVERAGE_KEY] = average
     return result
 
 
-def selection_score(blocks: Mapping[str, Mapping[str, Mapping[str, float]]]) -> float:
-    """System-level SRCC averaged over sets weighted by system count (NaN sets count as 0)."""
-    total = sum(int(b["sys"]["n"]) for b in blocks.values())
+def selection_score(
+    blocks: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str = "srcc", level: str = "sys"
+) -> float:
+    """`metric` at `level` averaged over the sets' blocks, weighted by their count `n` at that level.
+
+    An undefined ranking metric counts as 0 (chance); an undefined error makes the score NaN,
+    which checkpointing ranks last.
+    """
+    total = sum(int(b[level]["n"]) for b in blocks.values())
     if total == 0:
         return math.nan
     acc = 0.0
     for b in blocks.values():
-        srcc = b["sys"]["srcc"]
-        acc += (0.0 if math.isnan(srcc) else srcc) * b["sys"]["n"]
+        value = b[level][metric]
+        if not defined(value):
+            if metric not in RANKING_METRICS:
+                return math.nan
+            value = 0.0
+        acc += value * b[level]["n"]
     return acc / total
 
 
 def _cell(block: Mapping[str, Mapping], level: str, name: str) -> str:
-    """One value, followed by its interval `[lo, hi]` when the block has one."""
-    text = f"{block[level][name]:.3f}"
-    if CI_KEY in block:
-        lo, hi = block[CI_KEY][level][name]
-        text += f" [{lo:.2f}, {hi:.2f}]"
+    """One value (`n/a` where undefined), followed by its interval `[lo, hi]` where one exists."""
+    value = block[level][name]
+    if not defined(value):
+        return "n/a"
+    text = f"{value:.3f}"
+    ci = block.get(CI_KEY, {}).get(level, {}).get(name)
+    if ci is not None:
+        text += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
     return text
 
 
+def _notes(results: Mapping[str, Mapping[str, Mapping]], sets: Sequence[str]) -> list[str]:
+    """Footnotes: why values are n/a, and averages that leave sets out."""
+    notes = []
+    for name in [*sets, AVERAGE_KEY]:
+        for level in LEVELS:
+            by_reason: dict[str, list[str]] = {}
+            for metric, reason in results[name].get(UNDEFINED_KEY, {}).get(level, {}).items():
+                by_reason.setdefault(reason, []).append(metric)
+            label = "Avg" if name == AVERAGE_KEY else name
+            notes += [f"n/a: {label} {level} {', '.join(m)}: {r}" for r, m in by_reason.items()]
+    average = results[AVERAGE_KEY]
+    for level in LEVELS:
+        by_sets: dict[tuple[str, ...], list[str]] = {}
+        for metric, used in average.get(AVERAGED_OVER_KEY, {}).get(level, {}).items():
+            if used and len(used) < len(sets):
+                by_sets.setdefault(tuple(used), []).append(metric)
+        notes += [f"Avg {level} {', '.join(m)}: over {', '.join(u)} only" for u, m in by_sets.items()]
+    return notes
+
+
 def format_table(results: Mapping[str, Mapping[str, Mapping]]) -> str:
-    """Render results as the paper's `R1/R2|R3|Avg` table, one row per level and metric."""
+    """Render results as the paper's `R1/R2|R3|Avg` table, one row per level and metric.
+
+    Undefined values print as `n/a` with their reason below the table, as do averages that
+    leave sets out; intervals print where they exist. Blocks read back from JSON (null for
+    undefined values) render alike.
+    """
     sets = [k for k in results if k != AVERAGE_KEY]
     header = "/".join(sets[:-1]) + ("|" if len(sets) > 1 else "") + sets[-1] + "|Avg"
     lines = [f"{'level':<6} {'metric':<8} {header}"]
@@ -286,6 +433,10 @@ def format_table(results: Mapping[str, Mapping[str, Mapping]]) -> str:
             lines.append(f"{level:<6} {name:<8} {cell}")
     counts = ", ".join(f"{s}: {results[s]['utt']['n']} clips/{results[s]['sys']['n']} systems" for s in sets)
     lines.append(f"({counts})")
+    lines += _notes(results, sets)
     if CI_KEY in results[AVERAGE_KEY]:
-        lines.append("[lo, hi]: bootstrap 95 % intervals")
+        lines.append(
+            "[lo, hi]: bootstrap 95 % intervals, given from "
+            f"{MIN_INTERVAL_POINTS['srcc']} points for correlations and pair_acc, 2 for error measures"
+        )
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from sqa.metrics import AVERAGE_KEY, CI_KEY
+from sqa.metrics import AVERAGE_KEY, CI_KEY, UNDEFINED_KEY
 
 LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
 # Training settings a reader of the card needs; paths (corpus root, pretrained weights) stay out.
@@ -81,6 +81,14 @@ def metrics_table(results: Mapping[str, Any]) -> list[str]:
                 + " | ".join(cells)
                 + " |"
             )
+    reasons = [
+        f"- {'average' if name == AVERAGE_KEY else name}, {LEVEL_NAMES[level]} {metric.upper()}: {why}"
+        for name in order
+        for level, why_by_metric in blocks[name].get(UNDEFINED_KEY, {}).items()
+        for metric, why in why_by_metric.items()
+    ]
+    if reasons:
+        lines += ["", "n/a: undefined for that set:", *reasons]
     if any(CI_KEY in b for b in blocks.values()):
         lines.append("")
         lines.append(

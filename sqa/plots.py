@@ -89,8 +89,11 @@ def _figure(size: tuple[float, float]) -> Figure:
 
 
 def metric_title(heading: str, block: Mapping[str, float]) -> str:
-    """A title line `heading (n=N)` over `RMSE .. LCC .. SRCC .. KTAU ..` from a metrics block."""
-    values = "  ".join(f"{name.upper()} {block[name]:.3f}" for name in metrics.METRIC_NAMES)
+    """A title line `heading (n=N)` over `RMSE .. LCC .. SRCC .. KTAU ..` (n/a where undefined)."""
+    values = "  ".join(
+        f"{name.upper()} {block[name]:.3f}" if metrics.defined(block[name]) else f"{name.upper()} n/a"
+        for name in metrics.METRIC_NAMES
+    )
     return f"{heading} (n={int(block['n'])})\n{values}"
 
 

@@ -4,6 +4,8 @@
 
 Each cell is a label and a glob of run directories (one per seed) holding `metrics.json`. Rows
 are cells; columns are utterance- and system-level RMSE, LCC and SRCC, each as `R1/R2|R3|Avg`.
+A value undefined in some runs (null in metrics.json) is summarised over the others and marked
+`(n=k)`, as is a value of a single run (no ±); `n/a` where no run defines it.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import argparse
 import csv
 import glob
 import json
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from sqa.metrics import AVERAGE_KEY
+from sqa.metrics import AVERAGE_KEY, defined
 
 COLUMNS = [(level, name) for level in ("utt", "sys") for name in ("rmse", "lcc", "srcc")]
 
@@ -32,20 +35,33 @@ def load_runs(pattern: str) -> list[dict]:
     return runs
 
 
-def summarise(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    """Per column: (mean, std) over runs for each test set in order, then the average."""
+def summarise(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float, int]]]:
+    """Per column: (mean, std, count) over the runs defining the value, per test set, then `avg`.
+
+    (nan, nan, 0) where no run defines it; the std is NaN for a single value.
+    """
     sets = [k for k in runs[0] if k != AVERAGE_KEY] + [AVERAGE_KEY]
     out = {}
     for level, name in COLUMNS:
-        values = np.array([[run[s][level][name] for s in sets] for run in runs])
-        std = values.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(sets))
-        out[(level, name)] = list(zip(values.mean(axis=0), std, strict=True))
+        column = []
+        for s in sets:
+            values = np.array([run[s][level][name] for run in runs if defined(run[s][level].get(name))])
+            std = values.std(ddof=1) if values.size > 1 else math.nan
+            column.append((values.mean() if values.size else math.nan, std, int(values.size)))
+        out[(level, name)] = column
     return out
 
 
-def paper_cell(stats: list[tuple[float, float]]) -> str:
-    """`R1/R2|R3|Avg` with mean±std in each place."""
-    parts = [f"{m:.3f}±{s:.3f}" for m, s in stats]
+def paper_cell(stats: list[tuple[float, float, int]], runs: int) -> str:
+    """`R1/R2|R3|Avg` with mean±std in each place; `(n=k)` where fewer than `runs` (or one) define it."""
+    parts = []
+    for mean, std, count in stats:
+        if count == 0:
+            parts.append("n/a")
+            continue
+        # One value has no spread: say so rather than print ±0.000.
+        text = f"{mean:.3f}" + (f"±{std:.3f}" if count > 1 else "")
+        parts.append(text + (f" (n={count})" if count < runs or count == 1 else ""))
     return "/".join(parts[:-2]) + "|" + parts[-2] + "|" + parts[-1]
 
 
@@ -58,7 +74,7 @@ def build_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]
         if not runs:
             raise FileNotFoundError(f"no run directory with metrics.json matches {pattern!r} ({label})")
         stats = summarise(runs)
-        rows.append([label, str(len(runs))] + [paper_cell(stats[c]) for c in COLUMNS])
+        rows.append([label, str(len(runs))] + [paper_cell(stats[c], len(runs)) for c in COLUMNS])
     return header, rows
 
 

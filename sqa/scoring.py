@@ -1,17 +1,39 @@
-"""Score audio with an exported predictor in length-sorted batches (equal to one-by-one scoring)."""
+"""Score audio with an exported predictor: the object behind `sqa.load` and `sqa-score`.
+
+Arrays and files take one path: float32 samples (N, C) -> `downmix_resample` (channel mean,
+soxr resampling to the export's rate) -> optional windows of `chunk_seconds` -> length-sorted
+batches -> the predictor's masked mean over each clip's frames. Batches give the scores of
+one-by-one calls (masked pooling), so batch size and order never change a score. Files are
+decoded in DataLoader workers in batches sorted by their header's length, so decoded audio held
+at once is bounded by the batch, never by the number of inputs. Scoring imports neither
+Lightning nor Hydra; a backbone library is imported only when the export uses it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import math
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader, Dataset
 
-from sqa.data.audio import AudioError, load_audio, pad_to
-from sqa.data.datamodule import pad_batch
+from sqa.data.audio import AudioError, audio_info, downmix_resample, load_audio, pad_to
+from sqa.data.batching import pad_batch
+from sqa.data.pitch import F0Extractor
 from sqa.export import load_export
+from sqa.models.backbone import W2V_HOP
+
+# Peak amplitude below which a clip counts as silent (-80 dBFS).
+SILENCE_PEAK = 1e-4
+
+
+class ClipWarning(UserWarning):
+    """A clip was scored, but its score says little (too short, or silent)."""
 
 
 def resolve_domain(domain: str | int | None, domains: list[str]) -> int:
@@ -28,80 +50,275 @@ def resolve_domain(domain: str | int | None, domains: list[str]) -> int:
     return domains.index(domain)
 
 
+def resolve_device(device: str | torch.device) -> torch.device:
+    """`"auto"` -> the GPU when one is present, else the CPU; any other name must be usable here."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"unknown device {str(device)!r} ({err})") from err
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (resolved.index is not None and resolved.index >= count):
+            raise ValueError(f"device {str(device)!r} is not available: this machine has {count} CUDA GPU(s)")
+    elif resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {str(device)!r} is not available on this machine")
+    return resolved
+
+
+def as_samples(audio: Any, name: str) -> np.ndarray:
+    """Float32 samples (N, C) of a float numpy array or torch tensor, 1-D (N,) or (channels, N)."""
+    if isinstance(audio, torch.Tensor):
+        if not audio.is_floating_point():
+            raise TypeError(f"{name}: expected floating-point samples, got a {audio.dtype} tensor")
+        audio = audio.detach().to("cpu", torch.float32).numpy()
+    array = np.asarray(audio)
+    if not np.issubdtype(array.dtype, np.floating):
+        raise TypeError(
+            f"{name}: expected floating-point samples in [-1, 1], got {array.dtype}; "
+            "scale integer PCM first (e.g. x / 32768 for int16)"
+        )
+    if array.ndim == 1:
+        array = array[:, None]
+    elif array.ndim == 2:
+        if array.shape[0] > array.shape[1]:
+            raise ValueError(
+                f"{name}: a 2-D clip is (channels, samples), got shape {array.shape} (more channels than "
+                "samples); pass its transpose, or a list for several clips"
+            )
+        array = array.T
+    else:
+        raise ValueError(f"{name}: expected a 1-D or (channels, samples) clip, got shape {array.shape}")
+    if array.shape[0] == 0:
+        raise AudioError(f"{name}: the clip holds no samples")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def clip_warning(wav: np.ndarray, sample_rate: int, min_samples: int) -> str | None:
+    """Why a waveform's score says little (shorter than the receptive field, or silent), or None."""
+    if wav.shape[0] < min_samples:
+        return (
+            f"only {wav.shape[0]} samples ({1000 * wav.shape[0] / sample_rate:.1f} ms), shorter than the "
+            f"model's {min_samples}-sample receptive field: padded with silence before scoring"
+        )
+    if max(float(wav.max()), -float(wav.min())) < SILENCE_PEAK:  # no |wav| copy of a long clip
+        return "silent (peak below -80 dBFS): scored, but the score says nothing about singing"
+    return None
+
+
+@dataclass(frozen=True)
+class ClipPreparer:
+    """Turns a waveform (N,) at the model's rate into the pieces the predictor scores.
+
+    A clip longer than `chunk_samples` (None: never) is cut into equal windows (multiples of the
+    20 ms frame hop); each piece is padded to `min_samples` and carries its f0 track when the
+    model has a pitch branch.
+    """
+
+    sample_rate: int
+    min_samples: int
+    chunk_samples: int | None
+    f0_extractor: F0Extractor | None
+
+    def __call__(self, wav: np.ndarray) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """Pieces [(waveform (n,), f0 (T',) or None)] of `wav`, in time order."""
+        pieces = [wav]
+        if self.chunk_samples is not None and wav.shape[0] > self.chunk_samples:
+            count = math.ceil(wav.shape[0] / self.chunk_samples)
+            size = math.ceil(wav.shape[0] / count / W2V_HOP) * W2V_HOP
+            pieces = [wav[start : start + size] for start in range(0, wav.shape[0], size)]
+        padded = [pad_to(piece, self.min_samples) for piece in pieces]
+        if self.f0_extractor is None:
+            return [(piece, None) for piece in padded]
+        return [(piece, self.f0_extractor(piece, self.sample_rate)) for piece in padded]
+
+
+@dataclass(frozen=True)
+class PreparedClip:
+    """One input after decoding: its pieces, or why it could not be read, and any warning."""
+
+    index: int
+    pieces: list[tuple[np.ndarray, np.ndarray | None]]
+    error: str | None = None
+    warning: str | None = None
+
+
+class _FileClips(Dataset):
+    """Decodes file `i` of `paths` (in a DataLoader worker) into a `PreparedClip`."""
+
+    def __init__(self, paths: Sequence[str], prepare: ClipPreparer) -> None:
+        self.paths = paths
+        self.prepare = prepare
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> PreparedClip:
+        try:
+            wav = load_audio(self.paths[index], self.prepare.sample_rate)
+        except AudioError as err:
+            return PreparedClip(index, [], str(err))
+        warning = clip_warning(wav, self.prepare.sample_rate, self.prepare.min_samples)
+        return PreparedClip(index, self.prepare(wav), warning=warning)
+
+
+def _as_list(items: list[PreparedClip]) -> list[PreparedClip]:
+    return items
+
+
 @dataclass(frozen=True)
 class ScoreResult:
-    """The overall score of one input and its other dimensions' scores, or why it failed."""
+    """The overall score of input `index` and its other dimensions' scores, or why it failed."""
 
     path: str
     score: float | None
     error: str | None = None
     dimension_scores: Mapping[str, float] = field(default_factory=dict)
+    warning: str | None = None
+    index: int = 0
 
 
 class Scorer:
-    """Loads an export once and scores waveforms or files of any sample rate and channel count.
+    """An export loaded for scoring arrays (`score`) and files (`score_files`); see `sqa.load`.
 
     A predictor trained with domain IDs scores every clip as coming from `domain` (a domain name
     or index of the export's `domains` list); the default is the first domain of that list
     (annotation batch p1 for SingMOS-Pro). A predictor trained with judges scores as its mean
-    judge. `dimensions` are the export's score dimensions, the overall "mos" first.
+    judge. `dimensions` are the export's score dimensions, the overall "mos" first. With
+    `chunk_seconds`, longer clips are scored in windows of about that length and their scores
+    averaged weighted by frames, which bounds memory (attention is quadratic in length).
     """
 
     def __init__(
         self,
-        export_dir: str | Path,
-        device: str = "cpu",
+        export: str | Path,
+        device: str | torch.device = "cpu",
         batch_size: int = 8,
         domain: str | int | None = None,
+        chunk_seconds: float | None = None,
     ) -> None:
-        self.predictor, self.config, self.f0_extractor = load_export(export_dir)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if chunk_seconds is not None and not chunk_seconds > 0:
+            raise ValueError(f"chunk_seconds must be positive, got {chunk_seconds}")
+        self.device = resolve_device(device)
+        self.predictor, self.config, self.f0_extractor = load_export(export)
+        self.predictor.to(self.device)
         self.dimensions = list(self.predictor.dimensions)
         self.domain = resolve_domain(domain, self.config.get("domains", []))
-        self.device = torch.device(device)
-        self.predictor.to(self.device)
         self.sample_rate = int(self.config["sample_rate"])
         self.min_samples = int(self.predictor.backbone.min_samples)
         self.batch_size = batch_size
+        chunk = None
+        if chunk_seconds is not None:
+            chunk = max(self.min_samples, round(chunk_seconds * self.sample_rate / W2V_HOP) * W2V_HOP)
+        self.prepare = ClipPreparer(self.sample_rate, self.min_samples, chunk, self.f0_extractor)
+
+    def to(self, device: str | torch.device) -> Scorer:
+        """Move the predictor to `device` ("auto", "cpu", "cuda:1", ...); returns self."""
+        self.device = resolve_device(device)
+        self.predictor.to(self.device)
+        return self
+
+    def score(
+        self, audio: Any, sample_rate: int
+    ) -> float | dict[str, float] | list[float] | list[dict[str, float]]:
+        """Score a clip or a list of clips at `sample_rate` Hz (any rate; resampled as files are).
+
+        A clip is a float numpy array or torch tensor, 1-D (samples,) or (channels, samples)
+        (channels are averaged). Returns one float per clip, or a dict {dimension: score} per
+        clip when the model has several score dimensions; a list for a list of clips.
+        """
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int | np.integer) or sample_rate <= 0:
+            raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
+        single = not isinstance(audio, list | tuple)
+        clips = [audio] if single else list(audio)
+        names = ["audio"] if single else [f"audio[{i}]" for i in range(len(clips))]
+        wavs = [
+            downmix_resample(as_samples(clip, name), int(sample_rate), self.sample_rate, name)
+            for clip, name in zip(clips, names, strict=True)
+        ]
+        for wav, name in zip(wavs, names, strict=True):
+            warning = clip_warning(wav, self.sample_rate, self.min_samples)
+            if warning is not None:
+                warnings.warn(f"{name}: {warning}", ClipWarning, stacklevel=2)
+        rows = self.score_dimensions(wavs)
+        out = [row[0] if len(row) == 1 else dict(zip(self.dimensions, row, strict=True)) for row in rows]
+        return out[0] if single else out
 
     def score_waveforms(self, wavs: list[np.ndarray]) -> list[float]:
-        """Overall scores of mono float waveforms (N,) at `sample_rate`, scored whole, in order."""
+        """Overall scores of mono float32 waveforms (N,) at the export's `sample_rate`, in order."""
         return [row[0] for row in self.score_dimensions(wavs)]
 
-    @torch.inference_mode()
     def score_dimensions(self, wavs: list[np.ndarray]) -> list[list[float]]:
-        """Scores of every dimension (one list of K per waveform), scored whole, in order."""
-        order = sorted(range(len(wavs)), key=lambda i: wavs[i].shape[0])
-        scores: list[list[float]] = [[] for _ in wavs]
+        """Scores of every dimension (one list of K per waveform (N,) at `sample_rate`), in order."""
+        clips = [PreparedClip(i, self.prepare(wav)) for i, wav in enumerate(wavs)]
+        return [row for _, row in self._score_prepared(clips)]
+
+    def score_files(self, paths: Iterable[str | Path], num_workers: int = 0) -> Iterator[ScoreResult]:
+        """Score audio files; results come as each batch finishes (`index` is the input position).
+
+        Files are decoded by `num_workers` DataLoader workers (0: in this process) in batches of
+        similar length, sorted by the length in their headers. Unreadable files yield a result
+        with `error` set.
+        """
+        paths = [str(p) for p in paths]
+        lengths: dict[int, float] = {}
+        for i, path in enumerate(paths):
+            try:
+                rate, frames, _ = audio_info(path)
+            except AudioError as err:
+                yield ScoreResult(path, None, str(err), index=i)
+                continue
+            lengths[i] = frames / rate
+        order = sorted(lengths, key=lengths.__getitem__)
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        loader = DataLoader(
+            _FileClips(paths, self.prepare),
+            batch_sampler=batches,
+            num_workers=num_workers,
+            collate_fn=_as_list,
+        )
+        for items in loader:
+            for item in items:
+                if item.error is not None:
+                    yield ScoreResult(paths[item.index], None, item.error, index=item.index)
+            readable = [item for item in items if item.error is None]
+            for item, row in self._score_prepared(readable):
+                extra = dict(zip(self.dimensions[1:], row[1:], strict=True))
+                yield ScoreResult(paths[item.index], row[0], None, extra, item.warning, item.index)
+
+    def _score_prepared(self, clips: list[PreparedClip]) -> list[tuple[PreparedClip, list[float]]]:
+        """Each clip's scores (K,): its pieces' scores weighted by their frame counts."""
+        scores, frames = self._forward([piece for clip in clips for piece in clip.pieces])
+        out = []
+        start = 0
+        for clip in clips:
+            rows = slice(start, start + len(clip.pieces))
+            start = rows.stop
+            if len(clip.pieces) == 1:
+                out.append((clip, scores[rows.start].tolist()))
+                continue
+            weights = frames[rows].astype(np.float64)
+            combined = (scores[rows].astype(np.float64) * weights[:, None]).sum(axis=0) / weights.sum()
+            out.append((clip, combined.tolist()))
+        return out
+
+    @torch.inference_mode()
+    def _forward(self, pieces: list[tuple[np.ndarray, np.ndarray | None]]) -> tuple[np.ndarray, np.ndarray]:
+        """Scores (P, K) and frame counts (P,) of pieces, in length-sorted batches of `batch_size`."""
+        scores = np.zeros((len(pieces), len(self.dimensions)), dtype=np.float32)
+        frames = np.zeros(len(pieces), dtype=np.int64)
+        order = sorted(range(len(pieces)), key=lambda i: pieces[i][0].shape[0])
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
-            padded = [pad_to(wavs[i], self.min_samples) for i in idx]
-            wav, lengths = pad_batch([torch.from_numpy(w) for w in padded])
+            wav, lengths = pad_batch([torch.from_numpy(pieces[i][0]) for i in idx])
             f0 = None
             if self.f0_extractor is not None:
-                tracks = [torch.from_numpy(self.f0_extractor(w, self.sample_rate)) for w in padded]
-                f0 = pad_batch(tracks)[0].to(self.device)
+                f0 = pad_batch([torch.from_numpy(pieces[i][1]) for i in idx])[0].to(self.device)
             domain = torch.full((len(idx),), self.domain, device=self.device)
             out = self.predictor(wav.to(self.device), lengths.to(self.device), domain, f0)
-            for i, s in zip(idx, out.scores.float().cpu().tolist(), strict=True):
-                scores[i] = s
-        return scores
-
-    def score_files(self, paths: Iterable[str | Path], group: int = 256) -> Iterator[ScoreResult]:
-        """Score files in groups of `group`; unreadable files yield a result with `error` set."""
-        pending: list[tuple[str, np.ndarray]] = []
-        for path in paths:
-            try:
-                pending.append((str(path), load_audio(path, self.sample_rate)))
-            except AudioError as err:
-                yield ScoreResult(str(path), None, str(err))
-                continue
-            if len(pending) >= group:
-                yield from self._flush(pending)
-                pending = []
-        yield from self._flush(pending)
-
-    def _flush(self, pending: list[tuple[str, np.ndarray]]) -> Iterator[ScoreResult]:
-        scores = self.score_dimensions([wav for _, wav in pending])
-        for (path, _), row in zip(pending, scores, strict=True):
-            extra = dict(zip(self.dimensions[1:], row[1:], strict=True))
-            yield ScoreResult(path, row[0], dimension_scores=extra)
+            scores[idx] = out.scores.float().cpu().numpy()
+            frames[idx] = out.frame_lengths.cpu().numpy()
+        return scores, frames

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import logging
+import math
 import platform
 import sys
 import warnings
@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import lightning as L
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -20,15 +21,17 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from sqa import metrics, plots
-from sqa.atomic import atomic_write, atomic_write_text
+from sqa.atomic import atomic_write, atomic_write_json, atomic_write_text
+from sqa.data.corpus import CORPUS_READERS, CorpusError, count_labels, format_counts, write_valid_split
 from sqa.data.datamodule import MOSDataModule
-from sqa.data.validate import format_report
+from sqa.data.validate import CorpusProblems, format_report
 from sqa.export import export_predictor
 from sqa.lit_module import MOSModule
 from sqa.models.predictor import OVERALL
 from sqa.predictions import write_predictions
 from sqa.provenance import package_versions
 from sqa.run_dir import is_leader, lock, log_to_file, prepare
+from sqa.selection import SelectionRule, choose_rule, uninformative
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +54,24 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
     # judge embedding; the domain count is the corpus's, the judge count the training split's.
     f0_extractor = instantiate(cfg.f0) if cfg.model.get("pitch") else None
     dimensions = list(cfg.model.get("dimensions") or [OVERALL])
-    datamodule: MOSDataModule = instantiate(
-        cfg.data,
-        f0_extractor=f0_extractor,
-        dimensions=dimensions,
-        judges=bool(cfg.model.get("judge_dim")),
-    )
+    # Before the data module decodes every clip: a missing weights file is found at once.
+    paths = {f"model.backbone.{k}": cfg.model.get("backbone", {}).get(k) for k in ("checkpoint", "path")}
+    paths["init_from.checkpoint"] = cfg.init_from.checkpoint if cfg.get("init_from") else None
+    for key, path in paths.items():
+        if path and not Path(path).expanduser().exists():
+            raise FileNotFoundError(f"{key}: {path} does not exist")
+    try:
+        datamodule: MOSDataModule = instantiate(
+            cfg.data,
+            f0_extractor=f0_extractor,
+            dimensions=dimensions,
+            judges=bool(cfg.model.get("judge_dim")),
+        )
+    except InstantiationException as err:
+        # Hydra wraps the error in a one-line repr; a corpus report is multi-line text.
+        if isinstance(err.__cause__, CorpusError):
+            raise err.__cause__ from None
+        raise
     predictor = instantiate(
         cfg.model, num_domains=len(datamodule.corpus.domains), num_judges=datamodule.num_judges
     )
@@ -64,6 +79,8 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         init_from(predictor, cfg.init_from.checkpoint, list(cfg.init_from.modules))
     if cfg.get("compile"):
         predictor.compile()
+    # Decided from the validation labels alone, so before training: see sqa.selection.
+    valid_counts = {name: count_labels(clips) for name, clips in datamodule.corpus.valid_sets().items()}
     module = MOSModule(
         predictor,
         loss=instantiate(cfg.loss),
@@ -72,12 +89,71 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         test_names=datamodule.test_names,
         seed=cfg.seed,
         bootstrap=cfg.bootstrap,
+        selection=choose_rule(valid_counts, **cfg.get("selection", {})),
     )
     return datamodule, module
 
 
-def progress_bar(cfg: DictConfig) -> list[L.Callback]:
-    """The progress bar callback, redrawn every `log_every_n_steps` steps ([] when it is off).
+def log_interval(cfg: DictConfig, datamodule: MOSDataModule) -> int:
+    """`trainer.log_every_n_steps`, lowered to the training batches of one epoch where fewer.
+
+    An interval longer than an epoch logs nothing per epoch (and draws Lightning's warning).
+    """
+    batches = len(datamodule.train_dataloader())
+    devices, nodes = cfg.trainer.get("devices"), cfg.trainer.get("num_nodes", 1)
+    if isinstance(devices, int) and isinstance(nodes, int) and devices > 0:
+        batches //= devices * nodes
+    return max(1, min(int(cfg.trainer.log_every_n_steps), batches))
+
+
+def recorded_data(cfg: DictConfig) -> dict[str, Any] | None:
+    """The corpus of this run as plain values for an export (None for a reader outside sqa's).
+
+    Interpolations are resolved and the readers' `root`/`path` made absolute, so that
+    `eval.py export=<dir>` finds the same clips from any working directory.
+    """
+    corpus = OmegaConf.to_container(cfg.data.corpus, resolve=True)
+    if corpus.get("_target_") not in CORPUS_READERS:
+        return None
+    for key in ("root", "path"):
+        if isinstance(corpus.get(key), str):
+            corpus[key] = str(Path(corpus[key]).resolve())
+    return {"corpus": corpus, "eval_batch_size": int(cfg.data.eval_batch_size)}
+
+
+def write_test_outputs(
+    module: MOSModule,
+    out_dir: Path,
+    history: plots.History | None = None,
+    heading: str = "Test results",
+    score_range: tuple[float, float] = plots.SCORE_RANGE,
+    selected_step: int | None = None,
+) -> dict[str, Path]:
+    """Write a test phase's metrics.json (metrics_<dim>.json), predictions.csv and plots; log them.
+
+    The one writer of test results: training runs and `eval.py` call it alike. With `history`,
+    the training curves are drawn too (marking `selected_step`). Scatters span `score_range`.
+    Returns the figures by tag.
+    """
+    results = module.test_results
+    atomic_write_json(out_dir / "metrics.json", results)
+    for dim, dim_results in module.dimension_results.items():
+        atomic_write_json(out_dir / f"metrics_{dim}.json", dim_results)
+    write_predictions(module.test_predictions, out_dir / "predictions.csv", module.extra_dimensions)
+    rows, plot_dir = module.test_predictions, out_dir / "plots"
+    if history is not None:
+        figures = plots.write_run_plots(rows, results, history, plot_dir, score_range, selected_step)
+    else:
+        paths = plots.write_test_plots(rows, results, plot_dir, score_range)
+        figures = {f"plots/{path.stem}": path for path in paths}
+    log.info("%s:\n%s", heading, metrics.format_table(results))
+    for dim, dim_results in module.dimension_results.items():
+        log.info("%s, %s (clips with a %s score):\n%s", heading, dim, dim, metrics.format_table(dim_results))
+    return figures
+
+
+def progress_bar(cfg: DictConfig, interval: int | None = None) -> list[L.Callback]:
+    """The progress bar, redrawn every `interval` (default `log_every_n_steps`) steps ([] when off).
 
     Redrawing every step (Lightning's default) costs about 10 ms, a fifth of a log-mel step. The
     bar is drawn on a terminal only: redirected to a file, its control codes are noise
@@ -85,7 +161,7 @@ def progress_bar(cfg: DictConfig) -> list[L.Callback]:
     """
     if not cfg.trainer.get("enable_progress_bar", True) or not sys.stderr.isatty():
         return []
-    return [TQDMProgressBar(refresh_rate=cfg.trainer.log_every_n_steps)]
+    return [TQDMProgressBar(refresh_rate=interval or cfg.trainer.log_every_n_steps)]
 
 
 def init_from(predictor: torch.nn.Module, checkpoint: str | Path, modules: list[str]) -> None:
@@ -193,10 +269,16 @@ def checkpoint_step(path: str | Path) -> int:
 
 
 class RunResult(NamedTuple):
-    """Test metrics (per set and `avg`) and the best validation selection score of a run."""
+    """Test metrics (per set and `avg`), the best validation selection score and its mode."""
 
     test: dict[str, Any]
     val_selection: float
+    selection_mode: str = "max"
+
+    @property
+    def objective(self) -> float:
+        """The best selection score as a quantity to maximise (errors and losses negated), for sweeps."""
+        return self.val_selection if self.selection_mode == "max" else -self.val_selection
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
@@ -234,17 +316,35 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     leader = rank_zero_only.rank == 0
     if leader:
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    datamodule, module = build(cfg)
+    try:
+        datamodule, module = build(cfg)
+    except CorpusProblems as err:
+        if leader:
+            report = run_dir / "data_problems.txt"
+            atomic_write_text(report, format_report(err.problems) + "\n")
+            err.add_note(f"(this report is also in {report})")
+        raise
+    rule: SelectionRule = module.selection
     info = run_info(cfg, datamodule) if leader else {}
     if leader:
-        atomic_write_text(run_dir / "run_info.json", json.dumps(info, indent=2))
+        counts = datamodule.label_counts()
+        log.info("Corpus:\n%s", format_counts(counts))
+        if rule.warning:
+            log.warning("selection: %s", rule.warning)
+        log.info("Selecting checkpoints on %s", rule.describe())
+        info["splits"] = {name: vars(c) for name, c in counts.items()}
+        info["selection"] = rule.record()
+        if datamodule.carved_valid:
+            write_valid_split(datamodule.carved_valid, run_dir / "valid_split.csv")
+            info["valid_split_csv"] = str(run_dir / "valid_split.csv")
+        atomic_write_json(run_dir / "run_info.json", info)
         if datamodule.problems:
             atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
     checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best-{step}",
         monitor="val/selection",
-        mode="max",
+        mode=rule.mode,
         enable_version_counter=False,
     )
     # The resume point: saved after every validation (after the selection callbacks have seen
@@ -258,10 +358,11 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         enable_version_counter=False,
     )
     history = plots.MetricHistory()
-    bar = progress_bar(cfg)
+    interval = log_interval(cfg, datamodule)
+    bar = progress_bar(cfg, interval)
     callbacks: list[L.Callback] = [checkpoint, resume_point, history, ValidationLog(), *bar]
     if cfg.early_stopping_patience:
-        callbacks.append(EarlyStopping("val/selection", mode="max", patience=cfg.early_stopping_patience))
+        callbacks.append(EarlyStopping("val/selection", mode=rule.mode, patience=cfg.early_stopping_patience))
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
     if logger:
         # The module saves no hyperparameters; the resolved configuration is the run's record.
@@ -272,6 +373,7 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         logger=logger,
         default_root_dir=str(run_dir),
         plugins=[AtomicCheckpointIO()],
+        log_every_n_steps=interval,
         enable_progress_bar=bool(bar),
     )
     with warnings.catch_warnings():
@@ -281,29 +383,21 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None)
     trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
     results = module.test_results
+    outcome = RunResult(results, float(checkpoint.best_model_score), rule.mode)
     if not trainer.is_global_zero:
         # The metrics were gathered from every rank; the first rank writes and exports them.
-        return RunResult(results, float(checkpoint.best_model_score))
-    atomic_write_text(run_dir / "metrics.json", json.dumps(results, indent=2))
-    for dim, dim_results in module.dimension_results.items():
-        atomic_write_text(run_dir / f"metrics_{dim}.json", json.dumps(dim_results, indent=2))
-    write_predictions(module.test_predictions, run_dir / "predictions.csv", module.extra_dimensions)
-    figures = plots.write_run_plots(
-        module.test_predictions,
-        results,
+        return outcome
+    best = Path(checkpoint.best_model_path).name
+    report_selection(info, history.history.get("val/selection", []), best, run_dir)
+    figures = write_test_outputs(
+        module,
+        run_dir,
         history.history,
-        run_dir / "plots",
+        heading=f"Test results (best checkpoint {best})",
         score_range=datamodule.corpus.score_range,
         selected_step=checkpoint_step(checkpoint.best_model_path),
     )
     plots.log_figures(logger, figures, step=trainer.global_step)
-    log.info(
-        "Test results (best checkpoint %s):\n%s",
-        Path(checkpoint.best_model_path).name,
-        metrics.format_table(results),
-    )
-    for dim, dim_results in module.dimension_results.items():
-        log.info("Test results, %s (clips with a %s score):\n%s", dim, dim, metrics.format_table(dim_results))
     export_predictor(
         module.predictor,
         export_dir,
@@ -313,8 +407,33 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         dimension_metrics=module.dimension_results,
         overwrite=cfg.overwrite_export,
         f0_extractor=datamodule.f0_extractor,
+        data=recorded_data(cfg),
+        test={"seed": int(cfg.seed), "bootstrap": int(cfg.bootstrap)},
         run_info=info,
         training=OmegaConf.to_container(cfg, resolve=True),
     )
     log.info("Exported the best model to %s", export_dir)
-    return RunResult(results, float(checkpoint.best_model_score))
+    return outcome
+
+
+def report_selection(info: dict[str, Any], scores: list[tuple[int, float]], best: str, run_dir: Path) -> None:
+    """Add the selection's outcome to run_info.json; warn when its score never changed.
+
+    `scores` are the (step, val/selection) pairs of every validation check.
+    """
+    values = [value for _, value in scores]
+    flat = uninformative(values)
+    # NaN (a diverged check) is not JSON: written as null.
+    points = [[step, None if math.isnan(value) else value] for step, value in scores]
+    info["selection"].update(checks=len(values), scores=points, best_checkpoint=best, uninformative=flat)
+    if flat:
+        log.warning(
+            "selection was uninformative: val/selection (%s) stayed at %.4g over all %d validation "
+            "checks, so the first checkpoint (%s) was kept; select on an error measure "
+            "(selection.metric=rmse) or use more validation systems",
+            info["selection"]["rule"],
+            values[0],
+            len(values),
+            best,
+        )
+    atomic_write_json(run_dir / "run_info.json", info)

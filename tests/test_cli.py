@@ -40,7 +40,8 @@ def test_train_tiny_wav2vec2_end_to_end_then_score(synthetic_root, tmp_path):
         rows = list(csv.DictReader(fh))[:6]
     wavs = [str(synthetic_root / "wav" / f"{r['sample_id']}.wav") for r in rows]
     out = tmp_path / "scores.json"
-    run_cli("-m", "sqa.score", "--checkpoint", str(run_dir / "export"), "--output", str(out), *wavs)
+    # A run directory is accepted in place of its export/.
+    run_cli("-m", "sqa.score", "--checkpoint", str(run_dir), "--output", str(out), *wavs)
     scores = {item["path"]: item["score"] for item in json.loads(out.read_text())}
     for wav, row in zip(wavs, rows, strict=True):
         assert scores[wav] == pytest.approx(float(row["pred"]), abs=1e-4)

@@ -96,3 +96,63 @@ def test_runs_as_a_module(corpus, tmp_path):
         check=True,
     )
     assert result.stdout.startswith("pair_acc: B - A over 50 paired resamples (seed 0)")
+
+
+def test_a_set_where_the_metric_is_undefined_is_left_out_of_the_average(corpus, tmp_path, capsys):
+    rng, true, systems, sets = corpus
+    true, systems, sets = list(true), list(systems), list(sets)
+    # A third test set with a single system: no system-level SRCC for either run.
+    true += [3.0, 3.5]
+    systems += ["solo", "solo"]
+    sets += ["test3", "test3"]
+    pred_a = np.array(true) + rng.normal(0, 1.0, len(true))
+    pred_b = np.array(true) + rng.normal(0, 0.3, len(true))
+    a = write_predictions(tmp_path / "a.csv", pred_a, true, systems, sets)
+    b = write_predictions(tmp_path / "b.csv", pred_b, true, systems, sets)
+    out = tmp_path / "cmp.json"
+    assert compare.main([str(a), str(b), "--resamples", "100", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in the JSON"))
+    solo = result["results"]["test3"]["sys"]
+    assert solo["undefined"] == "A: 1 system (needs at least 3)"
+    assert solo["a"] is None and solo["diff"] is None and solo["ci"] is None and not solo["significant"]
+    avg = result["results"]["avg"]["sys"]
+    assert avg["averaged_over"] == ["test1", "test2"] and avg["diff"] is not None
+    # The average's observed values are those of metrics.json, which leaves test3 out alike.
+    expected_b = metrics.evaluate_sets(list(pred_b), true, systems, sets)["avg"]["sys"]["srcc"]
+    assert avg["b"] == pytest.approx(expected_b)
+    assert "test3    sys       n/a     n/a     n/a  undefined: A: 1 system (needs at least 3)" in printed
+    assert "(over test1, test2)" in printed
+
+
+def test_p_below_the_resolution_prints_as_a_bound(corpus, tmp_path, capsys):
+    rng, true, systems, sets = corpus
+    a = write_predictions(tmp_path / "a.csv", true + rng.normal(0, 1.5, len(true)), true, systems, sets)
+    b = write_predictions(tmp_path / "b.csv", true + rng.normal(0, 0.1, len(true)), true, systems, sets)
+    out = tmp_path / "cmp.json"
+    assert compare.main([str(a), str(b), "--resamples", "200", "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    utt = next(line for line in lines if line.startswith("avg      utt"))
+    # No resample of 200 reverses the order: p is below 1/200, not 0.000.
+    assert json.loads(out.read_text())["results"]["avg"]["utt"]["p"] == 0.0
+    assert " <0.005 " in utt and "0.000 " not in utt.split("]")[1]
+    entry = {"a": 0.5, "b": 0.6, "diff": 0.1, "ci": [0.01, 0.2], "p": 0.0, "significant": True}
+    line = compare.format_comparison({"t": {"utt": {**entry, "resamples": 1000}}}, "srcc").splitlines()[1]
+    assert line.endswith(" <0.001  significant (B better)")
+
+
+def test_too_few_points_give_a_difference_but_no_interval():
+    # Five systems of two clips: system-level SRCC is defined, an interval is not (needs 8).
+    true = [float(1 + i // 2) + 0.1 * (i % 2) for i in range(10)]
+    systems = [f"s{i // 2}" for i in range(10)]
+    pred_a = [t + (1.5 if i in (0, 1) else 0.0) for i, t in enumerate(true)]  # s0 above s1
+    result = compare.compare(pred_a, true, true, systems, ["t"] * 10, resamples=100)
+    sys_level = result["t"]["sys"]
+    assert sys_level["a"] == pytest.approx(0.9) and sys_level["b"] == pytest.approx(1.0)
+    assert sys_level["diff"] == pytest.approx(0.1) and sys_level["ci"] is None
+    assert sys_level["no_interval"] == "5 systems (needs at least 8)" and not sys_level["significant"]
+    assert result["t"]["utt"]["ci"] is not None  # ten clips: enough
+    line = next(
+        x for x in compare.format_comparison(result, "srcc").splitlines() if x.startswith("t        sys")
+    )
+    assert line.endswith("+0.100  no interval: 5 systems (needs at least 8)")

@@ -78,7 +78,7 @@ def test_singmos_pro_sample_rate_filter_keeps_16k_only(tmp_path):
         (lambda s, sc: sc["utterance"]["s1-u1"].pop("sys_id"), "missing key 'sys_id'"),
         (lambda s, sc: sc["utterance"]["s1-u1"]["score"].pop("mos"), "missing key 'mos'"),
         (lambda s, sc: sc.pop("utterance"), "missing key 'utterance'"),
-        (lambda s, sc: s["singmospro-p1"].pop("valid"), "missing key 'valid'"),
+        (lambda s, sc: s["singmospro-p1"].pop("train"), "missing key 'train'"),
         (lambda s, sc: sc["utterance"].pop("s2-u1"), "missing key 's2-u1'"),
         (lambda s, sc: sc["utterance"]["s1-u1"]["score"].update(mos="good"), "is not a number"),
     ],
@@ -165,3 +165,56 @@ def test_csv_manifest_keeps_listener_ratings(tmp_path):
     )
     clip = read_csv_manifest(tmp_path / "m.csv").clips[0]
     assert clip.mos == pytest.approx(3.0) and clip.ratings == {"l1": 4.0, "l2": 2.5}
+
+
+MANIFEST = "wav_path,score,system_id,sample_id,split\nx.wav,4,Sängerin,clé,train\n"
+
+
+def test_csv_manifest_with_a_byte_order_mark_reads_its_first_column(tmp_path):
+    write_wav(tmp_path / "x.wav")
+    (tmp_path / "m.csv").write_bytes(b"\xef\xbb\xbf" + MANIFEST.encode("utf-8"))
+    clip = read_csv_manifest(tmp_path / "m.csv").clips[0]
+    assert clip.path == tmp_path / "x.wav" and clip.sample_id == "clé" and clip.system_id == "Sängerin"
+    # The same with CRLF line ends (a spreadsheet's export).
+    (tmp_path / "m.csv").write_bytes(b"\xef\xbb\xbf" + MANIFEST.replace("\n", "\r\n").encode("utf-8"))
+    assert read_csv_manifest(tmp_path / "m.csv").clips[0].sample_id == "clé"
+
+
+def test_latin1_manifest_is_named_and_reads_with_its_encoding(tmp_path):
+    write_wav(tmp_path / "x.wav")
+    (tmp_path / "m.csv").write_bytes(MANIFEST.encode("latin-1"))
+    # 'ä' is byte 0xe4 in Latin-1, on line 2; the error names the file, byte, line and the fix.
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(tmp_path / "m.csv")
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 'm.csv'}: not UTF-8 text (byte 0xe4 on line 2)")
+    assert "data.corpus.encoding" in message
+    clip = read_csv_manifest(tmp_path / "m.csv", encoding="latin-1").clips[0]
+    assert clip.sample_id == "clé" and clip.system_id == "Sängerin"
+    with pytest.raises(CorpusError, match="unknown encoding 'klingon'"):
+        read_csv_manifest(tmp_path / "m.csv", encoding="klingon")
+
+
+def test_metadata_files_with_a_bom_or_another_encoding(tmp_path):
+    root = make_singmos_pro(tmp_path / "pro")
+    split = root / "info" / "split.json"
+    split.write_bytes(b"\xef\xbb\xbf" + split.read_bytes())
+    assert len(read_singmos_pro(root, ["singmospro-p1"]).clips) == 10
+    (tmp_path / "sets").mkdir()
+    for name in ("train", "val", "eval"):
+        (tmp_path / "sets" / f"{name}_mos_list.txt").write_text(f"a-b-sys01-{name},4.0\n")
+    (tmp_path / "sets" / "val_mos_list.txt").write_bytes("a-b-sys\xe9-u1,4.0\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match=r"val_mos_list.txt: not UTF-8 text \(byte 0xe9 on line 1\)"):
+        read_vmc24(tmp_path)
+
+
+def test_score_range_is_the_corpus_scale_and_is_checked(tmp_path):
+    write_wav(tmp_path / "x.wav")
+    (tmp_path / "m.csv").write_text(MANIFEST)
+    assert read_csv_manifest(tmp_path / "m.csv").score_range == (1.0, 5.0)
+    assert read_csv_manifest(tmp_path / "m.csv", score_range=[0, 10]).score_range == (0.0, 10.0)
+    pro = read_singmos_pro(make_singmos_pro(tmp_path / "p"), ["singmospro-p1"], score_range=(0, 100))
+    assert pro.score_range == (0, 100)
+    for bad in ([5, 1], [1], ["low", "high"]):
+        with pytest.raises(ValueError, match="score_range must be"):
+            read_csv_manifest(tmp_path / "m.csv", score_range=bad)

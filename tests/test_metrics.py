@@ -1,9 +1,11 @@
+import json
 import math
 
 import numpy as np
 import pytest
 
 from sqa import metrics
+from sqa.atomic import atomic_write_json, json_text
 
 
 def test_correlations_match_hand_computed_values():
@@ -17,6 +19,23 @@ def test_correlations_match_hand_computed_values():
     assert m["srcc"] == pytest.approx(0.8)
     assert m["ktau"] == pytest.approx(4 / 6)
     assert m["n"] == 4
+
+
+def test_mse_is_the_mean_squared_error_beside_rmse():
+    # Errors 0.5, -1, 0, 2: squared 0.25, 1, 0, 4, mean 5.25 / 4.
+    m = metrics.correlations(np.array([1.5, 2.0, 3.0, 6.0]), np.array([1.0, 3.0, 3.0, 4.0]))
+    assert m["mse"] == pytest.approx(1.3125)
+    assert m["rmse"] == pytest.approx(math.sqrt(1.3125))
+    # System means: a (pred 1.75, true 2), b (pred 4.5, true 3.5): squared errors 1/16 and 1.
+    block = metrics.evaluate([1.5, 2.0, 3.0, 6.0], [1.0, 3.0, 3.0, 4.0], ["a", "a", "b", "b"])
+    assert block["sys"]["mse"] == pytest.approx((1 / 16 + 1) / 2)
+    results = metrics.evaluate_sets(
+        [1.5, 2.0, 3.0, 6.0], [1.0, 3.0, 3.0, 4.0], ["a", "a", "b", "b"], ["t", "t", "u", "u"], 200
+    )
+    # Weighted by clips: set t has squared errors 0.25 and 1, set u 0 and 4.
+    assert results["avg"]["utt"]["mse"] == pytest.approx((0.625 * 2 + 2.0 * 2) / 4)
+    lo, hi = results["u"]["ci"]["utt"]["mse"]
+    assert 0.0 <= lo <= 2.0 <= hi <= 4.0
 
 
 def test_constant_prediction_gives_nan_correlations_not_an_error():
@@ -155,14 +174,15 @@ def test_bootstrap_intervals_contain_estimate_are_seeded_and_shrink_with_n():
 def test_no_bootstrap_leaves_blocks_unchanged_and_nan_resamples_are_ignored():
     plain = metrics.evaluate_sets(*simulated_sets(60))
     assert all("ci" not in block for block in plain.values())
-    # Two systems: many system-level resamples draw one system twice (SRCC undefined).
-    results = metrics.evaluate_sets(
-        [1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 4.0, 3.0], ["a", "a", "b", "b"], ["t"] * 4, 200
-    )
-    lo, hi = results["t"]["ci"]["sys"]["srcc"]
-    assert lo == hi == 1.0
-    one = metrics.evaluate_sets([1.0, 2.0], [3.0, 3.0], ["a", "b"], ["t"] * 2, 50)
-    assert all(math.isnan(v) for v in one["t"]["ci"]["utt"]["srcc"])
+    # Ten clips, one of them with another true score: a resample that misses it (0.9**10, about
+    # 35 %) has constant labels and no SRCC; the interval is that of the other resamples.
+    pred = [float(i) for i in range(10)]
+    true = [1.0] * 9 + [2.0]
+    systems = [f"s{i}" for i in range(10)]
+    results = metrics.evaluate_sets(pred, true, systems, ["t"] * 10, 400, seed=0)
+    draws = metrics.bootstrap_metrics(pred, true, systems, np.random.default_rng(0), 400)["utt"]["srcc"]
+    assert 0.2 < np.isnan(draws).mean() < 0.5
+    np.testing.assert_allclose(results["t"]["ci"]["utt"]["srcc"], np.nanpercentile(draws, [2.5, 97.5]))
 
 
 def test_table_prints_intervals_when_present():
@@ -173,3 +193,196 @@ def test_table_prints_intervals_when_present():
     assert row.split(maxsplit=2)[2].startswith(f"{results['test1']['utt']['srcc']:.3f} [{lo:.2f}, {hi:.2f}]/")
     assert row.count("[") == 4 and row.count("|") == 2
     assert any(line.startswith("sys    pair_acc") for line in table.splitlines())
+
+
+def test_two_points_have_no_correlations_but_an_error_and_a_pair():
+    pred, true = np.array([1.0, 2.0]), np.array([4.0, 3.0])
+    m = metrics.correlations(pred, true)
+    # With two points every correlation is ±1 whatever the data: undefined, not −1.000.
+    assert all(math.isnan(m[name]) for name in ("lcc", "srcc", "ktau"))
+    reasons = metrics.undefined_reasons(pred, true, "system")
+    assert reasons == {name: "2 systems (needs at least 3)" for name in ("lcc", "srcc", "ktau")}
+    assert m["rmse"] == pytest.approx(math.sqrt((9 + 1) / 2))
+    assert m["pair_acc"] == 0.0  # the one pair is ordered the wrong way round
+
+
+def test_one_point_has_only_an_error():
+    block = metrics.evaluate([2.0], [3.5], ["a"])
+    assert block["utt"]["rmse"] == 1.5 and block["utt"]["n"] == 1
+    assert all(math.isnan(block["utt"][name]) for name in ("lcc", "srcc", "ktau", "pair_acc"))
+    assert block["undefined"]["utt"] == {
+        "lcc": "1 clip (needs at least 3)",
+        "srcc": "1 clip (needs at least 3)",
+        "ktau": "1 clip (needs at least 3)",
+        "pair_acc": "1 clip (needs at least 2)",
+    }
+
+
+def test_constant_labels_and_constant_predictions_are_named():
+    labels = metrics.evaluate([1.0, 2.0, 3.0], [3.0, 3.0, 3.0], ["a", "b", "c"])
+    assert set(labels["undefined"]["utt"]) == {"lcc", "srcc", "ktau", "pair_acc"}
+    assert labels["undefined"]["utt"]["srcc"] == "every clip has the same true score"
+    assert labels["undefined"]["sys"]["srcc"] == "every system has the same true score"
+    assert all(math.isnan(labels["utt"][name]) for name in ("lcc", "srcc", "ktau", "pair_acc"))
+    preds = metrics.evaluate([3.0, 3.0, 3.0], [1.0, 2.0, 4.0], ["a", "b", "c"])
+    expected = {n: "every clip has the same prediction" for n in ("lcc", "srcc", "ktau")}
+    assert preds["undefined"]["utt"] == expected
+    assert preds["utt"]["pair_acc"] == 0.5  # every pair tied in the prediction: half credit each
+    defined = metrics.evaluate([1.0, 2.0, 4.0], [1.0, 3.0, 2.0], ["a", "b", "c"])
+    assert "undefined" not in defined and defined["utt"]["srcc"] == pytest.approx(0.5)
+    diverged = metrics.undefined_reasons(np.array([1.0, math.nan, 4.0]), np.array([1.0, 3.0, 2.0]))
+    assert set(diverged) == set(metrics.METRIC_NAMES)
+    assert math.isnan(metrics.correlations(np.array([1.0, math.nan, 4.0]), np.array([1.0, 3.0, 2.0]))["rmse"])
+
+
+def test_average_leaves_out_sets_where_a_metric_is_undefined():
+    # t1: systems a, b, c (means 1, 2, 3 against 1, 3, 2): SRCC 0.5. t2: one system, SRCC
+    # undefined. The average is t1's, over t1 only, not NaN; RMSE averages both (weights 3, 1).
+    results = metrics.evaluate_sets(
+        pred=[1.0, 2.0, 3.0, 2.0, 2.0],
+        true=[1.0, 3.0, 2.0, 4.0, 3.0],
+        systems=["a", "b", "c", "z", "z"],
+        test_sets=["t1", "t1", "t1", "t2", "t2"],
+    )
+    t1, t2, avg = results["t1"]["sys"], results["t2"]["sys"], results["avg"]["sys"]
+    reasons, over = results["t2"]["undefined"]["sys"], results["avg"]["averaged_over"]["sys"]
+    assert math.isnan(t2["srcc"]) and reasons["srcc"] == "1 system (needs at least 3)"
+    assert avg["srcc"] == pytest.approx(0.5) and over["srcc"] == ["t1"]
+    assert over["rmse"] == ["t1", "t2"] and avg["n"] == 4
+    assert avg["rmse"] == pytest.approx((t1["rmse"] * 3 + t2["rmse"] * 1) / 4)
+    assert t2["rmse"] == pytest.approx(1.5)
+    assert "undefined" not in results["avg"]
+    # Undefined in every set: NaN in the average too, with the reason.
+    one = metrics.evaluate_sets([1.0, 2.0], [2.0, 3.0], ["a", "a"], ["t1", "t2"])
+    assert math.isnan(one["avg"]["sys"]["srcc"]) and one["avg"]["averaged_over"]["sys"]["srcc"] == []
+    assert one["avg"]["undefined"]["sys"]["srcc"] == "undefined in every set"
+    # Level blocks hold numbers only (loggers and comparisons iterate them).
+    assert all(isinstance(v, float | int) for v in results["avg"]["sys"].values())
+
+
+def sets_of_systems(counts: dict[str, int], seed: int = 0) -> tuple[list, list, list, list]:
+    """Two clips per system; test set `name` has `counts[name]` systems."""
+    rng = np.random.default_rng(seed)
+    pred, true, systems, sets = [], [], [], []
+    for name, k in counts.items():
+        for i in range(2 * k):
+            q = 1 + (i // 2) * 0.3
+            true.append(q + rng.normal(0, 0.2))
+            pred.append(q + rng.normal(0, 0.5))
+            systems.append(f"{name}-s{i // 2}")
+            sets.append(name)
+    return pred, true, systems, sets
+
+
+def test_intervals_exist_only_with_enough_points():
+    results = metrics.evaluate_sets(*sets_of_systems({"t2": 2, "t5": 5, "t8": 8}), bootstrap=200)
+    ci = {name: results[name]["ci"]["sys"] for name in ("t2", "t5", "t8")}
+    # Two systems: no SRCC, so no interval (the old zero-width [-1, -1]); RMSE has one.
+    assert math.isnan(results["t2"]["sys"]["srcc"]) and ci["t2"]["srcc"] is None
+    assert ci["t2"]["rmse"] is not None and ci["t2"]["rmse"][0] < ci["t2"]["rmse"][1]
+    # Five systems: SRCC defined, but too few points for an interval; eight: both.
+    assert metrics.defined(results["t5"]["sys"]["srcc"]) and ci["t5"]["srcc"] is None
+    assert ci["t8"]["srcc"] is not None
+    # The average is over t5 and t8 (13 systems): its interval exists.
+    assert results["avg"]["averaged_over"]["sys"]["srcc"] == ["t5", "t8"]
+    assert results["avg"]["ci"]["sys"]["srcc"] is not None
+    # One clip: no interval even for RMSE.
+    single = metrics.evaluate_sets([1.0], [2.0], ["a"], ["t"], bootstrap=50)
+    assert single["t"]["ci"]["utt"]["rmse"] is None and single["t"]["utt"]["rmse"] == 1.0
+
+
+def test_average_interval_resamples_the_sets_its_value_averages():
+    # t1 has one system: the system-level SRCC average is t1-free, so its resamples are t9's alone.
+    results = metrics.evaluate_sets(*sets_of_systems({"t1": 1, "t9": 9}), bootstrap=300, seed=2)
+    assert results["avg"]["sys"]["srcc"] == pytest.approx(results["t9"]["sys"]["srcc"])
+    assert results["avg"]["ci"]["sys"]["srcc"] == pytest.approx(results["t9"]["ci"]["sys"]["srcc"])
+
+
+def test_metrics_json_is_strict_and_tables_alike_after_reading_back(tmp_path):
+    results = metrics.evaluate_sets(*sets_of_systems({"t1": 1, "t2": 2, "t9": 9}), bootstrap=100)
+    path = tmp_path / "metrics.json"
+    atomic_write_json(path, results)
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+
+    def refuse(constant):
+        raise AssertionError(f"bare {constant} in metrics.json")
+
+    loaded = json.loads(text, parse_constant=refuse)
+    assert loaded["t1"]["sys"]["srcc"] is None and loaded["t2"]["ci"]["sys"]["srcc"] is None
+    assert loaded["t2"]["undefined"]["sys"]["srcc"] == "2 systems (needs at least 3)"
+    assert metrics.format_table(loaded) == metrics.format_table(results)
+    with pytest.raises(ValueError):
+        json.dumps({"x": math.nan}, allow_nan=False)
+    assert json_text({"x": np.float32("nan"), "y": [np.inf, np.int64(3)]}, indent=None) == (
+        '{"x": null, "y": [null, 3]}'
+    )
+
+
+def test_table_prints_n_a_with_reasons_and_partial_averages():
+    results = metrics.evaluate_sets(*sets_of_systems({"t1": 1, "t2": 2, "t9": 9}), bootstrap=100)
+    table = metrics.format_table(results)
+    lines = table.splitlines()
+    srcc_row = next(line for line in lines if line.startswith("sys    srcc"))
+    cells = srcc_row.split(maxsplit=2)[2]
+    assert cells.startswith("n/a/n/a|")
+    # t9's value has its interval; the average (over t9 only) too.
+    assert cells.count("[") == 2
+    assert "n/a: t1 sys lcc, srcc, ktau: 1 system (needs at least 3)" in lines
+    assert "n/a: t1 sys pair_acc: 1 system (needs at least 2)" in lines
+    assert "n/a: t2 sys lcc, srcc, ktau: 2 systems (needs at least 3)" in lines
+    assert "Avg sys lcc, srcc, ktau: over t9 only" in lines
+    assert "Avg sys pair_acc: over t2, t9 only" in lines
+    rmse_row = next(line for line in lines if line.startswith("sys    rmse"))
+    assert "n/a" not in rmse_row and rmse_row.count("[") == 3  # t1 (1 system) has no interval
+
+
+@pytest.mark.slow
+def test_a_run_with_a_one_system_test_set_writes_strict_json_and_averages_the_rest(tmp_path, capsys):
+    """End to end: test set `solo` has one system; metrics.json is strict, the avg is not NaN."""
+    import soundfile as sf
+    from hydra import compose, initialize_config_dir
+
+    from sqa.training import run
+
+    from .conftest import REPO
+
+    rng = np.random.default_rng(0)
+    rows = ["wav_path,score,system_id,sample_id,split,test_set"]
+    layout = [("train", "", 4, 3), ("valid", "", 3, 2), ("test", "multi", 4, 2), ("test", "solo", 1, 3)]
+    for split, test_set, n_systems, per_system in layout:
+        for s in range(n_systems):
+            for k in range(per_system):
+                name = f"{split}{test_set}-s{s}-{k}"
+                sf.write(tmp_path / f"{name}.wav", 0.1 * rng.standard_normal(4000), 16000)
+                score = 1 + s + 0.5 * k if test_set != "solo" else 2 + k
+                rows.append(f"{name}.wav,{score},{test_set or split}-s{s},{name},{split},{test_set}")
+    (tmp_path / "corpus.csv").write_text("\n".join(rows) + "\n")
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "data=csv",
+                f"data.corpus.path={tmp_path / 'corpus.csv'}",
+                "data.num_workers=0",
+                "trainer.max_steps=2",
+                "trainer.val_check_interval=1",
+                "trainer.log_every_n_steps=1",
+                "trainer.enable_progress_bar=false",
+                "bootstrap=50",
+            ],
+        )
+    results = run(cfg, tmp_path / "run").test
+    text = (tmp_path / "run" / "metrics.json").read_text()
+    saved = json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} in metrics.json"))
+    assert saved["solo"]["sys"]["srcc"] is None and saved["solo"]["ci"]["sys"]["srcc"] is None
+    assert saved["solo"]["undefined"]["sys"]["srcc"] == "1 system (needs at least 3)"
+    assert saved["avg"]["averaged_over"]["sys"]["srcc"] == ["multi"]
+    assert saved["avg"]["sys"]["srcc"] == pytest.approx(results["multi"]["sys"]["srcc"])
+    assert "n/a: solo sys lcc, srcc, ktau: 1 system (needs at least 3)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "run" / "export" / "metrics.json").read_text()) == saved
+    # Undefined values are not logged (no NaN series); defined ones are.
+    (logged,) = (tmp_path / "run").glob("logs/version_*/metrics.csv")
+    columns = logged.read_text().splitlines()[0].split(",")
+    assert "test/solo/sys_rmse" in columns and "test/multi/sys_srcc" in columns
+    assert "test/solo/sys_srcc" not in columns

@@ -19,6 +19,7 @@ METRICS = {
         "utt": {"rmse": 0.5, "srcc": 0.71234, "n": 40},
         "sys": {"rmse": 0.3, "srcc": None, "n": 1},
         "ci": {"utt": {"rmse": [0.4, 0.6], "srcc": [0.6, 0.8]}, "sys": {"rmse": [math.nan, math.nan]}},
+        "undefined": {"sys": {"srcc": "1 system"}},
     },
     "avg": {"utt": {"rmse": 0.5, "srcc": 0.71234, "n": 40}, "sys": {"rmse": 0.3, "srcc": math.nan, "n": 1}},
 }
@@ -51,6 +52,7 @@ def test_metrics_rows_hold_values_and_intervals_and_say_what_is_undefined():
     assert "| test1 | system | 1 | 0.300 | n/a |" in card
     assert "| average | system | 1 | 0.300 | n/a |" in card
     assert card.index("| test1 |") < card.index("| average |")
+    assert "- test1, system SRCC: 1 system" in card
 
 
 def test_data_configuration_software_use_and_citation_sections():

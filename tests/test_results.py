@@ -1,6 +1,9 @@
 import json
 
+import numpy as np
+
 from sqa import metrics, results
+from sqa.atomic import atomic_write_json
 
 
 def write_run(path, shift):
@@ -32,3 +35,52 @@ def test_table_reports_mean_and_std_over_seeds(tmp_path, capsys):
 def test_missing_runs_are_an_error(tmp_path, capsys):
     assert results.main(["--cell", f"X={tmp_path}/none/*"]) == 1
     assert "no run directory" in capsys.readouterr().err
+
+
+def test_undefined_values_are_summarised_over_the_runs_that_define_them(tmp_path, capsys):
+    sets = ["test1"] * 3 + ["test2"] * 3 + ["test3"] * 3
+    true = [1.0, 2.0, 3.0, 1.5, 2.0, 3.5, 2.5, 3.0, 1.5]
+    systems = ["a", "b", "c"] * 3
+    runs = []
+    for seed, pred in enumerate(
+        (
+            [1.0, 2.0, 3.5, 1.0, 2.5, 3.0, 2.0, 4.0, 1.0],
+            [1.5, 2.0, 3.0, 1.0, 2.0, 3.0, 2.0, 3.5, 1.5],
+            # test3 predicted constant: its correlations are undefined (null) in this run.
+            [1.0, 2.5, 3.0, 1.0, 2.5, 3.5, 2.0, 2.0, 2.0],
+        )
+    ):
+        block = metrics.evaluate_sets(pred, true, systems, sets)
+        (tmp_path / "r" / str(seed)).mkdir(parents=True)
+        atomic_write_json(tmp_path / "r" / str(seed) / "metrics.json", block)
+        runs.append(block)
+    assert json.loads((tmp_path / "r" / "2" / "metrics.json").read_text())["test3"]["sys"]["srcc"] is None
+    assert results.main(["--cell", f"X={tmp_path}/r/*"]) == 0
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("| X |"))
+    sys_srcc = row.split(" | ")[-1]
+    values = [r["test3"]["sys"]["srcc"] for r in runs[:2]]
+    mean, std = np.mean(values), np.std(values, ddof=1)
+    assert f"\\|{mean:.3f}±{std:.3f} (n=2)\\|" in sys_srcc
+    assert "nan" not in row
+
+
+def test_single_run_shows_n_1_not_a_zero_spread(tmp_path, capsys):
+    block = write_run(tmp_path / "one" / "0", 0.0)
+    assert results.main(["--cell", f"ONE={tmp_path}/one/*"]) == 0
+    printed = capsys.readouterr().out
+    assert "±" not in printed
+    assert f"{block['test1']['utt']['rmse']:.3f} (n=1)/" in printed
+    header, rows = results.build_table([("ONE", f"{tmp_path}/one/*")])
+    assert rows[0][1] == "1"
+
+
+def test_a_value_no_run_defines_prints_n_a(tmp_path):
+    pred = [1.0, 2.0, 3.0, 2.0, 2.0, 2.0]
+    true = [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
+    block = metrics.evaluate_sets(pred, true, ["a", "b", "c"] * 2, ["test1"] * 3 + ["test2"] * 3)
+    (tmp_path / "r" / "0").mkdir(parents=True)
+    atomic_write_json(tmp_path / "r" / "0" / "metrics.json", block)
+    _, rows = results.build_table([("X", f"{tmp_path}/r/*")])
+    utt_srcc = rows[0][2 + results.COLUMNS.index(("utt", "srcc"))]
+    assert utt_srcc == "1.000 (n=1)|n/a|1.000 (n=1)"

@@ -47,9 +47,12 @@ def compare(run_dirs: list[Path], dims: list[str]) -> dict[str, dict[str, np.nda
 
 
 def cell(values: np.ndarray) -> str:
-    """Mean ± std over runs, to three decimals."""
-    std = values.std(ddof=1) if len(values) > 1 else 0.0
-    return f"{values.mean():.3f} ± {std:.3f}"
+    """Mean ± std over the runs where the value is defined, to three decimals (`n/a`: in none)."""
+    kept = values[~np.isnan(values)]
+    if kept.size == 0:
+        return "n/a"
+    text = f"{kept.mean():.3f}" + (f" ± {kept.std(ddof=1):.3f}" if kept.size > 1 else "")
+    return text + (f" (n={kept.size})" if kept.size < values.size or kept.size == 1 else "")
 
 
 def main() -> None:
@@ -68,7 +71,7 @@ def main() -> None:
     for dim, groups in results.items():
         for name, label in (("head", f"its own {dim} head"), ("overall", "the overall (mos) prediction")):
             print(f"| {dim} | {label} | {cell(groups[name][:, 0])} | {cell(groups[name][:, 1])} |")
-    wins = all((g["head"].mean(axis=0) > g["overall"].mean(axis=0)).all() for g in results.values())
+    wins = all((np.nanmean(g["head"], 0) > np.nanmean(g["overall"], 0)).all() for g in results.values())
     print(f"own heads beat the overall prediction on every dimension and level: {'yes' if wins else 'NO'}")
 
 

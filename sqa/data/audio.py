@@ -30,10 +30,20 @@ def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
         raise AudioError(f"{path}: cannot read audio ({err})") from err
     if data.shape[0] == 0:
         raise AudioError(f"{path}: the file holds no samples")
-    wav = data.mean(axis=1)
+    return downmix_resample(data, sr, sample_rate, str(path))
+
+
+def downmix_resample(data: np.ndarray, orig_sr: int, target_sr: int, name: str) -> np.ndarray:
+    """Average the channels of float32 samples (N, C), check them, resample -> float32 (N',).
+
+    Files (`load_audio`) and in-memory arrays (`sqa.load(...).score`) both go through here, so
+    the same audio gets the same waveform either way.
+    """
+    # One channel is its own mean (exactly); taking it as is saves a copy of a long clip.
+    wav = data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)
     if not np.isfinite(wav).all():
-        raise AudioError(f"{path}: the audio holds NaN or infinite samples")
-    return resample(wav, sr, sample_rate)
+        raise AudioError(f"{name}: the audio holds NaN or infinite samples")
+    return resample(wav, orig_sr, target_sr)
 
 
 def resample(wav: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:

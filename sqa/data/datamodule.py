@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import lightning as L
@@ -13,9 +14,19 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from sqa.data.audio import audio_info, crop_start, load_audio, pad_to
-from sqa.data.corpus import Clip, Corpus, CorpusError
+from sqa.data.batching import pad_batch
+from sqa.data.corpus import (
+    SPLITS,
+    Clip,
+    Corpus,
+    CorpusError,
+    LabelCounts,
+    carve_valid,
+    count_labels,
+    read_valid_split,
+)
 from sqa.data.pitch import F0Extractor
-from sqa.data.validate import format_report, validate_corpus
+from sqa.data.validate import CorpusProblems, format_report, validate_corpus
 from sqa.models.predictor import OVERALL
 
 log = logging.getLogger(__name__)
@@ -260,15 +271,6 @@ class BucketBatchSampler(_EpochRankSampler):
         return iter([[(i, self.epoch) for i in batch] for batch in self._skipped(self.batches())])
 
 
-def pad_batch(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero-pad 1-D tensors to a (B, N_max) batch; returns it and the lengths (B,)."""
-    lengths = torch.tensor([t.shape[0] for t in tensors])
-    out = torch.zeros(len(tensors), int(lengths.max()), dtype=tensors[0].dtype)
-    for i, t in enumerate(tensors):
-        out[i, : t.shape[0]] = t
-    return out, lengths
-
-
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     """Pad a batch: index (B,), wav (B, N), lengths (B,), f0 (B, T') or None, mos, domain (B,), ids.
 
@@ -296,8 +298,72 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def available_cpus() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _names(value: Any) -> bool:
+    return (
+        isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, str) for v in value)
+    )
+
+
+# What each argument of MOSDataModule must be (the words of the error), and the test for it.
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    "a positive integer": lambda v: _integer(v) and v > 0,
+    "an integer >= 0": lambda v: _integer(v) and v >= 0,
+    "an integer": _integer,
+    "a positive number of seconds or null": lambda v: (
+        v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v > 0)
+    ),
+    "true or false": lambda v: isinstance(v, bool),
+    "a list of names or null": lambda v: v is None or _names(v),
+    "a non-empty list of names": lambda v: _names(v) and len(v) > 0,
+    "'raise' or 'skip'": lambda v: v in ("raise", "skip"),
+    "a share in [0, 1)": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1,
+}
+_ARGUMENTS = {
+    "sample_rate": "a positive integer",
+    "batch_size": "a positive integer",
+    "eval_batch_size": "a positive integer",
+    "num_workers": "an integer >= 0",
+    "max_train_seconds": "a positive number of seconds or null",
+    "preload": "true or false",
+    "seed": "an integer",
+    "train_domains": "a list of names or null",
+    "on_error": "'raise' or 'skip'",
+    "bucketing": "true or false",
+    "max_batch_seconds": "a positive number of seconds or null",
+    "dimensions": "a non-empty list of names",
+    "judges": "true or false",
+    "valid_share": "a share in [0, 1)",
+}
+
+
+def _check_arguments(corpus: Corpus, args: Mapping[str, Any]) -> None:
+    """ValueError naming the first of the data module's `args` of a wrong type or value."""
+    for name, kind in _ARGUMENTS.items():
+        if not _KINDS[kind](args[name]):
+            raise ValueError(f"{name} must be {kind}, got {args[name]!r}")
+    unknown = sorted(set(args["train_domains"] or ()) - set(corpus.domains))
+    if unknown:
+        raise ValueError(f"train_domains {unknown} not in the corpus {corpus.domains}")
+
+
 class MOSDataModule(L.LightningDataModule):
-    """Loaders over a `Corpus`: shuffled training clips, per-domain validation, per-set test."""
+    """Loaders over a `Corpus`: shuffled training clips, per-domain validation, per-set test.
+
+    A corpus without validation clips gets a seeded validation split of `valid_share` of every
+    system's training clips (`carve_valid`); `valid_split_csv` (a run's `valid_split.csv`)
+    reuses one instead. The clips moved to validation are `carved_valid`. Only
+    `required_splits` must have clips (evaluation needs only `test`). `num_workers` is capped
+    at the available CPU cores.
+    """
 
     def __init__(
         self,
@@ -316,27 +382,38 @@ class MOSDataModule(L.LightningDataModule):
         max_batch_seconds: float | None = None,
         dimensions: Sequence[str] = (OVERALL,),
         judges: bool = False,
+        valid_share: float = 0.1,
+        valid_split_csv: str | None = None,
+        required_splits: Sequence[str] = SPLITS,
     ) -> None:
         super().__init__()
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        # Arguments first: a typo in the config must not wait for every clip to be decoded.
+        _check_arguments(corpus, locals())
+        self.carved_valid: list[Clip] = []
+        if "valid" in required_splits:
+            corpus = self._with_valid_split(corpus, valid_share, valid_split_csv, seed)
+            if not corpus.split("valid"):
+                raise CorpusError(
+                    "the corpus has no validation clips; set data.valid_share > 0 to carve some"
+                )
         # Validate everything before training starts: stop with the full report, or drop the
         # bad clips and keep the report (`problems`) for the run directory.
-        self.problems = validate_corpus(corpus, sample_rate, MIN_SAMPLES)
+        self.problems = validate_corpus(corpus, sample_rate, MIN_SAMPLES, required_splits)
         if self.problems and on_error == "raise":
-            raise CorpusError(format_report(self.problems) + "\n(set data.on_error=skip to drop these clips)")
+            raise CorpusProblems(self.problems, "(set data.on_error=skip to drop these clips)")
         bad = {p.sample_id for p in self.problems if p.sample_id is not None}
         corpus = corpus.without(bad)
         if self.problems:
             log.warning("%s\nskipped %d clip(s)", format_report(self.problems), len(bad))
-        for split in ("train", "valid", "test"):
+        for split in required_splits:
             if not corpus.split(split):
                 raise CorpusError(f"no usable clips left in the {split} split")
         self.corpus = corpus
         self.sample_rate = sample_rate
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
-        self.num_workers = num_workers
+        # More workers than cores only adds contention (and a DataLoader warning).
+        self.num_workers = min(num_workers, available_cpus())
         self.max_train_seconds = max_train_seconds
         self.preload = preload
         self.seed = seed
@@ -345,7 +422,7 @@ class MOSDataModule(L.LightningDataModule):
         self.bucketing = bucketing
         self.max_batch_seconds = max_batch_seconds
         self.dimensions = list(dimensions)
-        for dim in self.dimensions[1:]:
+        for dim in self.dimensions[1:] if "train" in required_splits else ():
             if not any(dim in c.extra_scores for c in self.train_clips):
                 raise CorpusError(f"no training clip has a {dim!r} score (dimensions: {self.dimensions})")
         # Judges are indexed over the training clips only; evaluation always uses the mean judge.
@@ -356,14 +433,36 @@ class MOSDataModule(L.LightningDataModule):
         )
         self._datasets: dict[str, ClipDataset] = {}
 
+    def _with_valid_split(self, corpus: Corpus, share: float, split_csv: str | None, seed: int) -> Corpus:
+        """The corpus with its validation split read from `split_csv` or carved where it has none."""
+        before = {c.sample_id for c in corpus.split("valid")}
+        if split_csv:
+            corpus = corpus.with_valid(read_valid_split(split_csv), split_csv)
+        elif not before and share:
+            corpus = carve_valid(corpus, share, seed)
+        else:
+            return corpus
+        self.carved_valid = [c for c in corpus.split("valid") if c.sample_id not in before]
+        log.info(
+            "validation split: %d training clip(s) of %d systems moved to validation (%s)",
+            len(self.carved_valid),
+            len({c.system_id for c in self.carved_valid}),
+            f"from {split_csv}" if split_csv else f"carved: {share:g} of each system, seed {seed}",
+        )
+        return corpus
+
+    def label_counts(self) -> dict[str, LabelCounts]:
+        """Clips, systems and distinct labels of the training split, each validation and test set."""
+        counts = {"train": count_labels(self.train_clips)}
+        counts.update({f"valid/{n}": count_labels(c) for n, c in self.corpus.valid_sets().items()})
+        counts.update({f"test/{n}": count_labels(c) for n, c in self.corpus.test_sets().items()})
+        return counts
+
     @property
     def train_clips(self) -> list[Clip]:
         """Training clips (of `train_domains` only, if set)."""
         clips = self.corpus.split("train")
         if self.train_domains is not None:
-            unknown = set(self.train_domains) - set(self.corpus.domains)
-            if unknown:
-                raise ValueError(f"train_domains {sorted(unknown)} not in the corpus {self.corpus.domains}")
             clips = [c for c in clips if c.domain in self.train_domains]
         return clips
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from sqa.atomic import atomic_write
+from sqa.extras import require
 from sqa.masking import frame_mask
 
 HIST_BINS = 120
@@ -92,7 +93,7 @@ class F0Extractor:
     def _dio(self, wav: np.ndarray, sample_rate: int) -> np.ndarray:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pyworld imports the deprecated pkg_resources
-            import pyworld
+            pyworld = require("pyworld", "pitch", "f0 extraction (f0.method=dio)")
 
         x = wav.astype(np.float64)
         f0, t = pyworld.dio(x, sample_rate, self.f0_floor, self.f0_ceil, frame_period=self.frame_period_ms)
@@ -100,9 +101,8 @@ class F0Extractor:
 
     def _fcpe_f0(self, wav: np.ndarray, sample_rate: int) -> np.ndarray:
         if self._fcpe is None:
-            from torchfcpe import spawn_bundled_infer_model
-
-            self._fcpe = spawn_bundled_infer_model(device="cpu")
+            torchfcpe = require("torchfcpe", "pitch", "f0 extraction (f0.method=fcpe)")
+            self._fcpe = torchfcpe.spawn_bundled_infer_model(device="cpu")
         frames = int(len(wav) / (sample_rate * self.frame_period_ms / 1000)) + 1
         with torch.no_grad():
             f0 = self._fcpe.infer(

@@ -290,10 +290,14 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                 split[batch][part].append(utt_id)
             systems[sys_id] = {"mos": float(np.mean(sys_scores))}
     info = root / "info"
-    (info / "split.json").write_text(json.dumps(split, indent=1))
-    (info / "score.json").write_text(json.dumps({"utterance": utterances, "system": systems}, indent=1))
-    (info / "sys_info.json").write_text(json.dumps(sys_info, indent=1))
-    (info / "synthetic.json").write_text(json.dumps(_signature(seed, clips_per_system, systems_per_batch)))
+    (info / "split.json").write_text(json.dumps(split, indent=1, allow_nan=False))
+    (info / "score.json").write_text(
+        json.dumps({"utterance": utterances, "system": systems}, indent=1, allow_nan=False)
+    )
+    (info / "sys_info.json").write_text(json.dumps(sys_info, indent=1, allow_nan=False))
+    (info / "synthetic.json").write_text(
+        json.dumps(_signature(seed, clips_per_system, systems_per_batch), allow_nan=False)
+    )
 
 
 def _split_of(index: int, n: int, has_test: bool) -> str:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from sqa.data.audio import AudioError, load_audio
-from sqa.data.corpus import SPLITS, Corpus
+from sqa.data.corpus import SPLITS, Corpus, CorpusError
 
 
 @dataclass(frozen=True)
@@ -25,13 +26,15 @@ class Problem:
         return f"{self.where}{clip}: {self.what}"
 
 
-def validate_corpus(corpus: Corpus, sample_rate: int, min_samples: int) -> list[Problem]:
+def validate_corpus(
+    corpus: Corpus, sample_rate: int, min_samples: int, splits: Sequence[str] = SPLITS
+) -> list[Problem]:
     """All problems of `corpus` when read at `sample_rate` by a backbone seeing `min_samples`.
 
     Per clip: missing or unreadable audio, no samples, NaN/inf samples, all-silent audio, audio
-    shorter than the receptive field, a score that is NaN or outside `corpus.score_range`, a
-    duplicate sample ID, an unknown system or domain, an unknown split. Per corpus: an empty
-    train, valid or test split.
+    shorter than the receptive field, a score or a judge's rating that is NaN or outside
+    `corpus.score_range`, a duplicate sample ID, an unknown system or domain, an unknown split.
+    Per corpus: an empty split of `splits`.
     """
     problems: list[Problem] = []
     low, high = corpus.score_range
@@ -47,6 +50,11 @@ def validate_corpus(corpus: Corpus, sample_rate: int, min_samples: int) -> list[
             add(f"score is {clip.mos}")
         elif not low <= clip.mos <= high:
             add(f"score {clip.mos} is outside the scale [{low}, {high}]")
+        # A mean inside the scale can hide ratings outside it (a 0-10 rating among 1-5 ones).
+        bad = {j: r for j, r in clip.ratings.items() if not (math.isfinite(r) and low <= r <= high)}
+        if bad:
+            listed = ", ".join(f"{r} by {j!r}" for j, r in sorted(bad.items()))
+            add(f"rating(s) {listed} outside the scale [{low}, {high}] (data.corpus.score_range)")
         if clip.domain not in corpus.domains:
             add(f"unknown domain/batch {clip.domain!r}")
         if corpus.systems is not None and clip.system_id not in corpus.systems:
@@ -68,7 +76,7 @@ def validate_corpus(corpus: Corpus, sample_rate: int, min_samples: int) -> list[
                 f"audio is {wav.shape[0]} samples at {sample_rate} Hz, shorter than the "
                 f"{min_samples}-sample receptive field"
             )
-    for split in SPLITS:
+    for split in splits:
         if not any(c.split == split for c in corpus.clips):
             problems.append(Problem(f"{split} split", None, "is empty"))
     return problems
@@ -79,3 +87,11 @@ def format_report(problems: list[Problem]) -> str:
     lines = [f"{len(problems)} problem(s) in the corpus:"]
     lines += [f"  {p}" for p in problems]
     return "\n".join(lines)
+
+
+class CorpusProblems(CorpusError):
+    """Clips of the corpus have problems: `problems` lists them, the message is the report."""
+
+    def __init__(self, problems: list[Problem], hint: str = "") -> None:
+        self.problems = list(problems)
+        super().__init__(format_report(self.problems) + (f"\n{hint}" if hint else ""))

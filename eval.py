@@ -1,0 +1,12 @@
+"""Hydra entry point: score every test set of a labelled corpus with an exported model.
+
+python eval.py export=runs/x/export                                  # the corpus recorded in the export
+python eval.py export=runs/x/export data=csv data.corpus.path=m.csv  # another labelled corpus
+"""
+
+from __future__ import annotations
+
+from sqa.evaluation import main
+
+if __name__ == "__main__":
+    main()

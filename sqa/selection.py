@@ -1,0 +1,162 @@
+"""Checkpoint selection: the validation score the best checkpoint is chosen on, and its guard.
+
+A ranking metric (SRCC, LCC, KTAU, pair accuracy) can only choose between checkpoints where the
+validation data can rank: with two validation systems the system-level SRCC is ±1 at every
+check, and with two distinct labels the utterance-level one barely moves, so the first
+checkpoint wins. `choose_rule` decides from the validation labels alone, before training,
+which sets a ranking metric is used on, and falls back to an error measure (at utterance level)
+where none can rank. `uninformative` tells afterwards whether the score ever changed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqa import metrics
+from sqa.data.corpus import LabelCounts
+
+LOSS_SCORES = ("loss", "train_loss")
+SELECTION_METRICS = (*metrics.RANKING_METRICS, *metrics.ERROR_METRICS, *LOSS_SCORES)
+FALLBACK_METRICS = (*metrics.ERROR_METRICS, "loss")
+# An error measure needs no ranking: the fallback is computed over clips, the more numerous unit.
+FALLBACK_LEVEL = "utt"
+LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
+
+
+@dataclass(frozen=True)
+class SelectionRule:
+    """The score checkpoints are selected (and early stopping decided) on.
+
+    `metric` at `level` (None for the losses) averaged over the validation `sets`, weighted by
+    their clip or system counts; `mode` is max for ranking metrics, min for errors and losses.
+    `warning` explains a fallback or a forced ranking metric (None when the request was usable).
+    """
+
+    metric: str
+    level: str | None
+    sets: tuple[str, ...]
+    requested: str
+    fallback_used: bool = False
+    warning: str | None = None
+    counts: Mapping[str, LabelCounts] = field(default_factory=dict)
+
+    @property
+    def mode(self) -> str:
+        """`max` for ranking metrics, `min` for error measures and losses."""
+        return "max" if self.metric in metrics.RANKING_METRICS else "min"
+
+    def describe(self) -> str:
+        """One line, e.g. `system-level srcc over valid sets p1, p2 (max)`."""
+        if self.metric == "train_loss":
+            return "training loss since the previous validation (min)"
+        what = (
+            "validation loss" if self.metric == "loss" else f"{LEVEL_NAMES[self.level]}-level {self.metric}"
+        )
+        return f"{what} over valid sets {', '.join(self.sets)} ({self.mode})"
+
+    def score(
+        self,
+        blocks: Mapping[str, Mapping[str, Any]],
+        val_loss: float = math.nan,
+        train_loss: float = math.nan,
+    ) -> float:
+        """The selection score of one validation run from its per-set metric blocks or losses."""
+        if self.metric == "loss":
+            return val_loss
+        if self.metric == "train_loss":
+            return train_loss
+        used = {name: block for name, block in blocks.items() if name in self.sets}
+        return metrics.selection_score(used, self.metric, self.level)
+
+    def record(self) -> dict[str, Any]:
+        """Plain values for run_info.json: the rule used, the request and the sets' counts."""
+        return {
+            "rule": self.describe(),
+            "metric": self.metric,
+            "level": self.level,
+            "mode": self.mode,
+            "sets": list(self.sets),
+            "requested": self.requested,
+            "fallback_used": self.fallback_used,
+            "warning": self.warning,
+            "valid_sets": {name: vars(c) for name, c in self.counts.items()},
+        }
+
+
+def can_rank(counts: LabelCounts, level: str, min_systems: int, min_distinct_labels: int) -> bool:
+    """Whether a validation set can rank checkpoints at `level`.
+
+    System level needs `min_systems` systems with distinct mean labels, utterance level
+    `min_distinct_labels` distinct clip labels.
+    """
+    if level == "sys":
+        return counts.system_labels >= min_systems
+    return counts.labels >= min_distinct_labels
+
+
+def choose_rule(
+    valid_sets: Mapping[str, LabelCounts],
+    metric: str = "srcc",
+    level: str = "sys",
+    fallback: str | None = "rmse",
+    min_systems: int = 5,
+    min_distinct_labels: int = 5,
+) -> SelectionRule:
+    """The selection rule for validation sets with these label counts (the `selection` config).
+
+    A ranking metric is averaged over the sets that can rank (`can_rank`); where none can, the
+    `fallback` error measure (utterance level) or validation loss over every set is used
+    instead. `fallback=None` keeps the ranking metric on every set. Errors and losses are used
+    as asked.
+    """
+    if metric not in SELECTION_METRICS:
+        raise ValueError(f"selection.metric must be one of {list(SELECTION_METRICS)}, got {metric!r}")
+    if level not in LEVEL_NAMES:
+        raise ValueError(f"selection.level must be 'utt' or 'sys', got {level!r}")
+    if fallback is not None and fallback not in FALLBACK_METRICS:
+        raise ValueError(
+            f"selection.fallback must be one of {list(FALLBACK_METRICS)} or null, got {fallback!r}"
+        )
+    names = tuple(valid_sets)
+    requested = metric if metric in LOSS_SCORES else f"{level} {metric}"
+    common = {"requested": requested, "counts": dict(valid_sets)}
+    if metric in LOSS_SCORES:
+        return SelectionRule(metric, None, names, **common)
+    if metric in metrics.ERROR_METRICS:
+        return SelectionRule(metric, level, names, **common)
+    ranking = tuple(n for n in names if can_rank(valid_sets[n], level, min_systems, min_distinct_labels))
+    if ranking == names:
+        return SelectionRule(metric, level, names, **common)
+    need = (
+        f"at least {min_systems} systems with distinct mean labels"
+        if level == "sys"
+        else f"at least {min_distinct_labels} distinct labels"
+    )
+    unfit = "; ".join(f"{n!r}: {valid_sets[n].describe()}" for n in names if n not in ranking)
+    cannot = (
+        f"{LEVEL_NAMES[level]}-level {metric} cannot rank checkpoints on validation set(s) {unfit} "
+        f"(needs {need})"
+    )
+    if fallback is None:
+        warning = f"{cannot}; selection.fallback=null keeps {metric} on every set (may be uninformative)"
+        return SelectionRule(metric, level, names, warning=warning, **common)
+    if ranking:
+        warning = f"{cannot}; they are left out of the selection score"
+        return SelectionRule(metric, level, ranking, warning=warning, **common)
+    fallback_level = None if fallback == "loss" else FALLBACK_LEVEL
+    what = "validation loss" if fallback == "loss" else f"{LEVEL_NAMES[FALLBACK_LEVEL]}-level {fallback}"
+    warning = f"{cannot}; selecting on {what} over all validation clips instead"
+    return SelectionRule(fallback, fallback_level, names, fallback_used=True, warning=warning, **common)
+
+
+def uninformative(values: Sequence[float]) -> bool:
+    """Whether a run's selection scores (one per validation check, two or more) never changed."""
+    if len(values) < 2:
+        return False
+    first = values[0]
+    if math.isnan(first):
+        return all(math.isnan(v) for v in values)
+    return all(not math.isnan(v) and math.isclose(v, first, rel_tol=1e-9, abs_tol=1e-12) for v in values)
