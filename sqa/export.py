@@ -24,6 +24,7 @@ import torch
 import yaml
 
 from sqa.atomic import default_mode, json_text
+from sqa.data.corpus import CORPUS_READERS
 from sqa.data.pitch import F0Extractor
 from sqa.extras import MissingExtraError
 from sqa.models.predictor import MOSPredictor
@@ -46,6 +47,9 @@ TARGET_PLACES = {
     ("model",): frozenset({PREDICTOR_TARGET}),
     ("model", "backbone"): BACKBONE_TARGETS,
     ("f0",): frozenset({F0_TARGET}),
+    # The corpus a run was tested on, for `eval.py`; never built by `load_export`, and
+    # `sqa.data.corpus.recorded_corpus` checks it again before reading it.
+    ("data", "corpus"): CORPUS_READERS,
 }
 # Constructor arguments that read or write files: an export records an architecture, never a
 # path (its weights are in model.pt), so these are refused wherever they appear.

@@ -1,6 +1,7 @@
 """Results tables: read run directories and print the paper's layout with mean ± std over seeds.
 
     sqa-table --cell "SSL=runs/t3/ssl/*" --cell "SSL+MIDI=runs/t3/midi/*" [--csv out.csv]
+    sqa-table --paper --cell "SSL=runs/t3/ssl/*" [--paper-rows recipes/singmos_pro/paper_rows.json:table3]
 
 Each cell is a label and a glob of run directories (one per seed) holding `metrics.json`. Rows
 are cells; columns are utterance- and system-level RMSE, LCC and SRCC, each as `R1/R2|R3|Avg`.
@@ -23,6 +24,8 @@ import numpy as np
 from sqa.metrics import AVERAGE_KEY, defined
 
 COLUMNS = [(level, name) for level in ("utt", "sys") for name in ("rmse", "lcc", "srcc")]
+# The SingMOS-Pro paper's Tables 2 and 3.
+PAPER_COLUMNS = [(level, name) for level in ("utt", "sys") for name in ("mse", "lcc", "srcc")]
 
 
 def load_runs(pattern: str) -> list[dict]:
@@ -78,6 +81,79 @@ def build_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]
     return header, rows
 
 
+def paper_layout_cell(values: list[float | None]) -> str:
+    """The paper's `R1/R2|R3|Avg` with 2 decimals; a missing value prints as "?"."""
+    parts = ["?" if v is None else f"{v:.2f}" for v in values]
+    return "/".join(parts[:-2]) + "|" + parts[-2] + "|" + parts[-1]
+
+
+def paper_means(runs: list[dict], level: str, name: str) -> list[float | None]:
+    """Mean over the runs defining `level`.`name` in each test set, then `avg` (None: no run does)."""
+    sets = [k for k in runs[0] if k != AVERAGE_KEY] + [AVERAGE_KEY]
+    means = []
+    for s in sets:
+        values = [run[s][level][name] for run in runs]
+        values = [v for v in values if v is not None and not math.isnan(v)]
+        means.append(sum(values) / len(values) if values else None)
+    return means
+
+
+def build_paper_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the SingMOS-Pro paper's layout (`--paper`), means over seeds.
+
+    Columns are utterance and system MSE, LCC and SRCC (the paper's "RMSE" column is an MSE),
+    each `R1/R2|R3|Avg` with 2 decimals.
+    """
+    header = ["setting", "runs"] + [f"{level.upper()} {name.upper()}" for level, name in PAPER_COLUMNS]
+    rows = []
+    for label, pattern in cells:
+        paths = [Path(d) / "metrics.json" for d in sorted(glob.glob(pattern))]
+        paths = [path for path in paths if path.is_file()]
+        if not paths:
+            raise FileNotFoundError(f"no run directory with metrics.json matches {pattern!r} ({label})")
+        runs = [json.loads(path.read_text()) for path in paths]
+        for run, path in zip(runs, paths, strict=True):
+            if any("mse" not in block.get(level, {}) for block in run.values() for level in ("utt", "sys")):
+                raise ValueError(
+                    f"{path} has no 'mse' (written before sqa recorded it); re-evaluate the run to "
+                    "print the paper's layout"
+                )
+        rows.append(
+            [label, str(len(runs))] + [paper_layout_cell(paper_means(runs, *c)) for c in PAPER_COLUMNS]
+        )
+    return header, rows
+
+
+def load_paper_rows(spec: str) -> tuple[list[list[str]], str]:
+    """Rows `FILE:TABLE` of published results (label "paper: <setting>") and the file's source note.
+
+    FILE is JSON: {"source": str, "<table>": [{"setting": str, "utt": {"mse": [t1, t2, t3, avg],
+    "lcc": [...], "srcc": [...]}, "sys": {...}}, ...]}; a value not filled in is null.
+    """
+    path, sep, table = spec.rpartition(":")
+    if not sep:
+        raise ValueError(f"--paper-rows needs FILE:TABLE, got {spec!r}")
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: cannot read paper rows ({err})") from err
+    if not isinstance(data, dict) or not isinstance(data.get(table), list):
+        raise ValueError(f"{path}: no list of rows under {table!r}")
+    rows = []
+    for i, row in enumerate(data[table]):
+        where = f"{path}: {table}[{i}]"
+        cells = []
+        for level, name in PAPER_COLUMNS:
+            values = row.get(level, {}).get(name) if isinstance(row, dict) else None
+            if not (isinstance(values, list) and len(values) == 4):
+                raise ValueError(f"{where}: {level}.{name} must be a list [test1, test2, test3, avg]")
+            if not all(v is None or isinstance(v, int | float) for v in values):
+                raise ValueError(f"{where}: {level}.{name} holds something other than numbers or null")
+            cells.append(paper_layout_cell(values))
+        rows.append([f"paper: {row.get('setting', '?')}", "-"] + cells)
+    return rows, str(data.get("source", ""))
+
+
 def markdown(header: list[str], rows: list[list[str]]) -> str:
     """A markdown table; the `|` inside `R1/R2|R3|Avg` cells is escaped."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -90,7 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sqa-table", description=__doc__.split("\n")[0])
     parser.add_argument("--cell", action="append", required=True, help="LABEL=GLOB of run directories")
     parser.add_argument("--csv", help="also write the table as CSV to this file")
+    parser.add_argument(
+        "--paper", action="store_true", help="the paper's layout: utt/sys MSE, LCC, SRCC, 2 decimals"
+    )
+    parser.add_argument(
+        "--paper-rows", metavar="FILE:TABLE", help="with --paper: add the paper's own rows of TABLE from FILE"
+    )
     args = parser.parse_args(argv)
+    if args.paper_rows and not args.paper:
+        parser.error("--paper-rows needs --paper")
     cells = []
     for item in args.cell:
         label, sep, pattern = item.partition("=")
@@ -98,11 +182,17 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--cell needs LABEL=GLOB, got {item!r}")
         cells.append((label, pattern))
     try:
-        header, rows = build_table(cells)
-    except FileNotFoundError as err:
+        header, rows = build_paper_table(cells) if args.paper else build_table(cells)
+        source = ""
+        if args.paper_rows:
+            paper_rows, source = load_paper_rows(args.paper_rows)
+            rows = paper_rows + rows
+    except (FileNotFoundError, ValueError) as err:
         print(f"sqa-table: {err}", file=sys.stderr)
         return 1
     print(markdown(header, rows))
+    if source:
+        print(f"\nPaper rows: {source}")
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
             writer = csv.writer(fh)

@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from sqa.data.corpus import Clip, Corpus, CorpusError, recorded_corpus
 from sqa.evaluation import evaluate, evaluation_corpus
+from sqa.export import ExportError
 from sqa.training import recorded_data, run
 
 from .conftest import REPO
@@ -90,17 +91,23 @@ def test_eval_refuses_a_recorded_reader_outside_sqa(trained, tmp_path):
     (export / "model.pt").write_bytes((run_dir / "export" / "model.pt").read_bytes())
     config = yaml.safe_load((run_dir / "export" / "config.yaml").read_text())
     marker = tmp_path / "ran"
-    for corpus, message in (
-        ({"_target_": "os.system", "command": f"touch {marker}"}, "refusing corpus reader 'os.system'"),
-        (
-            {"_target_": "sqa.data.corpus.read_csv_manifest", "path": "${oc.env:HOME}/m.csv"},
-            "corpus argument 'path' is not a plain value",
-        ),
+    hostile = (
+        {"_target_": "os.system", "command": f"touch {marker}"},
+        {"_target_": "sqa.data.corpus.read_csv_manifest", "path": "${oc.env:HOME}/m.csv"},
+    )
+    # The export loader refuses both before eval.py reads anything ...
+    for corpus, message in zip(
+        hostile, ("refusing to build 'os.system'", "holds an interpolation"), strict=True
     ):
         config["data"]["corpus"] = corpus
         (export / "config.yaml").write_text(yaml.safe_dump(config))
-        with pytest.raises(CorpusError, match=message):
+        with pytest.raises(ExportError, match=message):
             evaluate(compose_eval([f"export={export}"]), tmp_path / "out")
+    # ... and the corpus reader checks the recorded corpus again on its own.
+    messages = ("refusing corpus reader 'os.system'", "corpus argument 'path' is not a plain value")
+    for corpus, message in zip(hostile, messages, strict=True):
+        with pytest.raises(CorpusError, match=message):
+            recorded_corpus(corpus, export / "config.yaml")
     assert not marker.exists()
 
 

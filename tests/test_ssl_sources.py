@@ -13,6 +13,7 @@ import importlib
 import os
 import re
 import socket
+import sys
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from sqa.models.ssl import (
     patch_torchaudio_for_s3prl,
     s3prl_upstream_names,
 )
+
+from .conftest import REPO
 
 LENGTHS = [4800, 2345, 1234, 250]
 CONV = [(128, 10, 5)] + [(128, 3, 2)] * 4 + [(128, 2, 2)] * 2
@@ -129,6 +132,19 @@ def padding_mask(wav: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.arange(wav.shape[1])[None, :] >= lengths[:, None]
 
 
+def fairseq_normalized(wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input fairseq's dataset builds for a normalize=True model, zero-padded to 400 samples.
+
+    fairseq's RawAudioDataset.postprocess (and s3prl's wav2vec2 expert) normalise each unpadded
+    clip with `F.layer_norm(wav, wav.shape)` before the collater pads the batch.
+    """
+    clips = [nn.functional.layer_norm(clip[:n], (n,)) for clip, n in zip(wav, lengths.tolist(), strict=True)]
+    out = torch.zeros(len(clips), max(wav.shape[1], 400))
+    for row, clip in enumerate(clips):
+        out[row, : clip.shape[0]] = clip
+    return out, lengths.clamp_min(400)
+
+
 def torchaudio_source(tmp_path: Path, layer_norm_first: bool = True) -> Source:
     torch.manual_seed(0)
     model = torchaudio.models.wav2vec2_model(
@@ -187,10 +203,11 @@ def s3prl_source(tmp_path: Path) -> Source:
 
 
 def fairseq2_reference(model: nn.Module) -> Reference:
+    """fairseq2's forward on the normalised input that large_lv60k weights expect."""
     from fairseq2.nn import BatchLayout
 
     def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
-        lengths = lengths.clamp_min(400)
+        wav, lengths = fairseq_normalized(wav, lengths)
         layers: list[torch.Tensor] = []
         handle = model.encoder.register_layer_hook(lambda i, out, layout, n: layers.append(out) or True)
         seqs, layout = model.encoder_frontend(wav, BatchLayout.of(wav, lengths.tolist()))
@@ -238,24 +255,27 @@ def fairseq_original_source(tmp_path: Path, post_ln: bool = False) -> Source:
     fairseq itself is not installable here, but s3prl's wav2vec2_model.py is a copy of fairseq's
     module code, so its state dict has fairseq's keys; s3prl's converter writes exactly
     {"task_cfg": cfg["task"], "model_cfg": cfg["model"], "model_weight": state["model"]}, so the
-    inverse below is a fairseq checkpoint. The reference is that fairseq-code model itself.
+    inverse below is a fairseq checkpoint. The reference is that fairseq-code model itself, on
+    the input fairseq's dataset gives it: per-clip normalised where the checkpoint says so.
     """
     if post_ln:
         # The base layout: GroupNorm front end, no conv bias, post-LN transformer.
         model_config = {**FAIRSEQ_TINY, "extractor_mode": "default", "conv_bias": False}
         model_config["layer_norm_first"] = False
         state = {"args": None, "cfg": {"model": model_config, "task": {"normalize": False}}}
-        arch = "base"
+        arch, normalized = "base", False
     else:
         model_config = FAIRSEQ_TINY
         # Checkpoints from 2020 (e.g. wav2vec_vox_new.pt) pickle their argparse args.
         state = {"args": argparse.Namespace(arch="wav2vec2", normalize=True)}
-        arch = "large_lv60k"
+        arch, normalized = "large_lv60k", True
     model = fairseq_reference_model(model_config)
     state["model"] = model.state_dict()
     torch.save(state, tmp_path / "fairseq.pt")
 
     def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
+        if normalized:
+            wav, lengths = fairseq_normalized(wav, lengths)
         lengths = lengths.clamp_min(400)
         result = model.extract_features(wav, padding_mask(wav, lengths))
         first = result["layer_results"][0][0].transpose(0, 1)
@@ -268,13 +288,22 @@ def fairseq_original_source(tmp_path: Path, post_ln: bool = False) -> Source:
 
 
 def transformers_source(tmp_path: Path) -> Source:
-    from transformers import Wav2Vec2Config, Wav2Vec2Model
+    from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2Model
 
     torch.manual_seed(0)
     model = Wav2Vec2Model(Wav2Vec2Config(**TRANSFORMERS_TINY)).eval()
     model.save_pretrained(tmp_path / "hf")
+    # As transformers' fairseq converter writes it for layer-norm models: normalised input.
+    extractor = Wav2Vec2FeatureExtractor(do_normalize=True, return_attention_mask=True)
+    extractor.save_pretrained(tmp_path / "hf")
 
     def reference(wav: torch.Tensor, lengths: torch.Tensor) -> tuple:
+        # The library's own feature extractor normalises each unpadded clip; a clip shorter
+        # than the 400-sample receptive field is zero-padded after that, as in the backbone.
+        clips = [clip[:n].numpy() for clip, n in zip(wav, lengths.tolist(), strict=True)]
+        normed = extractor(clips, sampling_rate=16000, return_tensors="pt", padding=True).input_values
+        wav = nn.functional.pad(normed, (0, max(0, 400 - normed.shape[1])))
+        wav = wav * ~padding_mask(wav, lengths)
         lengths = lengths.clamp_min(400)
         attention_mask = (~padding_mask(wav, lengths)).long()
         output = model(wav, attention_mask=attention_mask, output_hidden_states=True)
@@ -560,3 +589,148 @@ def test_gradient_checkpointing_same_gradients_training_only(source: Source, bat
         with torch.no_grad():
             checkpointed.train()(*batch)
     assert spy.call_count == 0
+
+
+@pytest.mark.parametrize("bundle", ["BASE", "LARGE", "LARGE_LV60K", "XLSR_300M", "XLSR_1B", "XLSR_2B"])
+def test_torchaudio_normalize_table_is_the_bundles_own(bundle: str) -> None:
+    from sqa.models.ssl import TORCHAUDIO_NORMALIZE
+
+    expected = getattr(torchaudio.pipelines, f"WAV2VEC2_{bundle}")._normalize_waveform
+    assert TORCHAUDIO_NORMALIZE[f"wav2vec2_{bundle.lower()}"] is expected
+
+
+def test_torchaudio_generic_builder_needs_normalize() -> None:
+    with pytest.raises(ValueError, match="set normalize: true or false"):
+        TorchaudioWav2Vec2(arch="wav2vec2_model", arch_kwargs=TINY_TORCHAUDIO)
+    assert TorchaudioWav2Vec2(arch="wav2vec2_model", arch_kwargs=TINY_TORCHAUDIO, normalize=True).normalize
+
+
+def test_normalize_is_read_from_the_checkpoint_logged_and_exported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A fairseq .pt whose task says normalize=False, under the large_lv60k arch (table: true).
+    model = fairseq_reference_model(FAIRSEQ_TINY)
+    state = {"cfg": {"model": FAIRSEQ_TINY, "task": {"normalize": False}}, "model": model.state_dict()}
+    torch.save(state, tmp_path / "fairseq.pt")
+    kwargs = {"checkpoint": str(tmp_path / "fairseq.pt"), "config_overrides": FAIRSEQ2_TINY}
+    with caplog.at_level("INFO", logger="sqa.models.ssl"):
+        read = Fairseq2Wav2Vec2(**kwargs)
+    assert read.normalize is False and read.export_config()["normalize"] is False
+    assert "normalize=False (the fairseq checkpoint" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="sqa.models.ssl"):
+        forced = Fairseq2Wav2Vec2(**kwargs, normalize=True)
+    assert forced.normalize is True and forced.export_config()["normalize"] is True
+    assert "overrides the fairseq checkpoint" in caplog.text
+    # Reduced to its weights, the file records nothing: the arch decides.
+    torch.save({"model": model.state_dict()}, tmp_path / "weights.pt")
+    assert Fairseq2Wav2Vec2(checkpoint=str(tmp_path / "weights.pt"), config_overrides=FAIRSEQ2_TINY).normalize
+    # An export rebuilds with the value it stored, whatever the arch says, and without a warning.
+    caplog.clear()
+    with caplog.at_level("INFO", logger="sqa.models.ssl"):
+        rebuilt = instantiate(OmegaConf.create(read.export_config()))
+    assert rebuilt.normalize is False and "overrides" not in caplog.text
+
+
+def test_transformers_normalize_comes_from_the_preprocessor_config(tmp_path: Path) -> None:
+    from transformers import Wav2Vec2FeatureExtractor
+
+    transformers_source(tmp_path)
+    assert TransformersWav2Vec2(path=str(tmp_path / "hf")).normalize is True
+    Wav2Vec2FeatureExtractor(do_normalize=False).save_pretrained(tmp_path / "hf")
+    backbone = TransformersWav2Vec2(path=str(tmp_path / "hf"))
+    assert backbone.normalize is False and backbone.export_config()["normalize"] is False
+    (tmp_path / "hf" / "preprocessor_config.json").unlink()
+    with raises_naming(ValueError, tmp_path / "hf" / "preprocessor_config.json"):
+        TransformersWav2Vec2(path=str(tmp_path / "hf"))
+    assert TransformersWav2Vec2(path=str(tmp_path / "hf"), normalize=True).normalize
+    with pytest.raises(ValueError, match="set normalize"):
+        TransformersWav2Vec2(config=TRANSFORMERS_TINY)
+
+
+def fairseq_args_to_cfg(args: argparse.Namespace) -> dict:
+    """fairseq's `convert_namespace_to_omegaconf` for a wav2vec2 pretraining checkpoint's args.
+
+    Every argparse attribute goes to the task and the model config that have a field of that
+    name (s3prl's AudioPretrainingConfig and Wav2Vec2Config are copies of fairseq's).
+    """
+    import dataclasses as dc
+
+    from s3prl.upstream.wav2vec2.wav2vec2_model import AudioPretrainingConfig, Wav2Vec2Config
+
+    values = vars(args)
+    return {
+        group: {f.name: values[f.name] for f in dc.fields(config) if f.name in values}
+        for group, config in (("task", AudioPretrainingConfig), ("model", Wav2Vec2Config))
+    }
+
+
+@pytest.fixture
+def fake_fairseq(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fairseq.checkpoint_utils.load_checkpoint_to_cpu` for s3prl's converter (fairseq itself
+    does not install here): it loads the file and turns legacy `args` into `cfg`, as fairseq does.
+    """
+
+    def load_checkpoint_to_cpu(path: str, arg_overrides: dict | None = None) -> dict:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        if state.get("args") is not None:
+            state["cfg"] = OmegaConf.create(fairseq_args_to_cfg(state["args"]))
+        return state
+
+    fairseq = types.ModuleType("fairseq")
+    fairseq.checkpoint_utils = types.ModuleType("fairseq.checkpoint_utils")
+    fairseq.checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+    monkeypatch.setitem(sys.modules, "fairseq", fairseq)
+    monkeypatch.setitem(sys.modules, "fairseq.checkpoint_utils", fairseq.checkpoint_utils)
+
+
+def shipped(name: str, **overrides: object) -> nn.Module:
+    """The backbone of conf/model/backbone/<name>.yaml with `overrides`, in eval mode."""
+    config = OmegaConf.merge(OmegaConf.load(REPO / "conf" / "model" / "backbone" / f"{name}.yaml"), overrides)
+    assert "normalize" not in overrides or name == "torchaudio_wav2vec2_large"
+    return instantiate(config).eval()
+
+
+@torch.no_grad()
+def test_one_fairseq_checkpoint_gives_the_same_frames_in_every_runtime(
+    tmp_path: Path, batch: tuple, fake_fairseq: None
+) -> None:
+    """fairseq2 reads the fairseq file itself, s3prl after its own converter, torchaudio after
+    its fairseq importer; all three from their shipped configs. transformers is left out: its
+    fairseq converter is a repository script that the 4.57 wheel does not ship.
+    """
+    from s3prl.upstream.wav2vec2.convert import load_and_convert_fairseq_ckpt
+    from torchaudio.models.wav2vec2.utils import import_fairseq_model
+
+    # A 2020-style fairseq checkpoint (argparse args, normalize=True) of a tiny wav2vec2.
+    model = fairseq_reference_model(FAIRSEQ_TINY)
+    args = argparse.Namespace(arch="wav2vec2", normalize=True, sample_rate=16000, **FAIRSEQ_TINY)
+    torch.save({"args": args, "model": model.state_dict()}, tmp_path / "fairseq.pt")
+    # The reference: fairseq's own forward on the input fairseq's dataset builds (normalised).
+    wav, lengths = batch
+    normalized, padded_lengths = fairseq_normalized(wav, lengths)
+    expected = model.extract_features(normalized, padding_mask(normalized, padded_lengths))["x"]
+
+    # s3prl converts the fairseq checkpoint with its own converter; torchaudio imports the model.
+    load_and_convert_fairseq_ckpt(str(tmp_path / "fairseq.pt"), str(tmp_path / "s3prl.pt"))
+    torch.save(import_fairseq_model(model).state_dict(), tmp_path / "torchaudio.pt")
+    backbones = {
+        "fairseq2": shipped(
+            "fairseq2_wav2vec2_large", checkpoint=str(tmp_path / "fairseq.pt"), config_overrides=FAIRSEQ2_TINY
+        ),
+        "s3prl": shipped("s3prl", checkpoint=str(tmp_path / "s3prl.pt"), upstream=None),
+        # A torchaudio state_dict carries no input contract: the checkpoint's is passed on.
+        "torchaudio": shipped(
+            "torchaudio_wav2vec2_large",
+            arch="tiny",
+            checkpoint=str(tmp_path / "torchaudio.pt"),
+            normalize=True,
+        ),
+    }
+    for name, backbone in backbones.items():
+        frames, frame_lengths = backbone(wav, lengths)
+        assert backbone.normalize is True, name
+        assert torch.equal(frame_lengths, conv_frame_lengths(padded_lengths)), name
+        for row, n in enumerate(frame_lengths.tolist()):
+            torch.testing.assert_close(frames[row, :n], expected[row, :n], atol=1e-4, rtol=0, msg=name)

@@ -10,10 +10,8 @@ PY=${PYTHON:-.venv/bin/python}
 # BASE holds the experiment(s) both stages share, e.g. BASE=singmos_pro_ssl for the paper.
 stage1=(mdf_stage1) stage2=(mdf_stage2)
 if [ -n "${BASE:-}" ]; then stage1=("$BASE" mdf_stage1) stage2=("$BASE" mdf_stage2); fi
-modules="[backbone,head]"
-for arg in "$@"; do
-    case $arg in model.domain_dim=null) ;; model.domain_dim=*) modules="[backbone,head,domain]" ;; esac
-done
 "$PY" train.py "experiment=[$(IFS=,; echo "${stage1[*]}")]" hydra.run.dir="$RUN/stage1" "$@"
+# Stage 2 copies every trained part of stage 1: backbone, head, and its domain / pitch branches.
+modules=$("$PY" recipes/singmos_pro/stage_modules.py "$RUN/stage1/export")
 "$PY" train.py "experiment=[$(IFS=,; echo "${stage2[*]}")]" hydra.run.dir="$RUN/stage2" \
     init_from.checkpoint="$RUN/stage1/export" "init_from.modules=$modules" "$@"

@@ -32,3 +32,10 @@ done
     --cell "SSL + domain ID=$OUT/domain/*" \
     --cell "SSL + MDF=$OUT/mdf_base/*/stage2" \
     --cell "SSL + domain ID + MDF=$OUT/mdf_domain/*/stage2"
+# The paper's layout (MSE, 2 decimals) with the paper's own rows of the table above the runs'.
+"$PY" -m sqa.results --paper --csv "$OUT/table2_paper.csv" \
+    --paper-rows recipes/singmos_pro/paper_rows.json:table2 \
+    --cell "SSL=$OUT/base/*" \
+    --cell "SSL + domain ID=$OUT/domain/*" \
+    --cell "SSL + MDF=$OUT/mdf_base/*/stage2" \
+    --cell "SSL + domain ID + MDF=$OUT/mdf_domain/*/stage2"

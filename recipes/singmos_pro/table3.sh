@@ -3,6 +3,8 @@
 #   bash recipes/singmos_pro/table3.sh quick     # synthetic corpus, log-mel backbone, CPU
 #   SINGMOS_PRO=/data/SingMOS-Pro W2V_CKPT=/models/wav2vec_vox_new.pt \
 #       bash recipes/singmos_pro/table3.sh paper # the paper's setting, on a GPU
+# In paper mode the zero-shot DNSMOS row is scored with sqa-baseline when its extra is installed
+# (pip install -e '.[baseline]'); the other zero-shot rows are released predictors (docs/paper.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-quick}
@@ -18,7 +20,18 @@ for cell in ssl:null midi:midi histogram:histogram; do
     "$PY" train.py -m "${base[@]}" model.pitch="$pitch" "seed=$SEEDS" \
         hydra.sweep.dir="$OUT/$name" 'hydra.sweep.subdir=${seed}'
 done
-"$PY" -m sqa.results --csv "$OUT/table3.csv" \
+zero_shot=()
+if [ "$mode" = paper ] && "$PY" -c "import speechmos" 2>/dev/null; then
+    [ -f "$OUT/dnsmos/metrics.json" ] || "$PY" -m sqa.baseline --corpus singmos_pro --root "$SINGMOS_PRO" --run-dir "$OUT/dnsmos"
+    zero_shot=(--cell "DNSMOS=$OUT/dnsmos")
+fi
+"$PY" -m sqa.results --csv "$OUT/table3.csv" "${zero_shot[@]}" \
+    --cell "SSL=$OUT/ssl/*" \
+    --cell "SSL + MIDI pitch=$OUT/midi/*" \
+    --cell "SSL + pitch histogram=$OUT/histogram/*"
+# The paper's layout (MSE, 2 decimals) with the paper's own rows of the table above the runs'.
+"$PY" -m sqa.results --paper --csv "$OUT/table3_paper.csv" \
+    --paper-rows recipes/singmos_pro/paper_rows.json:table3 "${zero_shot[@]}" \
     --cell "SSL=$OUT/ssl/*" \
     --cell "SSL + MIDI pitch=$OUT/midi/*" \
     --cell "SSL + pitch histogram=$OUT/histogram/*"

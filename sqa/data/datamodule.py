@@ -41,8 +41,9 @@ class ClipDataset(Dataset):
 
     Training clips longer than `max_seconds` are cropped at a random offset (a multiple of the
     f0 hop, so the f0 track stays aligned) that depends on the seed, the clip and the epoch (the
-    crop policy; `EpochSampler` passes `(index, epoch)` keys); evaluation clips are always used
-    whole. With an `f0_extractor`, items carry the clip's f0 track.
+    crop policy; `EpochSampler` passes `(index, epoch)` keys); with `crop_from_start` (evaluation
+    under `eval_max_seconds`, the paper's protocol) they keep their first `max_seconds` instead.
+    With an `f0_extractor`, items carry the clip's f0 track.
 
     Items carry the labels of `dimensions` (`target`, NaN where the clip has no such score, and
     `mask`); "mos" is the clip's MOS, other names its `extra_scores`. With `judges` (judge name
@@ -62,8 +63,10 @@ class ClipDataset(Dataset):
         f0_extractor: F0Extractor | None = None,
         dimensions: Sequence[str] = (OVERALL,),
         judges: Mapping[str, int] | None = None,
+        crop_from_start: bool = False,
     ) -> None:
         self.clips = list(clips)
+        self.crop_from_start = crop_from_start
         self.dimensions = list(dimensions)
         self.mean_judge = len(judges) if judges is not None else None
         # (clip index, judge ID or None for the mean judge, that judge's rating)
@@ -120,7 +123,7 @@ class ClipDataset(Dataset):
         wav, f0 = self._cache[clip_index] if self._cache is not None else self._read(clip_index)
         # The crop depends only on the seed, the item and the epoch, so a resumed run crops alike.
         rng = np.random.default_rng([self.seed, index, epoch]) if self.max_samples is not None else None
-        start = crop_start(wav.shape[0], self.max_samples, rng, self.hop)
+        start = 0 if self.crop_from_start else crop_start(wav.shape[0], self.max_samples, rng, self.hop)
         if self.max_samples is not None:
             wav = wav[start : start + self.max_samples]
             if f0 is not None:
@@ -373,6 +376,7 @@ class MOSDataModule(L.LightningDataModule):
         eval_batch_size: int = 8,
         num_workers: int = 0,
         max_train_seconds: float | None = 10.0,
+        eval_max_seconds: float | None = None,
         preload: bool = False,
         seed: int = 0,
         f0_extractor: F0Extractor | None = None,
@@ -415,6 +419,8 @@ class MOSDataModule(L.LightningDataModule):
         # More workers than cores only adds contention (and a DataLoader warning).
         self.num_workers = min(num_workers, available_cpus())
         self.max_train_seconds = max_train_seconds
+        # Validation and test clips keep their first eval_max_seconds (None: whole clips).
+        self.eval_max_seconds = eval_max_seconds
         self.preload = preload
         self.seed = seed
         self.f0_extractor = f0_extractor
@@ -487,6 +493,7 @@ class MOSDataModule(L.LightningDataModule):
         clips: Sequence[Clip],
         max_seconds: float | None = None,
         judges: Mapping[str, int] | None = None,
+        crop_from_start: bool = False,
     ) -> ClipDataset:
         if key not in self._datasets:
             self._datasets[key] = ClipDataset(
@@ -499,6 +506,7 @@ class MOSDataModule(L.LightningDataModule):
                 self.f0_extractor,
                 self.dimensions,
                 judges,
+                crop_from_start,
             )
         return self._datasets[key]
 
@@ -563,13 +571,17 @@ class MOSDataModule(L.LightningDataModule):
     def val_dataloader(self) -> list[DataLoader]:
         """One loader per domain's validation split."""
         return [
-            self._eval_loader(self._dataset(f"valid/{name}", clips))
+            self._eval_loader(
+                self._dataset(f"valid/{name}", clips, self.eval_max_seconds, crop_from_start=True)
+            )
             for name, clips in self.corpus.valid_sets().items()
         ]
 
     def test_dataloader(self) -> list[DataLoader]:
-        """One loader per test set, whole clips."""
+        """One loader per test set: whole clips, or their first `eval_max_seconds`."""
         return [
-            self._eval_loader(self._dataset(f"test/{name}", clips))
+            self._eval_loader(
+                self._dataset(f"test/{name}", clips, self.eval_max_seconds, crop_from_start=True)
+            )
             for name, clips in self.corpus.test_sets().items()
         ]

@@ -23,6 +23,8 @@ import dataclasses
 import enum
 import functools
 import inspect
+import json
+import logging
 import pickle
 import re
 import sys
@@ -40,7 +42,27 @@ from torch import nn
 
 from sqa.masking import frame_mask
 
+log = logging.getLogger(__name__)
+
 LAYER_CHOICES = ("last", "weighted")
+
+# Whether each torchaudio builder's released weights expect per-clip normalised input: exactly the
+# `_normalize_waveform` of torchaudio's WAV2VEC2_* pipeline bundles (true for the layer-norm
+# archs pretrained on LV-60k or XLS-R data). "tiny" is random-init test weights with no contract;
+# the generic "wav2vec2_model" builder has none either, so it needs an explicit `normalize`.
+TORCHAUDIO_NORMALIZE = {
+    "tiny": False,
+    "wav2vec2_base": False,
+    "wav2vec2_large": False,
+    "wav2vec2_large_lv60k": True,
+    "wav2vec2_xlsr_300m": True,
+    "wav2vec2_xlsr_1b": True,
+    "wav2vec2_xlsr_2b": True,
+}
+# The same for fairseq2's wav2vec2 archs, whose checkpoints carry no input contract: "base" and
+# "large" are fairseq's LibriSpeech models (wav2vec_small.pt, libri960_big.pt: normalize=False),
+# "large_lv60k" is wav2vec_vox_new.pt (normalize=True).
+FAIRSEQ2_NORMALIZE = {"base": False, "large": False, "large_lv60k": True}
 
 # The "tiny" torchaudio arch: the standard 7-layer conv front end (400-sample receptive field,
 # 320-sample stride) at 128 channels, and 2 pre-LN transformer layers of 256 dims.
@@ -79,17 +101,18 @@ def receptive_field(layers: list[tuple[int, int]]) -> int:
     return field
 
 
-def normalize_waveform(wav: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def normalize_waveform(wav: torch.Tensor, lengths: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """Zero mean, unit variance per clip over its valid samples; wav (B, N) -> (B, N), padding 0.
 
     The statistics use only the first `lengths[b]` samples, unlike `F.layer_norm` over the padded
-    row, so a clip is normalised the same alone and inside a batch.
+    row, so a clip is normalised the same alone and inside a batch. With the default `eps` it is
+    fairseq's (and s3prl's) `F.layer_norm(wav, wav.shape)` of each unpadded clip.
     """
     mask = frame_mask(lengths, wav.shape[1]).to(wav.dtype)
     count = lengths.to(wav.dtype)[:, None]
     mean = (wav * mask).sum(dim=1, keepdim=True) / count
     var = (((wav - mean) * mask) ** 2).sum(dim=1, keepdim=True) / count
-    return (wav - mean) / torch.sqrt(var + 1e-5) * mask
+    return (wav - mean) / torch.sqrt(var + eps) * mask
 
 
 def patch_torchaudio_for_s3prl() -> None:
@@ -127,6 +150,30 @@ def _existing(path: str | Path, what: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist; expected {what}")
     return path
+
+
+def resolve_normalize(
+    normalize: bool | None, found: bool | None, where: str, source: str, recorded: bool = True
+) -> bool:
+    """The input contract to use: `normalize` when set, else `found` (what `source` says); logged.
+
+    A set value that contradicts a contract the checkpoint `recorded` is used, with a warning (an
+    arch's default is overridden silently: exports store their value); neither a value nor a
+    contract to read is an error naming `where`.
+    """
+    if normalize is None:
+        if found is None:
+            raise ValueError(
+                f"{where}: {source} does not say whether the model expects per-clip normalised "
+                "input; set normalize: true or false"
+            )
+        value, origin = bool(found), source
+    else:
+        value, origin = bool(normalize), "set explicitly"
+        if recorded and found is not None and bool(found) != value:
+            log.warning("%s: normalize=%s overrides %s, which says %s", where, value, source, found)
+    log.info("%s: normalize=%s (%s)", where, value, origin)
+    return value
 
 
 class LayerSelect(nn.Module):
@@ -181,6 +228,8 @@ class _Wav2Vec2Backbone(nn.Module):
     min_samples: int
     normalize: bool
     select: LayerSelect
+    # The variance floor of the library's own input normalisation (fairseq: F.layer_norm's).
+    normalize_eps: float = 1e-5
 
     def _hidden_states(
         self, wav: torch.Tensor, lengths: torch.Tensor
@@ -190,7 +239,7 @@ class _Wav2Vec2Backbone(nn.Module):
     def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Map wav (B, N), lengths (B,) to frames (B, T, output_dim), frame_lengths (B,)."""
         if self.normalize:
-            wav = normalize_waveform(wav, lengths)
+            wav = normalize_waveform(wav, lengths, self.normalize_eps)
         # A clip shorter than the receptive field is zero-padded to it, so it still gets a frame.
         wav = nn.functional.pad(wav, (0, max(0, self.min_samples - wav.shape[1])))
         lengths = lengths.clamp_min(self.min_samples)
@@ -235,10 +284,12 @@ class TorchaudioWav2Vec2(_Wav2Vec2Backbone):
     `arch_kwargs` go to the builder (for "tiny" they override `TINY_TORCHAUDIO`). `checkpoint`
     is a local torchaudio state_dict of that architecture: `torch.save(model.state_dict())`, or
     the `.pth` a `torchaudio.pipelines.WAV2VEC2_*` bundle keeps in torch.hub's cache (e.g.
-    `~/.cache/torch/hub/checkpoints/wav2vec2_fairseq_large_lv60k.pth`; the LV60K and XLS-R
-    bundles normalise the waveform, so pass `normalize=True` for those). The group_norm archs
-    (wav2vec2_base, wav2vec2_large) are not batch-invariant: their first layer's GroupNorm
-    normalises over time, padding included.
+    `~/.cache/torch/hub/checkpoints/wav2vec2_fairseq_large_lv60k.pth`). A torchaudio state_dict
+    carries no input contract, so `normalize=None` follows the arch (`TORCHAUDIO_NORMALIZE`, the
+    bundles' own setting: LV-60k and XLS-R normalise, base and large do not); the generic
+    "wav2vec2_model" builder needs `normalize` set. The group_norm archs (wav2vec2_base,
+    wav2vec2_large) are not batch-invariant: their first layer's GroupNorm normalises over time,
+    padding included.
     """
 
     def __init__(
@@ -248,11 +299,19 @@ class TorchaudioWav2Vec2(_Wav2Vec2Backbone):
         checkpoint: str | None = None,
         layer: str = "last",
         freeze_feature_encoder: bool = True,
-        normalize: bool = False,
+        normalize: bool | None = None,
         gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         arch_kwargs = _plain(arch_kwargs) or {}
+        model = self._build(arch, arch_kwargs)
+        normalize = resolve_normalize(
+            normalize,
+            TORCHAUDIO_NORMALIZE.get(arch),
+            "TorchaudioWav2Vec2",
+            f"torchaudio arch {arch!r}",
+            recorded=False,
+        )
         self._config = {
             "arch": arch,
             "arch_kwargs": arch_kwargs,
@@ -260,7 +319,6 @@ class TorchaudioWav2Vec2(_Wav2Vec2Backbone):
             "freeze_feature_encoder": freeze_feature_encoder,
             "normalize": normalize,
         }
-        model = self._build(arch, arch_kwargs)
         if checkpoint is not None:
             _load_torchaudio_checkpoint(model, checkpoint, arch)
         blocks = model.feature_extractor.conv_layers
@@ -333,7 +391,7 @@ class S3prlWav2Vec2(_Wav2Vec2Backbone):
     is already in s3prl's download cache (`s3prl.util.download.get_dir()`); a missing file is an
     error, never a download. `model_config`/`task_config` rebuild the architecture without weights
     (that is what `export_config()` stores). `normalize=None` follows the task config's
-    `normalize`, as s3prl's own wav2vec2 expert does.
+    `normalize` (fairseq's default, false, when it has none), as s3prl's own wav2vec2 expert does.
     """
 
     def __init__(
@@ -375,7 +433,9 @@ class S3prlWav2Vec2(_Wav2Vec2Backbone):
                 raise ValueError(f"{checkpoint} weights do not match its model_cfg: {error}") from error
         # As s3prl's wav2vec2 expert does: LayerDrop would make the layer selection random.
         model.encoder.layerdrop = 0.0
-        normalize = task.normalize if normalize is None else normalize
+        where = f"S3prlWav2Vec2 ({checkpoint})" if checkpoint is not None else "S3prlWav2Vec2"
+        # fairseq's own default (AudioPretrainingConfig.normalize=False) when task_cfg omits it.
+        normalize = resolve_normalize(normalize, task.normalize, where, "the s3prl task_cfg")
         self._config = {
             "model_config": model_config,
             "task_config": task_config,
@@ -450,6 +510,19 @@ def _s3prl_cached_checkpoint(upstream: str) -> Path:
     return path
 
 
+def s3prl_configs(checkpoint: str | None = None, upstream: str | None = None) -> tuple[dict, dict]:
+    """(model_cfg, task_cfg) of an s3prl-converted wav2vec2 file, local or in s3prl's cache.
+
+    `checkpoint` is a local file; `upstream` names an s3prl wav2vec2 entry whose converted file
+    is already in s3prl's cache (never downloaded).
+    """
+    if (checkpoint is None) == (upstream is None):
+        raise ValueError("give exactly one of checkpoint or upstream")
+    path = str(_s3prl_cached_checkpoint(upstream)) if checkpoint is None else checkpoint
+    model_cfg, task_cfg, _ = _read_s3prl_checkpoint(path)
+    return model_cfg, task_cfg
+
+
 def _read_s3prl_checkpoint(checkpoint: str) -> tuple[dict, dict, dict]:
     """(model_cfg, task_cfg, model_weight) of an s3prl-converted wav2vec2 checkpoint."""
     expected = "an s3prl-converted wav2vec2 checkpoint (a dict with model_cfg, task_cfg, model_weight)"
@@ -476,7 +549,9 @@ class Fairseq2Wav2Vec2(_Wav2Vec2Backbone):
     as the `wav2vec2_fs2_*.pt` files of fairseq2's asset cards, a safetensors file, or an original
     fairseq wav2vec2 `.pt` (converted with fairseq2's `convert_wav2vec2_state_dict`). Files are
     unpickled with `weights_only=True`; `argparse.Namespace` (the "args" of older fairseq
-    checkpoints) is the one extra type allowed.
+    checkpoints) is the one extra type allowed. `normalize=None` reads the input contract from an
+    original fairseq checkpoint (`args.normalize` or `cfg["task"]["normalize"]`); fairseq2's own
+    checkpoints carry none, so it follows the arch (`FAIRSEQ2_NORMALIZE`).
     """
 
     def __init__(
@@ -486,7 +561,7 @@ class Fairseq2Wav2Vec2(_Wav2Vec2Backbone):
         config_overrides: dict | None = None,
         layer: str = "last",
         freeze_feature_encoder: bool = True,
-        normalize: bool = False,
+        normalize: bool | None = None,
         gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
@@ -502,8 +577,12 @@ class Fairseq2Wav2Vec2(_Wav2Vec2Backbone):
         # fairseq2 refuses layer-output hooks while LayerDrop is active.
         config.encoder_config.layer_drop_p = 0.0
         model = hub.create_new_model(config, device=CPU)
-        if checkpoint is not None:
-            _load_fairseq2_checkpoint(hub, model, config, checkpoint, arch)
+        found, source, recorded = FAIRSEQ2_NORMALIZE.get(arch), f"fairseq2 arch {arch!r}", False
+        if checkpoint is not None and _load_fairseq2_checkpoint(hub, model, config, checkpoint, arch):
+            in_file = _fairseq_task_normalize(Path(checkpoint).expanduser())
+            if in_file is not None:
+                found, source, recorded = in_file, f"the fairseq checkpoint {checkpoint}", True
+        normalize = resolve_normalize(normalize, found, "Fairseq2Wav2Vec2", source, recorded)
         self._config = {
             "arch": arch,
             "config_overrides": config_overrides,
@@ -569,7 +648,8 @@ def _override(config: Any, overrides: Mapping, where: str) -> None:
             setattr(config, key, value)
 
 
-def _load_fairseq2_checkpoint(hub: Any, model: nn.Module, config: Any, checkpoint: str, arch: str) -> None:
+def _load_fairseq2_checkpoint(hub: Any, model: nn.Module, config: Any, checkpoint: str, arch: str) -> bool:
+    """Load `checkpoint` into `model`; True when it was an original fairseq checkpoint."""
     from fairseq2.model_checkpoint import CorruptModelCheckpointError
 
     expected = (
@@ -587,12 +667,33 @@ def _load_fairseq2_checkpoint(hub: Any, model: nn.Module, config: Any, checkpoin
             "pickles other Python objects can be reduced to its weights from a trusted copy: "
             "torch.save({'model': torch.load(path, weights_only=False)['model']}, 'weights.pt')"
         ) from error
-    if "mask_emb" in state:
+    original = "mask_emb" in state
+    if original:
         state = _convert_fairseq_state_dict(state, config)
     try:
         model.load_state_dict(state)
     except RuntimeError as error:
         raise ValueError(f"{path} does not match fairseq2 arch {arch!r}: {error}") from error
+    return original
+
+
+def _fairseq_task_normalize(path: Path) -> bool | None:
+    """`normalize` of an original fairseq checkpoint's task: its argparse `args` or `cfg["task"]`.
+
+    None when the file records neither (e.g. weights reduced to {"model": ...}).
+    """
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        try:
+            # mmap reads only the pickled header, not the weights, from zip-format files.
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    args, cfg = state.get("args"), state.get("cfg")
+    if args is not None and hasattr(args, "normalize"):
+        return bool(args.normalize)
+    if isinstance(cfg, Mapping) and isinstance(cfg.get("task"), Mapping) and "normalize" in cfg["task"]:
+        return bool(cfg["task"]["normalize"])
+    return None
 
 
 def _convert_fairseq_state_dict(state: dict[str, Any], config: Any) -> dict[str, Any]:
@@ -623,8 +724,13 @@ class TransformersWav2Vec2(_Wav2Vec2Backbone):
     architecture with random weights (what `export_config()` stores). As the library's feature
     extractor does, an attention mask is passed only to models with
     `feat_extract_norm="layer"`; "group" models (e.g. wav2vec2-base) get zero-padded input
-    without one and are not batch-invariant.
+    without one and are not batch-invariant. `normalize=None` follows `do_normalize` of the
+    directory's `preprocessor_config.json` (the library's feature extractor); a directory
+    without one, or a `config`, needs `normalize` set.
     """
+
+    # Wav2Vec2FeatureExtractor's zero_mean_unit_var_norm.
+    normalize_eps = 1e-7
 
     def __init__(
         self,
@@ -632,7 +738,7 @@ class TransformersWav2Vec2(_Wav2Vec2Backbone):
         config: dict | None = None,
         layer: str = "last",
         freeze_feature_encoder: bool = True,
-        normalize: bool = False,
+        normalize: bool | None = None,
         gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
@@ -644,8 +750,11 @@ class TransformersWav2Vec2(_Wav2Vec2Backbone):
         runtime = {"apply_spec_augment": False, "layerdrop": 0.0}
         if path is not None:
             model = _load_transformers_dir(Wav2Vec2Model, path, runtime)
+            where, source = f"TransformersWav2Vec2 ({path})", f"{path}/preprocessor_config.json"
+            normalize = resolve_normalize(normalize, _do_normalize(Path(path)), where, source)
         else:
             model = Wav2Vec2Model(Wav2Vec2Config(**{**_plain(config), **runtime}))
+            normalize = resolve_normalize(normalize, None, "TransformersWav2Vec2", "a config")
         if model.config.add_adapter:
             raise ValueError("wav2vec2 models with an adapter (add_adapter=True) are not supported")
         exported = model.config.to_dict()
@@ -705,3 +814,18 @@ def _load_transformers_dir(model_class: Callable, path: str, runtime: dict) -> n
     if info["missing_keys"]:
         raise ValueError(f"{directory} lacks wav2vec2 weights: {sorted(info['missing_keys'])}")
     return model
+
+
+def _do_normalize(directory: Path) -> bool | None:
+    """`do_normalize` of a transformers directory's preprocessor_config.json (None: no such file)."""
+    path = directory.expanduser() / "preprocessor_config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path} cannot be read as JSON: {error}") from error
+    if not isinstance(config, dict) or not isinstance(config.get("do_normalize", False), bool):
+        raise ValueError(f"{path}: expected a JSON object whose do_normalize is true or false")
+    # Wav2Vec2FeatureExtractor's own default when the key is absent.
+    return config.get("do_normalize", True)
