@@ -117,7 +117,7 @@ def export_predictor(
         if run_info is not None:
             (tmp / "run_info.json").write_text(json_text(run_info))
         card = model_card.render(config, metrics or {}, dimension_metrics, run_info, training)
-        (tmp / "README.md").write_text(card)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
         _replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
