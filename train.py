@@ -14,6 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from sqa.data.corpus import CorpusError
+from sqa.run_dir import RunDirError
 from sqa.training import run
 
 
@@ -22,7 +23,7 @@ def main(cfg: DictConfig) -> float:
     """Train one configuration; returns the objective of sweeps (the best selection score, errors negated)."""
     try:
         return run(cfg, HydraConfig.get().runtime.output_dir).objective
-    except CorpusError as err:
+    except (CorpusError, RunDirError) as err:
         # The report is the message: print it as text on stderr, not inside a traceback.
         sys.exit("\n".join(["Error: " + str(err), *getattr(err, "__notes__", [])]))
 

@@ -106,8 +106,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "bootstrap": bootstrap,
     }
     atomic_write_text(out_dir / "eval_info.json", json.dumps(info, indent=2))
-    print(f"\nTest results of {export_dir}:")
-    write_test_outputs(module, out_dir)
+    write_test_outputs(module, out_dir, heading=f"Test results of {export_dir}")
     return module.test_results
 
 

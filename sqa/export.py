@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import yaml
 
-from sqa.atomic import json_text
+from sqa.atomic import default_mode, json_text
 from sqa.data.corpus import CORPUS_READERS
 from sqa.data.pitch import F0Extractor
 from sqa.extras import MissingExtraError
@@ -74,6 +74,8 @@ def export_predictor(
     dimension_metrics: Mapping[str, Mapping[str, Any]] | None = None,
     data: Mapping[str, Any] | None = None,
     test: Mapping[str, Any] | None = None,
+    run_info: Mapping[str, Any] | None = None,
+    training: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`.
 
@@ -81,15 +83,21 @@ def export_predictor(
     dimensions) to metrics_<dim>.json. config.yaml's `model` records the predictor's score
     dimensions and judge count; `data` (plain values: the corpus reader and its arguments) and
     `test` (seed and bootstrap of the test metrics) let `eval.py` recompute those metrics.
+    README.md is the model card (`sqa.model_card`), drawn also from the run's `run_info` (copied
+    to run_info.json) and resolved `training` configuration.
     """
     # Here, not at the top: loading an export needs only the core install (no omegaconf).
     from omegaconf import OmegaConf
+
+    from sqa import model_card
 
     directory = Path(directory)
     if directory.exists() and not overwrite:
         raise ExportError(f"{directory}: already exists; pass overwrite=True to replace it")
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    # mkdtemp makes a private (0700) folder; an export is meant to be read by others.
+    tmp.chmod(default_mode(directory=True))
     config = {
         "format": FORMAT_VERSION,
         "sample_rate": sample_rate,
@@ -106,6 +114,10 @@ def export_predictor(
         (tmp / "metrics.json").write_text(json_text(metrics or {}))
         for dim, dim_metrics in (dimension_metrics or {}).items():
             (tmp / f"metrics_{dim}.json").write_text(json_text(dim_metrics))
+        if run_info is not None:
+            (tmp / "run_info.json").write_text(json_text(run_info))
+        card = model_card.render(config, metrics or {}, dimension_metrics, run_info, training)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
         _replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

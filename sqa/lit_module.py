@@ -107,15 +107,18 @@ class MOSModule(L.LightningModule):
         scores = out.scores.float().cpu()
         rows = self._outputs.setdefault(dataloader_idx, [])
         for i, sample_id in enumerate(batch["sample_id"]):
+            # Labels as read, not their float32 copies: metrics and predictions.csv use the
+            # annotation files' values.
+            labels = batch["labels"][i]
             row = {
                 "index": int(batch["index"][i]),
                 "sample_id": sample_id,
                 "system_id": batch["system_id"][i],
-                "mos": float(batch["mos"][i]),
+                "mos": labels[0],
                 "pred": float(scores[i, 0]),
             }
             for k, dim in enumerate(self.extra_dimensions, start=1):
-                row[f"mos_{dim}"] = float(batch["target"][i, k])
+                row[f"mos_{dim}"] = labels[k]
                 row[f"pred_{dim}"] = float(scores[i, k])
             rows.append(row)
         return out

@@ -25,6 +25,9 @@ from sqa.atomic import atomic_write
 DPI = 100
 SCATTER_SIZE = (5.0, 5.0)
 LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
+# The MOS scale of the corpora sqa reads (Corpus.score_range).
+SCORE_RANGE = (1.0, 5.0)
+SELECTED_LABEL = "selected checkpoint"
 
 History = dict[str, list[tuple[int, float]]]
 
@@ -94,8 +97,17 @@ def metric_title(heading: str, block: Mapping[str, float]) -> str:
     return f"{heading} (n={int(block['n'])})\n{values}"
 
 
-def scatter(pred: Sequence[float], true: Sequence[float], title: str) -> Figure:
-    """Predicted (y) against true (x) MOS with the identity line drawn across both ranges."""
+def scatter(
+    pred: Sequence[float],
+    true: Sequence[float],
+    title: str,
+    score_range: tuple[float, float] = SCORE_RANGE,
+) -> Figure:
+    """Predicted (y) against true (x) MOS on both axes spanning `score_range`, with the identity line.
+
+    Fixed axes make the plots of runs and test sets comparable at a glance; they widen only to
+    show a point outside the range.
+    """
     pred = np.asarray(pred, dtype=np.float64)
     true = np.asarray(true, dtype=np.float64)
     figure = _figure(SCATTER_SIZE)
@@ -105,12 +117,13 @@ def scatter(pred: Sequence[float], true: Sequence[float], title: str) -> Figure:
     ax.scatter(true, pred, s=8 if many else 24, alpha=0.4 if many else 0.8, linewidths=0)
     # A diverged model may predict NaN or inf; such points must not break the axis limits (or the run).
     finite = np.isfinite(pred) & np.isfinite(true)
+    lo, hi = (float(v) for v in score_range)
     if finite.any():
-        lo = float(min(pred[finite].min(), true[finite].min()))
-        hi = float(max(pred[finite].max(), true[finite].max()))
-        ax.plot([lo, hi], [lo, hi], color="0.3", linestyle="--", linewidth=1, label="identity")
-        ax.set_xlim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
-        ax.set_ylim(ax.get_xlim())
+        lo = min(lo, float(pred[finite].min()), float(true[finite].min()))
+        hi = max(hi, float(pred[finite].max()), float(true[finite].max()))
+    ax.plot([lo, hi], [lo, hi], color="0.3", linestyle="--", linewidth=1, label="identity")
+    ax.set_xlim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    ax.set_ylim(ax.get_xlim())
     ax.set_aspect("equal", adjustable="box")
     ax.set_xlabel("true MOS")
     ax.set_ylabel("predicted MOS")
@@ -118,7 +131,11 @@ def scatter(pred: Sequence[float], true: Sequence[float], title: str) -> Figure:
     return figure
 
 
-def scatter_figures(rows: Sequence[Mapping[str, Any]], results: Mapping[str, Any]) -> dict[str, Figure]:
+def scatter_figures(
+    rows: Sequence[Mapping[str, Any]],
+    results: Mapping[str, Any],
+    score_range: tuple[float, float] = SCORE_RANGE,
+) -> dict[str, Figure]:
     """Scatters `<test_set>_utt` and `<test_set>_sys` for every test set in `rows`."""
     figures = {}
     for test_set in sorted({r["test_set"] for r in rows}):
@@ -129,7 +146,7 @@ def scatter_figures(rows: Sequence[Mapping[str, Any]], results: Mapping[str, Any
         points = {"utt": (pred, true), "sys": (sys_pred, sys_true)}
         for level, (p, t) in points.items():
             title = metric_title(f"{test_set}, {LEVEL_NAMES[level]} level", results[test_set][level])
-            figures[f"{test_set}_{level}"] = scatter(p, t, title)
+            figures[f"{test_set}_{level}"] = scatter(p, t, title, score_range)
     return figures
 
 
@@ -140,14 +157,22 @@ def save(figure: Figure, path: Path) -> Path:
 
 
 def write_test_plots(
-    rows: Sequence[Mapping[str, Any]], results: Mapping[str, Any], out_dir: str | Path
+    rows: Sequence[Mapping[str, Any]],
+    results: Mapping[str, Any],
+    out_dir: str | Path,
+    score_range: tuple[float, float] = SCORE_RANGE,
 ) -> list[Path]:
     """Write `<test_set>_utt.png` and `<test_set>_sys.png` for every test set into `out_dir`."""
-    return [save(fig, Path(out_dir) / f"{name}.png") for name, fig in scatter_figures(rows, results).items()]
+    figures = scatter_figures(rows, results, score_range)
+    return [save(fig, Path(out_dir) / f"{name}.png") for name, fig in figures.items()]
 
 
-def curves(history: Mapping[str, Sequence[tuple[int, float]]]) -> Figure:
-    """One panel per metric over steps; per-set validation series of a metric share a panel."""
+def curves(history: Mapping[str, Sequence[tuple[int, float]]], selected_step: int | None = None) -> Figure:
+    """One panel per metric over steps; per-set validation series of a metric share a panel.
+
+    With `selected_step`, every panel marks the step of the selected (tested and exported)
+    checkpoint with a vertical line.
+    """
     # `val/<set>/sys_srcc` for every set goes into the `val/*/sys_srcc` panel, one line per set.
     panels: dict[str, dict[str, Sequence[tuple[int, float]]]] = {}
     for key in sorted(history):
@@ -165,17 +190,21 @@ def curves(history: Mapping[str, Sequence[tuple[int, float]]]) -> Figure:
             steps = [s for s, _ in points]
             values = [v for _, v in points]
             ax.plot(steps, values, marker="." if len(points) < 50 else None, label=label)
+        if selected_step is not None:
+            ax.axvline(selected_step, color="0.4", linestyle=":", linewidth=1, label=SELECTED_LABEL)
         ax.set_title(panel, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        if len(series) > 1:
+        if len(series) > 1 or selected_step is not None:
             ax.legend(fontsize=8)
     return figure
 
 
-def write_curves(history: Mapping[str, Sequence[tuple[int, float]]], out_dir: str | Path) -> Path:
+def write_curves(
+    history: Mapping[str, Sequence[tuple[int, float]]], out_dir: str | Path, selected_step: int | None = None
+) -> Path:
     """Write the training/validation curves to `<out_dir>/curves.png`."""
-    return save(curves(history), Path(out_dir) / "curves.png")
+    return save(curves(history, selected_step), Path(out_dir) / "curves.png")
 
 
 def write_run_plots(
@@ -183,9 +212,14 @@ def write_run_plots(
     results: Mapping[str, Any],
     history: Mapping[str, Sequence[tuple[int, float]]],
     out_dir: str | Path,
+    score_range: tuple[float, float] = SCORE_RANGE,
+    selected_step: int | None = None,
 ) -> dict[str, Path]:
     """Write the test scatters and the curves into `out_dir`; return them by tag `plots/<name>`."""
-    paths = [*write_test_plots(rows, results, out_dir), write_curves(history, out_dir)]
+    paths = [
+        *write_test_plots(rows, results, out_dir, score_range),
+        write_curves(history, out_dir, selected_step),
+    ]
     return {f"plots/{path.stem}": path for path in paths}
 
 

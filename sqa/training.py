@@ -6,6 +6,8 @@ import importlib.metadata
 import logging
 import math
 import platform
+import sys
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -28,6 +30,7 @@ from sqa.lit_module import MOSModule
 from sqa.models.predictor import OVERALL
 from sqa.predictions import write_predictions
 from sqa.provenance import package_versions
+from sqa.run_dir import is_leader, lock, log_to_file, prepare
 from sqa.selection import SelectionRule, choose_rule, uninformative
 
 log = logging.getLogger(__name__)
@@ -122,35 +125,41 @@ def write_test_outputs(
     module: MOSModule,
     out_dir: Path,
     history: plots.History | None = None,
+    heading: str = "Test results",
+    score_range: tuple[float, float] = plots.SCORE_RANGE,
+    selected_step: int | None = None,
 ) -> dict[str, Path]:
-    """Write a test phase's metrics.json (metrics_<dim>.json), predictions.csv and plots; print them.
+    """Write a test phase's metrics.json (metrics_<dim>.json), predictions.csv and plots; log them.
 
     The one writer of test results: training runs and `eval.py` call it alike. With `history`,
-    the training curves are drawn too. Returns the figures by tag.
+    the training curves are drawn too (marking `selected_step`). Scatters span `score_range`.
+    Returns the figures by tag.
     """
     results = module.test_results
     atomic_write_json(out_dir / "metrics.json", results)
     for dim, dim_results in module.dimension_results.items():
         atomic_write_json(out_dir / f"metrics_{dim}.json", dim_results)
     write_predictions(module.test_predictions, out_dir / "predictions.csv", module.extra_dimensions)
+    rows, plot_dir = module.test_predictions, out_dir / "plots"
     if history is not None:
-        figures = plots.write_run_plots(module.test_predictions, results, history, out_dir / "plots")
+        figures = plots.write_run_plots(rows, results, history, plot_dir, score_range, selected_step)
     else:
-        paths = plots.write_test_plots(module.test_predictions, results, out_dir / "plots")
+        paths = plots.write_test_plots(rows, results, plot_dir, score_range)
         figures = {f"plots/{path.stem}": path for path in paths}
-    print(metrics.format_table(results))
+    log.info("%s:\n%s", heading, metrics.format_table(results))
     for dim, dim_results in module.dimension_results.items():
-        print(f"\nTest results, {dim} (clips with a {dim} score):")
-        print(metrics.format_table(dim_results))
+        log.info("%s, %s (clips with a %s score):\n%s", heading, dim, dim, metrics.format_table(dim_results))
     return figures
 
 
 def progress_bar(cfg: DictConfig, interval: int | None = None) -> list[L.Callback]:
     """The progress bar, redrawn every `interval` (default `log_every_n_steps`) steps ([] when off).
 
-    Redrawing every step (Lightning's default) costs about 10 ms, a fifth of a log-mel step.
+    Redrawing every step (Lightning's default) costs about 10 ms, a fifth of a log-mel step. The
+    bar is drawn on a terminal only: redirected to a file, its control codes are noise
+    (`ValidationLog` reports progress there).
     """
-    if not cfg.trainer.get("enable_progress_bar", True):
+    if not cfg.trainer.get("enable_progress_bar", True) or not sys.stderr.isatty():
         return []
     return [TQDMProgressBar(refresh_rate=interval or cfg.trainer.log_every_n_steps)]
 
@@ -201,14 +210,33 @@ RECORDED_PACKAGES = (
 
 def run_info(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
     """What a rerun needs to reproduce this run: seed, versions, platform and corpus fingerprint."""
+    corpus = corpus_summary(cfg, datamodule)
     return {
         "seed": cfg.seed,
         "sqa": importlib.metadata.version("sqa"),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": package_versions(RECORDED_PACKAGES),
-        "corpus_fingerprint": datamodule.corpus.fingerprint(),
+        "corpus_fingerprint": corpus["fingerprint"],
         "corpus_clips": len(datamodule.corpus.clips),
+        "corpus": corpus,
+    }
+
+
+def corpus_summary(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
+    """What the model card says about the data: reader, clip counts per split, systems, domains."""
+    corpus = datamodule.corpus
+    return {
+        "reader": cfg.data.corpus.get("_target_"),
+        "fingerprint": corpus.fingerprint(),
+        "clips": {
+            "train": len(datamodule.train_clips),
+            **{f"valid ({name})": len(clips) for name, clips in corpus.valid_sets().items()},
+            **{f"test ({name})": len(clips) for name, clips in corpus.test_sets().items()},
+        },
+        "systems": len({c.system_id for c in corpus.clips}),
+        "domains": list(corpus.domains),
+        "score_range": list(corpus.score_range),
     }
 
 
@@ -218,6 +246,26 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         """Write `checkpoint` to `path`; a kill leaves the previous file or the complete new one."""
         atomic_write(path, lambda fh: torch.save(checkpoint, fh))
+
+
+class ValidationLog(L.Callback):
+    """Logs the step, epoch, training loss and selection score after every validation."""
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """One line per validation, for the console and train.log."""
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        values = ", ".join(
+            f"{key} {float(value):.4f}"
+            for key, value in sorted(trainer.callback_metrics.items())
+            if key in ("train/loss", "val/selection")
+        )
+        log.info("step %d (epoch %d): %s", trainer.global_step, trainer.current_epoch, values)
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The global step at which a Lightning checkpoint was saved (read without loading its tensors)."""
+    return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
 
 
 class RunResult(NamedTuple):
@@ -236,14 +284,28 @@ class RunResult(NamedTuple):
 def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     """Fit, select the best validation checkpoint, test it, write metrics and export it.
 
-    With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written at the
-    end of every epoch) and ends exactly as an uninterrupted run with the same seed would.
+    The run owns `run_dir` while it runs (see `sqa.run_dir`): a directory in use by another run,
+    or holding a previous run's outputs without `cfg.resume` or `cfg.overwrite`, is an error.
+    Under DDP only the first rank claims it; the other ranks write nothing there.
     """
-    run_dir = Path(run_dir)
+    if not is_leader():
+        return _fit_test_export(cfg, Path(run_dir))
+    with lock(run_dir):
+        prepare(run_dir, cfg.resume, cfg.overwrite)
+        with log_to_file(run_dir):
+            return _fit_test_export(cfg, Path(run_dir))
+
+
+def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
+    """The body of `run` in a claimed run directory.
+
+    With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written after
+    every validation) and ends exactly as an uninterrupted run with the same seed would.
+    """
     export_dir = run_dir / "export"
     last = run_dir / "checkpoints" / "last.ckpt"
     if cfg.resume and not last.is_file():
-        raise FileNotFoundError(f"resume=true but {last} does not exist (no finished epoch to resume from)")
+        raise FileNotFoundError(f"resume=true but {last} does not exist (no validation to resume from)")
     if export_dir.exists() and not cfg.overwrite_export:
         # Checked before training so that a long run never fails at its very end.
         raise FileExistsError(f"{export_dir} already exists; set overwrite_export=true to replace it")
@@ -263,14 +325,13 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
             err.add_note(f"(this report is also in {report})")
         raise
     rule: SelectionRule = module.selection
-    info = run_info(cfg, datamodule)
+    info = run_info(cfg, datamodule) if leader else {}
     if leader:
         counts = datamodule.label_counts()
-        print(f"Corpus:\n{format_counts(counts)}")
-        log.info("corpus:\n%s", format_counts(counts))
+        log.info("Corpus:\n%s", format_counts(counts))
         if rule.warning:
             log.warning("selection: %s", rule.warning)
-        print(f"Selecting checkpoints on {rule.describe()}")
+        log.info("Selecting checkpoints on %s", rule.describe())
         info["splits"] = {name: vars(c) for name, c in counts.items()}
         info["selection"] = rule.record()
         if datamodule.carved_valid:
@@ -286,20 +347,26 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         mode=rule.mode,
         enable_version_counter=False,
     )
-    # The resume point: saved at epoch ends only. Data order and crops are functions of (seed,
-    # epoch) and dropout of (seed, step), so resuming replays the interrupted epoch exactly.
+    # The resume point: saved after every validation (after the selection callbacks have seen
+    # it), never at an epoch end, which Lightning restores one batch off under max_steps. Data
+    # order and crops are functions of (seed, epoch), dropout of (seed, step), and the resumed
+    # sampler skips the batches already trained, so a resumed run continues exactly.
     resume_point = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="last",
-        save_on_train_epoch_end=True,
+        save_on_train_epoch_end=False,
         enable_version_counter=False,
     )
     history = plots.MetricHistory()
     interval = log_interval(cfg, datamodule)
-    callbacks: list[L.Callback] = [checkpoint, resume_point, history, *progress_bar(cfg, interval)]
+    bar = progress_bar(cfg, interval)
+    callbacks: list[L.Callback] = [checkpoint, resume_point, history, ValidationLog(), *bar]
     if cfg.early_stopping_patience:
         callbacks.append(EarlyStopping("val/selection", mode=rule.mode, patience=cfg.early_stopping_patience))
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
+    if logger:
+        # The module saves no hyperparameters; the resolved configuration is the run's record.
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer: L.Trainer = instantiate(
         cfg.trainer,
         callbacks=callbacks,
@@ -307,8 +374,13 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         default_root_dir=str(run_dir),
         plugins=[AtomicCheckpointIO()],
         log_every_n_steps=interval,
+        enable_progress_bar=bool(bar),
     )
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None)
+    with warnings.catch_warnings():
+        # Lightning warns that a mid-epoch resume point needs a resumable loader: the training
+        # sampler resumes itself (MOSDataModule._resume_point).
+        warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None)
     trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
     results = module.test_results
     outcome = RunResult(results, float(checkpoint.best_model_score), rule.mode)
@@ -317,8 +389,14 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         return outcome
     best = Path(checkpoint.best_model_path).name
     report_selection(info, history.history.get("val/selection", []), best, run_dir)
-    print(f"\nTest results (best checkpoint {best}):")
-    figures = write_test_outputs(module, run_dir, history.history)
+    figures = write_test_outputs(
+        module,
+        run_dir,
+        history.history,
+        heading=f"Test results (best checkpoint {best})",
+        score_range=datamodule.corpus.score_range,
+        selected_step=checkpoint_step(checkpoint.best_model_path),
+    )
     plots.log_figures(logger, figures, step=trainer.global_step)
     export_predictor(
         module.predictor,
@@ -331,8 +409,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
         f0_extractor=datamodule.f0_extractor,
         data=recorded_data(cfg),
         test={"seed": int(cfg.seed), "bootstrap": int(cfg.bootstrap)},
+        run_info=info,
+        training=OmegaConf.to_container(cfg, resolve=True),
     )
-    print(f"Exported the best model to {export_dir}")
+    log.info("Exported the best model to %s", export_dir)
     return outcome
 
 

@@ -70,14 +70,24 @@ def test_titles_hold_the_metrics_of_the_plotted_points(rows):
                 assert f"{name.upper()} {expected[level][name]:.3f}" in title
 
 
-def test_scatter_draws_the_points_and_the_identity_line():
+def test_scatter_draws_the_points_and_the_identity_line_on_the_score_range():
     pred = np.array([2.5, 3.0, 4.6, 1.8])
     true = np.array([1.2, 3.3, 4.0, 2.0])
     ax = plots.scatter(pred, true, "t").axes[0]
     np.testing.assert_allclose(ax.collections[0].get_offsets(), np.column_stack([true, pred]))
     (line,) = ax.lines
-    np.testing.assert_allclose(line.get_xdata(), [1.2, 4.6])
-    np.testing.assert_allclose(line.get_ydata(), [1.2, 4.6])
+    np.testing.assert_allclose(line.get_xdata(), [1.0, 5.0])
+    np.testing.assert_allclose(line.get_ydata(), [1.0, 5.0])
+    # Fixed axes, whatever the points: runs and test sets compare at a glance.
+    np.testing.assert_allclose(ax.get_xlim(), [0.8, 5.2])
+    np.testing.assert_allclose(ax.get_ylim(), [0.8, 5.2])
+
+
+def test_scatter_axes_widen_only_to_show_points_outside_the_range():
+    ax = plots.scatter([5.8, 3.0], [4.0, 3.0], "t", score_range=(1.0, 5.0)).axes[0]
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), [1.0, 5.8])
+    ax = plots.scatter([50.0, 30.0], [40.0, 30.0], "t", score_range=(0.0, 100.0)).axes[0]
+    np.testing.assert_allclose(ax.get_xlim(), [-5.0, 105.0])
 
 
 def test_system_scatter_plots_per_system_means(rows):
@@ -92,7 +102,7 @@ def test_system_scatter_plots_per_system_means(rows):
 
 def test_scatter_survives_non_finite_predictions(tmp_path):
     figure = plots.scatter([np.nan, 3.0, np.inf, 2.0], [1.0, 3.5, 2.0, 4.0], "diverged")
-    np.testing.assert_allclose(figure.axes[0].lines[0].get_xdata(), [2.0, 4.0])
+    np.testing.assert_allclose(figure.axes[0].lines[0].get_xdata(), [1.0, 5.0])
     assert plots.save(figure, tmp_path / "x.png").read_bytes()[:8] == PNG_SIGNATURE
 
 
@@ -157,6 +167,15 @@ def test_curves_group_per_set_validation_series(tmp_path):
     np.testing.assert_allclose(lines[1].get_ydata(), [0.4, 0.6])
     path = plots.write_curves(history, tmp_path)
     assert path == tmp_path / "curves.png" and path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_curves_mark_the_selected_checkpoint_on_every_panel():
+    history = {"train/loss": [(10, 1.0), (20, 0.8)], "val/selection": [(25, 0.3), (50, 0.5)]}
+    for ax in plots.curves(history, selected_step=25).axes:
+        marks = [line for line in ax.lines if line.get_label() == plots.SELECTED_LABEL]
+        assert len(marks) == 1 and list(marks[0].get_xdata()) == [25, 25]
+        assert plots.SELECTED_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert not any(line.get_label() == plots.SELECTED_LABEL for line in plots.curves(history).axes[0].lines)
 
 
 def test_empty_history_still_gives_a_curves_file(tmp_path):

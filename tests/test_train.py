@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
+import stat
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +16,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from scipy import stats
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
-from sqa import score
+from sqa import metrics, score
 from sqa.data.synthetic import load_synthetic
-from sqa.training import run
+from sqa.training import checkpoint_step, progress_bar, run
 
 from .conftest import REPO
 
@@ -98,6 +103,72 @@ def test_run_directory_holds_config_logs_and_checkpoints(default_run):
     assert all((run_dir / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in plots)
 
 
+def test_run_directory_files_and_folders_get_the_modes_of_the_umask(default_run):
+    run_dir, _ = default_run
+    umask = os.umask(0o022)
+    os.umask(umask)
+    paths = list(run_dir.rglob("*"))
+    assert any(p.suffix == ".ckpt" for p in paths) and (run_dir / "export" / "model.pt") in paths
+    for path in paths:
+        expected = (0o777 if path.is_dir() else 0o666) & ~umask
+        assert stat.S_IMODE(path.stat().st_mode) == expected, path
+
+
+def test_train_log_holds_what_the_console_shows(default_run):
+    run_dir, results = default_run
+    text = (run_dir / "train.log").read_text()
+    assert "Test results (best checkpoint best-step=" in text
+    assert metrics.format_table(results) in text
+    assert "Restoring states from the checkpoint path" in text  # Lightning's own messages
+    assert re.search(r"step 25 \(epoch 0\): train/loss \d\.\d{4}, val/selection -?\d\.\d{4}", text)
+    assert f"Exported the best model to {run_dir / 'export'}" in text
+    assert "\r" not in text and "\x1b" not in text
+
+
+def test_no_progress_bar_unless_the_output_is_a_terminal(monkeypatch):
+    cfg = compose_train(["trainer.enable_progress_bar=true"])
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert progress_bar(cfg) == []
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    (bar,) = progress_bar(cfg)
+    assert bar.refresh_rate == cfg.trainer.log_every_n_steps
+    assert progress_bar(compose_train(["trainer.enable_progress_bar=false"])) == []
+
+
+def test_predictions_write_labels_as_the_corpus_has_them(default_run, synthetic_root):
+    run_dir, _ = default_run
+    clips = {c.sample_id: c for c in load_synthetic(synthetic_root, seed=0).clips}
+    rows = read_predictions(run_dir / "predictions.csv")
+    assert all(r["mos"] == repr(clips[r["sample_id"]].mos) for r in rows)
+    # The float32 round trip the labels take through a batch would have changed these.
+    assert any(repr(float(np.float32(clips[r["sample_id"]].mos))) != r["mos"] for r in rows)
+
+
+def test_checkpoint_step_reads_the_step_a_checkpoint_was_saved_at(default_run):
+    run_dir, _ = default_run
+    (best,) = (run_dir / "checkpoints").glob("best-step=*.ckpt")
+    assert checkpoint_step(best) == int(best.stem.split("=")[1])
+
+
+def test_export_carries_a_model_card_and_the_run_info(default_run):
+    run_dir, results = default_run
+    export = run_dir / "export"
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert json.loads((export / "run_info.json").read_text()) == info
+    card = (export / "README.md").read_text()
+    assert f"fingerprint `{info['corpus_fingerprint']}`" in card
+    assert f"- train: {info['corpus']['clips']['train']} clips" in card
+    assert f"torch {info['packages']['torch']}" in card and f"sqa {info['sqa']}" in card
+    assert "synthetic corpus" in card and "## Intended use" in card and "## Citation" in card
+    for name in ("test1", "test2", "test3", "avg"):
+        block = results[name]
+        lo, hi = block["ci"]["sys"]["srcc"]
+        label = "average" if name == "avg" else name
+        assert f"| {label} | system | {block['sys']['n']} |" in card
+        assert f"{block['sys']['srcc']:.3f} [{lo:.3f}, {hi:.3f}]" in card
+    assert "LogMelBackbone" in card and "margin_l1" in card and str(REPO) not in card
+
+
 @pytest.mark.parametrize("logger", ["tensorboard", "wandb"])
 def test_other_loggers_write_into_the_run_directory(logger, synthetic_root, tmp_path):
     cfg = compose_train(
@@ -116,18 +187,31 @@ def test_other_loggers_write_into_the_run_directory(logger, synthetic_root, tmp_
         events = EventAccumulator(str(log_dir), size_guidance={"images": 0})
         events.Reload()
         assert set(events.Tags()["images"]) == {f"plots/{name}" for name in figures}
+        # The resolved configuration is the run's hyperparameters (hparams.yaml and the HPARAMS tab).
+        hparams = OmegaConf.load(log_dir / "hparams.yaml")
+        assert hparams.seed == 0 and hparams.trainer.max_steps == 2 and hparams.loss.margin == 0.1
+        content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+        shown = HParamsPluginData.FromString(content).session_start_info.hparams
+        assert shown["seed"].number_value == 0 and shown["optim/lr"].number_value == cfg.optim.lr
     else:
         (offline_run,) = (tmp_path / "wandb").glob("offline-run-*")
         images = offline_run / "files" / "media" / "images" / "plots"
         assert {p.stem.rsplit("_", 2)[0] for p in images.glob("*.png")} == figures
+        import wandb
+
+        # The run's config, which `wandb sync` uploads with the offline run.
+        assert wandb.run.config["seed"] == 0 and wandb.run.config["trainer"]["max_steps"] == 2
+        assert wandb.run.config["loss"]["margin"] == 0.1
 
 
-def test_existing_export_stops_the_run_before_training(synthetic_root, tmp_path):
+def test_existing_export_stops_a_resumed_run_before_training(synthetic_root, tmp_path):
     (tmp_path / "export").mkdir()
-    cfg = compose_train([f"data.corpus.root={synthetic_root}"])
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    cfg = compose_train([f"data.corpus.root={synthetic_root}", "resume=true"])
     with pytest.raises(FileExistsError, match="overwrite_export=true"):
         run(cfg, tmp_path)
-    assert not (tmp_path / "checkpoints").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "checkpoints", "export", "train.log"]
 
 
 def test_same_seed_and_config_give_the_same_metrics(synthetic_root, tmp_path):

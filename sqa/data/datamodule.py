@@ -168,10 +168,21 @@ class _EpochRankSampler(Sampler):
         self.num_replicas = num_replicas
         self.rank = rank
         self.epoch = 0
+        self._resume = (0, 0)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration yields."""
         self.epoch = epoch
+
+    def resume(self, epoch: int, skip: int) -> None:
+        """Continue `epoch` after its first `skip` items, which a resumed run has trained already."""
+        self.epoch = epoch
+        self._resume = (epoch, skip)
+
+    def _skipped(self, items: Sequence[T]) -> Sequence[T]:
+        """`items` of the current epoch without those trained before a resume."""
+        epoch, skip = self._resume
+        return items[skip:] if epoch == self.epoch else items
 
 
 class EpochSampler(_EpochRankSampler):
@@ -189,7 +200,8 @@ class EpochSampler(_EpochRankSampler):
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         order = np.random.default_rng([self.seed, self.epoch]).permutation(self.size)
-        return iter([(int(i), self.epoch) for i in rank_share(order, self.num_replicas, self.rank)])
+        share = self._skipped(rank_share(order, self.num_replicas, self.rank))
+        return iter([(int(i), self.epoch) for i in share])
 
 
 def eval_batches(size: int, batch_size: int, num_replicas: int = 1, rank: int = 0) -> list[list[int]]:
@@ -259,14 +271,15 @@ class BucketBatchSampler(_EpochRankSampler):
         return len(self.batches())
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        return iter([[(i, self.epoch) for i in batch] for batch in self.batches()])
+        return iter([[(i, self.epoch) for i in batch] for batch in self._skipped(self.batches())])
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     """Pad a batch: index (B,), wav (B, N), lengths (B,), f0 (B, T') or None, mos, domain (B,), ids.
 
-    Also target (B, K) (NaN where a label is missing), mask (B, K) bool and judge (B,) IDs (None
-    for datasets without judges).
+    Also target (B, K) (NaN where a label is missing), the same labels unrounded as B lists of K
+    floats (`labels`, for evaluation), mask (B, K) bool and judge (B,) IDs (None for datasets
+    without judges).
     """
     wav, lengths = pad_batch([it["wav"] for it in items])
     f0 = pad_batch([it["f0"] for it in items])[0] if items[0].get("f0") is not None else None
@@ -277,6 +290,8 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
         "f0": f0,
         "mos": torch.tensor([it["mos"] for it in items], dtype=torch.float32),
         "target": torch.tensor([it["target"] for it in items], dtype=torch.float32),
+        # The labels as read (Python floats): float32 would turn 4.4 into 4.400000095367432.
+        "labels": [list(it["target"]) for it in items],
         "mask": torch.tensor([it["mask"] for it in items], dtype=torch.bool),
         "judge": torch.tensor([it["judge"] for it in items]) if items[0]["judge"] is not None else None,
         "domain": torch.tensor([it["domain"] for it in items]),
@@ -522,8 +537,10 @@ class MOSDataModule(L.LightningDataModule):
         """Shuffled training clips (of `train_domains` only, if set), cropped to `max_train_seconds`."""
         train = self._dataset("train", self.train_clips, self.max_train_seconds, self.judges)
         world, rank = self._ranks()
+        epoch, batches = self._resume_point()
         if not self.bucketing:
             sampler = EpochSampler(len(train), self.seed, world, rank)
+            sampler.resume(epoch, batches * self.batch_size)
             return self._loader(train, sampler=sampler, batch_size=self.batch_size)
         # Length-bucketed batches: by clip count, or by padded seconds with max_batch_seconds.
         batch_sampler = BucketBatchSampler(
@@ -536,7 +553,20 @@ class MOSDataModule(L.LightningDataModule):
             num_replicas=world,
             rank=rank,
         )
+        batch_sampler.resume(epoch, batches)
         return self._loader(train, batch_sampler=batch_sampler)
+
+    def _resume_point(self) -> tuple[int, int]:
+        """(epoch, training batches it has done) of the checkpoint a fit resumes from; (0, 0) if none.
+
+        Resume checkpoints are written after validations, mid-epoch: the resumed sampler starts
+        after the batches trained before it, as an uninterrupted run would continue.
+        """
+        trainer = self.trainer
+        if trainer is None or not trainer.fit_loop.restarting:
+            return 0, 0
+        loop = trainer.fit_loop
+        return loop.epoch_progress.current.processed, loop.epoch_loop.batch_progress.current.completed
 
     def val_dataloader(self) -> list[DataLoader]:
         """One loader per domain's validation split."""
