@@ -26,6 +26,9 @@ from sqa.models.config import Exportable
 log = logging.getLogger("sqa.models.ssl")
 
 LAYER_CHOICES = ("last", "weighted")
+# What a source's `_hidden_states` returns: one (B, T, D) output per transformer layer, and the
+# valid frame count per clip (B,).
+HiddenStates = tuple[list[torch.Tensor], torch.Tensor]
 
 
 def receptive_field(layers: list[tuple[int, int]]) -> int:
@@ -173,9 +176,7 @@ class Wav2Vec2Backbone(Exportable, nn.Module):
         if gradient_checkpointing:
             checkpoint_layers(parts.transformer_layers)
 
-    def _hidden_states(
-        self, wav: torch.Tensor, lengths: torch.Tensor
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def _hidden_states(self, wav: torch.Tensor, lengths: torch.Tensor) -> HiddenStates:
         raise NotImplementedError
 
     def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

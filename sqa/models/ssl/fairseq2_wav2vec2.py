@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from sqa.models.ssl.base import Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
+from sqa.models.ssl.base import HiddenStates, Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
 from sqa.models.ssl.interop import fairseq_task_normalize, load_fairseq2_checkpoint
 
 # The same for fairseq2's wav2vec2 archs, whose checkpoints carry no input contract: "base" and
@@ -105,9 +105,7 @@ class Fairseq2Wav2Vec2(Wav2Vec2Backbone):
         config = Fairseq2Config(arch, config_overrides, layer, freeze_feature_encoder, normalize)
         self._attach(parts, config, gradient_checkpointing)
 
-    def _hidden_states(
-        self, wav: torch.Tensor, lengths: torch.Tensor
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def _hidden_states(self, wav: torch.Tensor, lengths: torch.Tensor) -> HiddenStates:
         from fairseq2.nn import BatchLayout
 
         hidden: list[torch.Tensor] = []

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from sqa.masking import frame_mask
-from sqa.models.ssl.base import Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
+from sqa.models.ssl.base import HiddenStates, Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
 from sqa.models.ssl.interop import (
     load_weights_into,
     patch_torchaudio_for_s3prl,
@@ -90,9 +90,7 @@ class S3prlWav2Vec2(Wav2Vec2Backbone):
         config = S3prlConfig(model_config, task_config, layer, freeze_feature_encoder, normalize)
         self._attach(parts, config, gradient_checkpointing)
 
-    def _hidden_states(
-        self, wav: torch.Tensor, lengths: torch.Tensor
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def _hidden_states(self, wav: torch.Tensor, lengths: torch.Tensor) -> HiddenStates:
         padding_mask = ~frame_mask(lengths, wav.shape[1])
         result = self.model.extract_features(wav, padding_mask, mask=False)
         # layer_results hold (output, attention, pre-residual) per layer, time first.

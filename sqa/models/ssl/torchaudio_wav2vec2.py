@@ -9,7 +9,7 @@ import torch
 import torchaudio
 from torch import nn
 
-from sqa.models.ssl.base import Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
+from sqa.models.ssl.base import HiddenStates, Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
 from sqa.models.ssl.interop import load_torchaudio_checkpoint
 
 # Whether each torchaudio builder's released weights expect per-clip normalised input: exactly the
@@ -126,9 +126,7 @@ class TorchaudioWav2Vec2(Wav2Vec2Backbone):
         config = TorchaudioConfig(arch, arch_kwargs, layer, freeze_feature_encoder, normalize)
         self._attach(parts, config, gradient_checkpointing)
 
-    def _hidden_states(
-        self, wav: torch.Tensor, lengths: torch.Tensor
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def _hidden_states(self, wav: torch.Tensor, lengths: torch.Tensor) -> HiddenStates:
         hidden, frame_lengths = self.model.extract_features(wav, lengths)
         transformer = self.model.encoder.transformer
         if not transformer.layer_norm_first:

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from sqa.masking import frame_mask
-from sqa.models.ssl.base import Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
+from sqa.models.ssl.base import HiddenStates, Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
 from sqa.models.ssl.interop import load_transformers_dir, transformers_do_normalize
 
 
@@ -80,12 +80,10 @@ class TransformersWav2Vec2(Wav2Vec2Backbone):
             output_dim=cfg.hidden_size,
             transformer_layers=model.encoder.layers,
         )
-        arch = TransformersConfig(exported, layer, freeze_feature_encoder, normalize)
-        self._attach(parts, arch, gradient_checkpointing)
+        config = TransformersConfig(exported, layer, freeze_feature_encoder, normalize)
+        self._attach(parts, config, gradient_checkpointing)
 
-    def _hidden_states(
-        self, wav: torch.Tensor, lengths: torch.Tensor
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def _hidden_states(self, wav: torch.Tensor, lengths: torch.Tensor) -> HiddenStates:
         attention_mask = None
         if self.model.config.feat_extract_norm == "layer":
             attention_mask = frame_mask(lengths, wav.shape[1]).long()
