@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 import pytest
 
 from sqa.data.datamodule import BucketBatchSampler, EpochSampler
+from sqa.data.synthetic import load_synthetic
 
 from .conftest import REPO
 
@@ -22,15 +24,34 @@ ARGS = [
     "early_stopping_patience=null",
     "bootstrap=0",
 ]
-# The synthetic training split has 58 batches of 8 clips per epoch. By epochs: validation (and
-# the resume point) every 20 steps, killed after the first, resumed mid-epoch 1. By steps:
-# validation at step 29, at the end of epoch 1 (step 58, as with the paper's once-per-epoch
-# validation) and at 87; killed after the epoch-end resume point. Both runs cross an epoch
-# boundary after the resume, where an off-by-one batch would shift every later batch.
-LIMITS = {
-    "max_epochs": (["trainer.max_epochs=2", "trainer.val_check_interval=20"], 1),
-    "max_steps": (["trainer.max_epochs=-1", "trainer.max_steps=95", "trainer.val_check_interval=29"], 2),
-}
+BATCH_SIZE = 8  # conf/data/synthetic.yaml
+
+
+def epoch_batches(synthetic_root) -> int:
+    """Training batches per epoch of the default synthetic corpus."""
+    return math.ceil(len(load_synthetic(synthetic_root).split("train")) / BATCH_SIZE)
+
+
+def limits(per_epoch: int) -> dict[str, tuple[list[str], int, int]]:
+    """Per stopping rule: (overrides, resume-point writes before the kill, training steps).
+
+    By epochs: validation (and the resume point) every 20 steps, killed after the first, resumed
+    mid-epoch 1. By steps: validation every `interval` steps, a divisor of the epoch, so one check
+    falls on the end of epoch 1 (as with the paper's once-per-epoch validation); killed after that
+    epoch-end resume point. Both runs cross an epoch boundary after the resume, where an
+    off-by-one batch would shift every later batch.
+    """
+    interval = next(d for d in range(per_epoch // 2, 0, -1) if per_epoch % d == 0)
+    assert interval >= 5, f"{per_epoch} batches per epoch have no usable divisor for the step test"
+    steps = per_epoch + interval + 10
+    return {
+        "max_epochs": (["trainer.max_epochs=2", "trainer.val_check_interval=20"], 1, 2 * per_epoch),
+        "max_steps": (
+            ["trainer.max_epochs=-1", f"trainer.max_steps={steps}", f"trainer.val_check_interval={interval}"],
+            per_epoch // interval,
+            steps,
+        ),
+    }
 
 
 def train(run_dir, synthetic_root, *extra):
@@ -68,9 +89,9 @@ def wait_for_writes(path, count: int, proc, timeout: float = 300) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("limit", sorted(LIMITS))
+@pytest.mark.parametrize("limit", ["max_epochs", "max_steps"])
 def test_kill_minus_9_then_resume_is_the_uninterrupted_run(limit, synthetic_root, tmp_path):
-    extra, saves = LIMITS[limit]
+    extra, saves, steps = limits(epoch_batches(synthetic_root))[limit]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     reference = tmp_path / "reference"
     subprocess.run(
@@ -110,7 +131,7 @@ def test_kill_minus_9_then_resume_is_the_uninterrupted_run(limit, synthetic_root
     # Every training loss and validation value at every step, with its epoch, and the test
     # metrics are the uninterrupted run's, exactly.
     expected, got = logged(reference), logged(interrupted)
-    assert len([k for k in expected if k[1] == "train/loss"]) == (116 if limit == "max_epochs" else 95)
+    assert len([k for k in expected if k[1] == "train/loss"]) == steps
     assert got == expected
     assert json.loads((interrupted / "metrics.json").read_text()) == json.loads(
         (reference / "metrics.json").read_text()
