@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from sqa.data.corpus import CorpusError, read_csv_manifest, read_singmos_pro, read_vmc24
+from sqa.data.corpus import CorpusError
+from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 
 
 def write_wav(path: Path, sr: int = 16000, seconds: float = 0.2) -> None:
