@@ -1,7 +1,8 @@
 """The built-in synthetic singing corpus, written in the SingMOS-Pro layout.
 
 Sung phrases (harmonic source with vibrato, vowel formants, note glides, breath gaps) from random
-melodies are passed through "systems": degradation recipes whose severity sets a latent quality.
+melodies are passed through "systems": degradation recipes whose severity sets a latent quality
+(both in `sqa.data.singing`).
 Each annotation batch p1..p5 has its own rater bias and scale; every clip gets five integer
 ratings whose mean is its MOS. Everything is deterministic from the seed.
 
