@@ -10,7 +10,6 @@ builds with sqa's own constructors (no Hydra), and reads weights only with
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 from collections.abc import Mapping
@@ -23,22 +22,22 @@ import yaml
 from sqa.atomic import atomic_dir, json_text
 from sqa.data.corpus import CORPUS_READERS
 from sqa.data.pitch import F0Extractor
-from sqa.extras import MissingExtraError
+from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
+from sqa.models.ssl import SSL_BACKBONES, TransformersWav2Vec2
 
 FORMAT_VERSION = 1
-PREDICTOR_TARGET = "sqa.models.predictor.MOSPredictor"
-BACKBONE_TARGETS = frozenset(
-    {
-        "sqa.models.backbone.LogMelBackbone",
-        "sqa.models.ssl.TorchaudioWav2Vec2",
-        "sqa.models.ssl.S3prlWav2Vec2",
-        "sqa.models.ssl.Fairseq2Wav2Vec2",
-        "sqa.models.ssl.TransformersWav2Vec2",
-    }
-)
+# The classes an export may build, by the `_target_` each writes (see sqa.models.config).
+BACKBONE_CLASSES = (LogMelBackbone, *SSL_BACKBONES)
+PREDICTOR_TARGET = MOSPredictor.export_target()
+BACKBONE_TARGETS = frozenset(cls.export_target() for cls in BACKBONE_CLASSES)
 F0_TARGET = "sqa.data.pitch.F0Extractor"
-ALLOWED_TARGETS = frozenset({PREDICTOR_TARGET, F0_TARGET, *BACKBONE_TARGETS})
+CONSTRUCTORS: dict[str, type] = {
+    PREDICTOR_TARGET: MOSPredictor,
+    F0_TARGET: F0Extractor,
+    **{cls.export_target(): cls for cls in BACKBONE_CLASSES},
+}
+ALLOWED_TARGETS = frozenset(CONSTRUCTORS)
 # Where a `_target_` may stand in config.yaml, and which classes it may name there.
 TARGET_PLACES = {
     ("model",): frozenset({PREDICTOR_TARGET}),
@@ -51,8 +50,6 @@ TARGET_PLACES = {
 # Constructor arguments that read or write files: an export records an architecture, never a
 # path (its weights are in model.pt), so these are refused wherever they appear.
 PATH_ARGUMENTS = frozenset({"checkpoint", "upstream", "path", "cache_dir"})
-# transformers settings that can fetch or run code from outside the export.
-TRANSFORMERS_REFUSED = frozenset({"auto_map", "trust_remote_code", "attn_implementation"})
 MAX_CONFIG_BYTES = 1 << 20
 
 
@@ -254,13 +251,7 @@ def _check_top_level(config: dict[str, Any], where: Path) -> None:
 
 def _constructor(target: str) -> type:
     """The class an allowed `_target_` names (callers have checked it against ALLOWED_TARGETS)."""
-    module, name = target.rsplit(".", 1)
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as err:
-        raise MissingExtraError(
-            f"an export with a {name} needs a package that is not installed ({err}): pip install 'sqa[ssl]'"
-        ) from err
+    return CONSTRUCTORS[target]
 
 
 def _accepted_types(annotation: str) -> tuple[type, ...] | None:
@@ -303,8 +294,8 @@ def _check_arguments(node: dict[str, Any], keys: tuple[str, ...], where: Path) -
             not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted)
         ):
             raise ExportError(f"{where}: {here} must be {annotation}, got {value!r}")
-    if target == "sqa.models.ssl.TransformersWav2Vec2":
-        refused = TRANSFORMERS_REFUSED & set(node.get("config") or {})
+    if _constructor(target) is TransformersWav2Vec2:
+        refused = TransformersWav2Vec2.refused_config_keys & set(node.get("config") or {})
         if refused:
             raise ExportError(f"{where}: {_key_path((*keys, 'config'))}: refusing {sorted(refused)}")
 

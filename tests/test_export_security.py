@@ -6,6 +6,7 @@ unpickled, so the marker's absence after a refusal means the payload never ran.
 
 from __future__ import annotations
 
+import importlib
 import pickle
 from pathlib import Path
 from typing import Any
@@ -279,3 +280,28 @@ def test_wav2vec2_exports_with_pitch_and_domains_pass_the_checks(source, tmp_pat
     args = (torch.randn(1, 8000), torch.tensor([8000]), torch.tensor([1]), torch.full((1, 26), 220.0))
     with torch.no_grad():
         torch.testing.assert_close(loaded(*args).score, model(*args).score)
+
+
+def test_allowed_targets_are_the_public_class_names():
+    """The allow-list is derived from the classes, and names each where configs name it."""
+    from sqa.export import ALLOWED_TARGETS, BACKBONE_TARGETS
+
+    assert {
+        "sqa.models.backbone.LogMelBackbone",
+        "sqa.models.ssl.TorchaudioWav2Vec2",
+        "sqa.models.ssl.S3prlWav2Vec2",
+        "sqa.models.ssl.Fairseq2Wav2Vec2",
+        "sqa.models.ssl.TransformersWav2Vec2",
+    } == BACKBONE_TARGETS
+    assert (
+        BACKBONE_TARGETS
+        | {
+            "sqa.models.predictor.MOSPredictor",
+            "sqa.data.pitch.F0Extractor",
+        }
+        == ALLOWED_TARGETS
+    )
+    for target in BACKBONE_TARGETS:
+        # The defining module may differ (sqa.models.ssl is a package); the public name resolves.
+        module, name = target.rsplit(".", 1)
+        assert getattr(importlib.import_module(module), name).export_target() == target

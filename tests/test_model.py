@@ -1,5 +1,8 @@
 import argparse
+import ast
+import dataclasses
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,3 +169,84 @@ def test_export_records_dimensions_and_judges(tmp_path):
     wav, lengths = torch.randn(2, 9000), torch.tensor([9000, 5000])
     with torch.no_grad():
         torch.testing.assert_close(loaded(wav, lengths).scores, model(wav, lengths).scores)
+
+
+# Exports written by sqa before the SSL sources became the `sqa.models.ssl` package (commit
+# 4b4670a): config.yaml and model.pt as that code wrote them, and the scores it gave on `golden_batch`.
+OLD_EXPORTS = Path(__file__).parent / "data" / "exports_before_ssl_package"
+OLD_SCORES = {
+    "torchaudio": [3.260983, 3.348874, 3.101514, 3.279855],
+    "logmel": [1.98195, 1.964042],
+}
+
+
+def golden_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    t = torch.arange(6000, dtype=torch.float32)
+    wav = torch.stack([0.3 * torch.sin(t * 0.05), 0.2 * torch.sin(t * 0.011) * (t < 4000)])
+    return wav, torch.tensor([6000, 4000])
+
+
+@pytest.mark.parametrize("name", list(OLD_SCORES))
+def test_exports_from_before_the_ssl_package_load_score_and_reexport_the_same(name, tmp_path):
+    loaded, config, _ = load_export(OLD_EXPORTS / name)
+    expected_target = {
+        "torchaudio": "sqa.models.ssl.TorchaudioWav2Vec2",
+        "logmel": "sqa.models.backbone.LogMelBackbone",
+    }
+    assert config["model"]["backbone"]["_target_"] == expected_target[name]
+    domain = torch.tensor([0, 1]) if name == "torchaudio" else None
+    with torch.no_grad():
+        scores = loaded(*golden_batch(), domain=domain).scores.flatten()
+    torch.testing.assert_close(scores, torch.tensor(OLD_SCORES[name]), atol=1e-5, rtol=0)
+    # The same model exported again writes the same config.yaml, byte for byte.
+    export_predictor(loaded, tmp_path / "again", config["sample_rate"], config["domains"])
+    assert (tmp_path / "again" / "config.yaml").read_text() == (
+        OLD_EXPORTS / name / "config.yaml"
+    ).read_text()
+
+
+def test_export_config_comes_from_the_typed_configs():
+    model = MOSPredictor(LogMelBackbone(n_mels=16, channels=8), head_dim=8, dimensions=("mos", "lyrics"))
+    config = model.export_config()
+    assert list(config)[:2] == ["_target_", "backbone"]
+    assert config == {
+        "_target_": "sqa.models.predictor.MOSPredictor",
+        "backbone": {
+            "_target_": "sqa.models.backbone.LogMelBackbone",
+            **dataclasses.asdict(model.backbone.config),
+        },
+        **dataclasses.asdict(model.config),
+    }
+    assert dataclasses.asdict(model.config)["dimensions"] == ["mos", "lyrics"]
+    # Config fields are constructor arguments: a config rebuilds the same architecture.
+    rebuilt = MOSPredictor(
+        LogMelBackbone(**dataclasses.asdict(model.backbone.config)), **dataclasses.asdict(model.config)
+    )
+    assert rebuilt.export_config() == config
+    # The export is a copy: editing it leaves the model's config alone.
+    config["dimensions"].append("melody")
+    assert model.config.dimensions == ["mos", "lyrics"]
+
+
+FORBIDDEN_IN_MODELS = (
+    "lightning",
+    "pytorch_lightning",
+    "hydra",
+    "sqa.data.datamodule",
+    "sqa.training",
+    "sqa.lit_module",
+)
+
+
+def test_models_import_no_lightning_hydra_or_data_module():
+    root = Path(__file__).parents[1] / "sqa" / "models"
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert not name.startswith(FORBIDDEN_IN_MODELS), f"{path} imports {name}"

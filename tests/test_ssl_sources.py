@@ -41,6 +41,7 @@ from sqa.models.ssl import (
     patch_torchaudio_for_s3prl,
     s3prl_upstream_names,
 )
+from sqa.models.ssl.interop import s3prl_checkpoint_url
 
 from .conftest import REPO
 
@@ -506,6 +507,32 @@ def test_s3prl_named_upstream_comes_from_the_local_cache_only(
     with torch.no_grad():
         frames, frame_lengths = backbone(*batch)
         assert_frames_close(frames, source.reference(*batch)[0], frame_lengths, atol=1e-5)
+
+
+def test_s3prl_checkpoint_urls_are_what_the_hub_functions_would_fetch() -> None:
+    from s3prl.upstream.wav2vec2 import hubconf
+
+    for name in s3prl_upstream_names():
+        # Every hub entry ends in wav2vec2_custom(ckpt=URL); intercepted, it fetches nothing.
+        urls: list[str] = []
+        with mock.patch.object(
+            hubconf, "wav2vec2_custom", lambda urls=urls, **kwargs: urls.append(kwargs["ckpt"])
+        ):
+            getattr(hubconf, name)()
+        assert s3prl_checkpoint_url(name) == urls[0], name
+    assert s3prl_checkpoint_url("wav2vec2").endswith("/wav2vec_small.pt")
+    with pytest.raises(ValueError, match="wav2vec2_giant"):
+        s3prl_checkpoint_url("wav2vec2_giant")
+
+
+def test_torchaudio_presets_are_builders() -> None:
+    from sqa.models.ssl.torchaudio_wav2vec2 import tiny, torchaudio_presets
+
+    presets = torchaudio_presets()
+    assert (
+        presets["tiny"] is tiny and presets["wav2vec2_large_lv60k"] is torchaudio.models.wav2vec2_large_lv60k
+    )
+    assert len(tiny(encoder_num_layers=1).encoder.transformer.layers) == 1
 
 
 def test_s3prl_import_shim() -> None:

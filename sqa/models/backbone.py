@@ -8,11 +8,14 @@ weights it started from (the export carries those in its state_dict).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torchaudio
 from torch import nn
 
 from sqa.masking import frame_mask, masked_standardize
+from sqa.models.config import Exportable
 
 # wav2vec2's convolutional front end: 400-sample receptive field, 320-sample (20 ms) stride.
 W2V_WINDOW = 400
@@ -24,7 +27,20 @@ def conv_frame_lengths(lengths: torch.Tensor, window: int = W2V_WINDOW, hop: int
     return torch.div(lengths - window, hop, rounding_mode="floor").clamp_min(0) + 1
 
 
-class LogMelBackbone(nn.Module):
+@dataclass
+class LogMelConfig:
+    """What rebuilds a `LogMelBackbone`: its constructor arguments."""
+
+    sample_rate: int
+    n_mels: int
+    channels: int
+    conv_layers: int
+    kernel_size: int
+    transformer_layers: int
+    heads: int
+
+
+class LogMelBackbone(Exportable, nn.Module):
     """Log-mel filterbank at a 20 ms hop followed by masked 1-D convolutions (and attention).
 
     Each clip is normalised by one scalar mean and variance over its valid frames: per-band
@@ -46,15 +62,9 @@ class LogMelBackbone(nn.Module):
         super().__init__()
         self.output_dim = channels
         self.min_samples = W2V_WINDOW
-        self._config = {
-            "sample_rate": sample_rate,
-            "n_mels": n_mels,
-            "channels": channels,
-            "conv_layers": conv_layers,
-            "kernel_size": kernel_size,
-            "transformer_layers": transformer_layers,
-            "heads": heads,
-        }
+        self.config = LogMelConfig(
+            sample_rate, n_mels, channels, conv_layers, kernel_size, transformer_layers, heads
+        )
         fb = torchaudio.functional.melscale_fbanks(
             W2V_WINDOW // 2 + 1,
             0.0,
@@ -100,7 +110,3 @@ class LogMelBackbone(nn.Module):
         for layer in self.attention:
             x = layer(x, src_key_padding_mask=keep[..., 0] == 0)
         return x * keep, frame_lengths
-
-    def export_config(self) -> dict:
-        """Hydra config rebuilding this backbone."""
-        return {"_target_": f"{__name__}.LogMelBackbone", **self._config}

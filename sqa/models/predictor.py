@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from sqa.masking import frame_mask, masked_mean
 from sqa.models.branches import PITCH_BRANCHES, DomainEmbedding
+from sqa.models.config import Exportable
 from sqa.prediction import OVERALL, Prediction
 
 
-class MOSPredictor(nn.Module):
+@dataclass
+class PredictorConfig:
+    """What rebuilds a `MOSPredictor` around its backbone: the head and branch settings."""
+
+    head_dim: int
+    dropout: float
+    range_clip: bool
+    num_domains: int
+    domain_dim: int | None
+    pitch: str | None
+    pitch_dim: int
+    dimensions: list[str]
+    num_judges: int
+    judge_dim: int | None
+
+
+class MOSPredictor(Exportable, nn.Module):
     """SSL-MOS predictor: backbone frames [+ domain embedding] [+ pitch branch] -> per-frame head.
 
     `domain_dim` (None: off) embeds the domain ID (one of `num_domains`) and concatenates it to
@@ -22,6 +40,8 @@ class MOSPredictor(nn.Module):
     judge ID (one of `num_judges`, plus a learned mean judge at index `num_judges`, the one used
     when no judge is given) and concatenates it to every frame.
     """
+
+    exported_children = ("backbone",)
 
     def __init__(
         self,
@@ -48,18 +68,18 @@ class MOSPredictor(nn.Module):
             raise ValueError(f"pitch must be null or one of {sorted(PITCH_BRANCHES)}, got {pitch!r}")
         self.backbone = backbone
         self.range_clip = range_clip
-        self._config = {
-            "head_dim": head_dim,
-            "dropout": dropout,
-            "range_clip": range_clip,
-            "num_domains": num_domains,
-            "domain_dim": domain_dim,
-            "pitch": pitch,
-            "pitch_dim": pitch_dim,
-            "dimensions": dimensions,
-            "num_judges": num_judges,
-            "judge_dim": judge_dim,
-        }
+        self.config = PredictorConfig(
+            head_dim,
+            dropout,
+            range_clip,
+            num_domains,
+            domain_dim,
+            pitch,
+            pitch_dim,
+            dimensions,
+            num_judges,
+            judge_dim,
+        )
         self.dimensions = dimensions
         self.num_judges = num_judges
         self.domain = DomainEmbedding(num_domains, domain_dim) if domain_dim else None
@@ -95,7 +115,7 @@ class MOSPredictor(nn.Module):
             parts.append(self.domain(domain, frames.shape[1]).to(frames.dtype))
         if self.pitch is not None:
             if f0 is None:
-                raise ValueError(f"this predictor has a {self._config['pitch']} branch: pass f0 (B, T')")
+                raise ValueError(f"this predictor has a {self.config.pitch} branch: pass f0 (B, T')")
             parts.append(self.pitch(f0, frame_lengths, frames.shape[1]).to(frames.dtype))
         if self.judge is not None:
             if judge is None:
@@ -109,11 +129,3 @@ class MOSPredictor(nn.Module):
         frame_scores = frame_scores.masked_fill(~mask[:, :, None], 0.0)
         scores = masked_mean(frame_scores, frame_lengths)
         return Prediction(scores[:, 0], frame_scores[:, :, 0], frame_lengths, scores, frame_scores)
-
-    def export_config(self) -> dict:
-        """Hydra config rebuilding this predictor's architecture (no pretrained-weight paths)."""
-        return {
-            "_target_": f"{__name__}.MOSPredictor",
-            "backbone": self.backbone.export_config(),
-            **self._config,
-        }
