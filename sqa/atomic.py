@@ -1,9 +1,10 @@
-"""Atomic file writes: a temporary file in the same folder, then a rename over the target.
+"""Atomic writes of files and folders: a temporary one beside the target, then a rename.
 
-A process killed at any moment leaves either the old file or the complete new one. Files get
-the mode a plain `open()` would give them (0644 under the usual umask 022), not mkstemp's 0600,
-so that a group sharing a cluster folder can read a run's outputs. JSON is written strictly:
-undefined values (NaN) as null.
+A process killed at any moment leaves either the old file (folder) or the complete new one.
+Files get the mode a plain `open()` would give them (0644 under the usual umask 022), not
+mkstemp's 0600, and folders that of a plain `mkdir()` (0755), not mkdtemp's 0700, so that a
+group sharing a cluster folder can read a run's outputs. JSON is written strictly: undefined
+values (NaN) as null.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -39,6 +42,32 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_dir(path: str | Path, replace: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder beside `path` to fill; when the block ends, rename it to `path`.
+
+    With `replace`, an existing `path` is moved aside first and removed only once the new folder
+    is in place; without, an existing non-empty `path` makes the rename fail (OSError). If the
+    block or the rename fails, the temporary folder is removed and `path` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        tmp.chmod(default_mode(directory=True))
+        yield tmp
+        old = None
+        if replace and path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+            os.replace(path, old / path.name)
+        os.rename(tmp, path)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

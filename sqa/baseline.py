@@ -22,7 +22,8 @@ from typing import Any
 from sqa import metrics
 from sqa.atomic import atomic_write_json
 from sqa.data.audio import AudioError
-from sqa.data.corpus import Clip, Corpus, CorpusError, read_csv_manifest, read_singmos_pro, read_vmc24
+from sqa.data.corpus import Clip, Corpus, CorpusError
+from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 from sqa.data.synthetic import load_synthetic
 from sqa.data.validate import Problem, format_report
 from sqa.dnsmos import DNSMOS, OUTPUTS

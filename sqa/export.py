@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ from typing import Any
 import torch
 import yaml
 
-from sqa.atomic import default_mode, json_text
+from sqa.atomic import atomic_dir, json_text
 from sqa.data.corpus import CORPUS_READERS
 from sqa.data.pitch import F0Extractor
 from sqa.models.backbone import LogMelBackbone
@@ -91,10 +88,6 @@ def export_predictor(
     directory = Path(directory)
     if directory.exists() and not overwrite:
         raise ExportError(f"{directory}: already exists; pass overwrite=True to replace it")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    # mkdtemp makes a private (0700) folder; an export is meant to be read by others.
-    tmp.chmod(default_mode(directory=True))
     config = {
         "format": FORMAT_VERSION,
         "sample_rate": sample_rate,
@@ -104,7 +97,7 @@ def export_predictor(
         "data": dict(data) if data is not None else None,
         "test": dict(test) if test is not None else None,
     }
-    try:
+    with atomic_dir(directory, replace=overwrite) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}
         torch.save(state, tmp / "model.pt")
         (tmp / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
@@ -115,22 +108,7 @@ def export_predictor(
             (tmp / "run_info.json").write_text(json_text(run_info))
         card = model_card.render(config, metrics or {}, dimension_metrics, run_info, training)
         (tmp / "README.md").write_text(card, encoding="utf-8")
-        _replace_dir(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return directory
-
-
-def _replace_dir(new: Path, target: Path) -> None:
-    """Move `new` to `target`; an old `target` is moved aside first and removed only after."""
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-        os.replace(target, old / target.name)
-    os.replace(new, target)
-    if old is not None:
-        shutil.rmtree(old)
 
 
 class _PlainYamlLoader(yaml.SafeLoader):

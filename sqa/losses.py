@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from sqa.masking import frame_mask
-from sqa.models.predictor import Prediction
+from sqa.prediction import Prediction
 
 
 def _labelled(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -15,3 +17,18 @@ def masked_mean(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     mask = frame_mask(lengths, x.shape[1]).to(x.dtype)
     mask = mask.reshape(mask.shape + (1,) * (x.dim() - 2))
     return (x * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+
+
+def masked_standardize(x: torch.Tensor, lengths: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """Standardise x (B, T, ...): zero mean, unit variance per row over its first `lengths[b]` steps.
+
+    One scalar mean and variance per row, pooled over the valid steps and all trailing dims;
+    padding is 0 and never counts, so a clip is standardised the same alone and in a batch.
+    """
+    mask = frame_mask(lengths, x.shape[1]).to(x.dtype)
+    mask = mask.reshape(mask.shape + (1,) * (x.dim() - 2))
+    dims = tuple(range(1, x.dim()))
+    count = lengths.to(x.dtype).reshape((-1,) + (1,) * (x.dim() - 1)) * math.prod(x.shape[2:])
+    mean = (x * mask).sum(dim=dims, keepdim=True) / count
+    var = (((x - mean) * mask) ** 2).sum(dim=dims, keepdim=True) / count
+    return (x - mean) / torch.sqrt(var + eps) * mask

@@ -22,8 +22,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa import metrics, plots
 from sqa.atomic import atomic_write, atomic_write_json, atomic_write_text
-from sqa.data.corpus import CORPUS_READERS, CorpusError, count_labels, format_counts, write_valid_split
+from sqa.data.corpus import CORPUS_READERS, CorpusError, count_labels, format_counts
 from sqa.data.datamodule import MOSDataModule
+from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
 from sqa.export import export_predictor
 from sqa.lit_module import MOSModule

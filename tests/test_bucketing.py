@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from sqa.data.datamodule import BucketBatchSampler
+from sqa.data.samplers import BucketBatchSampler
 from sqa.training import run
 
 from .conftest import REPO

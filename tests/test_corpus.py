@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from sqa.data.corpus import CorpusError, read_csv_manifest, read_singmos_pro, read_vmc24
+from sqa.data.corpus import CorpusError
+from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 
 
 def write_wav(path: Path, sr: int = 16000, seconds: float = 0.2) -> None:
@@ -218,3 +219,22 @@ def test_score_range_is_the_corpus_scale_and_is_checked(tmp_path):
     for bad in ([5, 1], [1], ["low", "high"]):
         with pytest.raises(ValueError, match="score_range must be"):
             read_csv_manifest(tmp_path / "m.csv", score_range=bad)
+
+
+def test_every_recorded_reader_name_resolves_to_its_reader():
+    from hydra.utils import get_method
+
+    from sqa.data import readers, synthetic
+    from sqa.data.corpus import CORPUS_READERS
+
+    found = {name: get_method(name) for name in sorted(CORPUS_READERS)}
+    assert found == {
+        "sqa.data.corpus.read_csv_manifest": readers.read_csv_manifest,
+        "sqa.data.corpus.read_singmos_pro": readers.read_singmos_pro,
+        "sqa.data.corpus.read_vmc24": readers.read_vmc24,
+        "sqa.data.synthetic.load_synthetic": synthetic.load_synthetic,
+    }
+    with pytest.raises(AttributeError, match="read_nothing"):
+        from sqa.data import corpus
+
+        corpus.read_nothing  # noqa: B018

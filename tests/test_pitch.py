@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from sqa.data.pitch import F0Extractor, align_frames, midi_notes, midi_variance, pitch_histogram
+from sqa.data.pitch import F0Extractor
+from sqa.models.pitch_features import align_frames, midi_notes, midi_variance, pitch_histogram
 
 
 def test_midi_notes_of_known_pitches_and_unvoiced_frames():

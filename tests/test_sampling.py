@@ -17,9 +17,9 @@ import soundfile as sf
 import torch
 from scipy import stats
 
-from sqa.data import datamodule
-from sqa.data.datamodule import ClipDataset, EpochSampler
+from sqa.data.dataset import ClipDataset
 from sqa.data.pitch import F0Extractor
+from sqa.data.samplers import EpochSampler
 from sqa.data.synthetic import generate, load_synthetic
 from sqa.models.branches import MidiPitchBranch
 from sqa.training import run
@@ -104,7 +104,7 @@ def pitch_run(small_root, tmp_path_factory):
         return branch_forward(self, f0, frame_lengths, num_frames)
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(datamodule.ClipDataset, "__getitem__", recording)
+    patch.setattr(ClipDataset, "__getitem__", recording)
     patch.setattr(MidiPitchBranch, "__init__", init_recording)
     patch.setattr(MidiPitchBranch, "forward", forward_recording)
     try:

@@ -56,16 +56,17 @@ def test_generation_is_deterministic_and_never_overwrites(tmp_path):
 def test_whole_phrase_detune_is_visible_in_the_pitch_histogram():
     import torch
 
-    from sqa.data import synthetic
-    from sqa.data.pitch import F0Extractor, pitch_histogram
+    from sqa.data import singing
+    from sqa.data.pitch import F0Extractor
+    from sqa.models.pitch_features import pitch_histogram
 
     extractor = F0Extractor()
     bins = np.arange(120)
 
     def off_grid_cents(kind: str, param: float, clip: int) -> float:
         rng = np.random.default_rng([99, clip, int(param)])
-        f0, voiced, _ = synthetic._melody(rng, synthetic.SYNTH_RATE, kind, param)
-        track = torch.tensor(extractor(synthetic._sing(rng, f0, voiced), synthetic.SYNTH_RATE))[None]
+        f0, voiced, _ = singing.melody(rng, singing.SYNTH_RATE, kind, param)
+        track = torch.tensor(extractor(singing.sing(rng, f0, voiced), singing.SYNTH_RATE))[None]
         hist = pitch_histogram(track, torch.tensor([track.shape[1]]))[0].numpy()
         # Circular mean of the histogram over one semitone (10 bins): 0 cents on the 12-tone grid.
         angle = np.angle(np.sum(hist * np.exp(2j * np.pi * bins / 10)))

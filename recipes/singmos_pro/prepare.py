@@ -19,7 +19,7 @@ from pathlib import Path
 import soundfile as sf
 
 from sqa.data.audio import audio_info, load_audio
-from sqa.data.corpus import read_singmos_pro
+from sqa.data.readers import read_singmos_pro
 
 
 def summary(root: Path) -> str:

@@ -1,16 +1,42 @@
-"""Padding variable-length clips into batches (shared by training and scoring, no Lightning)."""
+"""Padding variable-length clips into batches, and the data loaders' collation (no Lightning)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 
 def pad_batch(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Zero-pad 1-D tensors to a (B, N_max) batch; returns it and the lengths (B,)."""
     lengths = torch.tensor([t.shape[0] for t in tensors])
-    out = torch.zeros(len(tensors), int(lengths.max()), dtype=tensors[0].dtype)
-    for i, t in enumerate(tensors):
-        out[i, : t.shape[0]] = t
-    return out, lengths
+    return pad_sequence(list(tensors), batch_first=True), lengths
+
+
+def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pad a batch: index (B,), wav (B, N), lengths (B,), f0 (B, T') or None, mos, domain (B,), ids.
+
+    Also target (B, K) (NaN where a label is missing), the same labels unrounded as B lists of K
+    floats (`labels`, for evaluation), mask (B, K) bool and judge (B,) IDs (None for datasets
+    without judges).
+    """
+    wav, lengths = pad_batch([it["wav"] for it in items])
+    f0 = pad_batch([it["f0"] for it in items])[0] if items[0].get("f0") is not None else None
+    return {
+        "index": torch.tensor([it["index"] for it in items]),
+        "wav": wav,
+        "lengths": lengths,
+        "f0": f0,
+        "mos": torch.tensor([it["mos"] for it in items], dtype=torch.float32),
+        "target": torch.tensor([it["target"] for it in items], dtype=torch.float32),
+        # The labels as read (Python floats): float32 would turn 4.4 into 4.400000095367432.
+        "labels": [list(it["target"]) for it in items],
+        "mask": torch.tensor([it["mask"] for it in items], dtype=torch.bool),
+        "judge": torch.tensor([it["judge"] for it in items]) if items[0]["judge"] is not None else None,
+        "domain": torch.tensor([it["domain"] for it in items]),
+        "sample_id": [it["sample_id"] for it in items],
+        "system_id": [it["system_id"] for it in items],
+        "test_set": [it["test_set"] for it in items],
+    }

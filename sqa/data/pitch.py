@@ -1,12 +1,8 @@
-"""f0 extraction and the SingMOS-Pro pitch features, with an on-disk f0 cache.
+"""f0 extraction with an on-disk f0 cache.
 
 f0 is computed once per clip and extractor setting and cached (keyed by a hash of the waveform
-and the settings). The pitch features are cheap functions of f0, computed where they are used:
-
-- MIDI pitch: rint(69 + 12·log2(f0/440)) on voiced frames, 0 on unvoiced frames;
-- MIDI pitch variance: v[0] = note[0], v[t] = note[t] − note[t−1] + 128;
-- pitch histogram: voiced frames only, f0 rounded to integer Hz and clipped to [40, 799],
-  cents = 1200·log2(f0/440), bin = floor((cents/10) mod 120), counts / number of voiced frames.
+and the settings). The pitch features the model computes from it are in
+`sqa.models.pitch_features`.
 """
 
 from __future__ import annotations
@@ -21,10 +17,6 @@ import torch
 
 from sqa.atomic import atomic_write
 from sqa.extras import require
-from sqa.masking import frame_mask
-
-HIST_BINS = 120
-HIST_MIN_HZ, HIST_MAX_HZ = 40, 799
 
 
 class F0Extractor:
@@ -114,34 +106,3 @@ class F0Extractor:
             )
         f0 = f0[0, :, 0].numpy().astype(np.float64)
         return np.where(f0 >= self.f0_floor, f0, 0.0)
-
-
-def align_frames(f0: torch.Tensor, num_frames: int) -> torch.Tensor:
-    """Truncate or zero-pad f0 (B, T') to the backbone's frame count -> (B, num_frames)."""
-    if f0.shape[1] >= num_frames:
-        return f0[:, :num_frames]
-    return torch.nn.functional.pad(f0, (0, num_frames - f0.shape[1]))
-
-
-def midi_notes(f0: torch.Tensor) -> torch.Tensor:
-    """MIDI note per frame (same shape as f0, long): rint(69 + 12·log2(f0/440)), 0 if unvoiced."""
-    voiced = f0 > 0
-    note = torch.round(69.0 + 12.0 * torch.log2(torch.where(voiced, f0, 440.0) / 440.0))
-    return torch.where(voiced, note, 0.0).clamp(0, 127).long()
-
-
-def midi_variance(notes: torch.Tensor) -> torch.Tensor:
-    """Note differences (B, T): v[0] = note[0], v[t] = note[t] − note[t−1] + 128 (0..255)."""
-    diff = notes[:, 1:] - notes[:, :-1] + 128
-    return torch.cat([notes[:, :1], diff], dim=1)
-
-
-def pitch_histogram(f0: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Octave-folded 10-cent histogram (B, 120) of the voiced frames among the first `lengths`."""
-    valid = frame_mask(lengths, f0.shape[1]) & (f0 > 0)
-    hz = torch.round(f0).clamp(HIST_MIN_HZ, HIST_MAX_HZ)
-    cents = 1200.0 * torch.log2(hz / 440.0)
-    bins = torch.floor(torch.remainder(cents / 10.0, HIST_BINS)).long().clamp(0, HIST_BINS - 1)
-    hist = torch.zeros(f0.shape[0], HIST_BINS, dtype=f0.dtype, device=f0.device)
-    hist.scatter_add_(1, bins * valid, valid.to(f0.dtype))
-    return hist / valid.sum(dim=1, keepdim=True).clamp_min(1).to(f0.dtype)

@@ -14,7 +14,7 @@ import torch
 import torchaudio
 from torch import nn
 
-from sqa.masking import frame_mask
+from sqa.masking import frame_mask, masked_standardize
 from sqa.models.config import Exportable
 
 # wav2vec2's convolutional front end: 400-sample receptive field, 320-sample (20 ms) stride.
@@ -97,11 +97,7 @@ class LogMelBackbone(Exportable, nn.Module):
         )
         mel = torch.log(spec.transpose(1, 2) @ self.fbank + 1e-6)
         frame_lengths = conv_frame_lengths(lengths).clamp_max(mel.shape[1])
-        mask = frame_mask(frame_lengths, mel.shape[1])[..., None].to(mel.dtype)
-        count = mask.sum(dim=(1, 2), keepdim=True) * mel.shape[2]
-        mean = (mel * mask).sum(dim=(1, 2), keepdim=True) / count
-        var = (((mel - mean) * mask) ** 2).sum(dim=(1, 2), keepdim=True) / count
-        return (mel - mean) / torch.sqrt(var + 1e-5) * mask, frame_lengths
+        return masked_standardize(mel, frame_lengths), frame_lengths
 
     def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Wav (B, N), lengths (B,) -> frames (B, T, channels), frame_lengths (B,)."""

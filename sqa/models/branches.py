@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sqa.data.pitch import HIST_BINS, align_frames, midi_notes, midi_variance, pitch_histogram
+from sqa.models.pitch_features import HIST_BINS, align_frames, midi_notes, midi_variance, pitch_histogram
 
 
 class DomainEmbedding(nn.Module):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -12,23 +11,7 @@ from torch import nn
 from sqa.masking import frame_mask, masked_mean
 from sqa.models.branches import PITCH_BRANCHES, DomainEmbedding
 from sqa.models.config import Exportable
-
-# The overall MOS: every predictor has this dimension first; checkpoints are selected on it.
-OVERALL = "mos"
-
-
-class Prediction(NamedTuple):
-    """Overall scores (B,), their frames (B, T), valid frame counts (B,), and every dimension.
-
-    `scores` (B, K) and `dim_frame_scores` (B, T, K) hold the K score dimensions in the
-    predictor's `dimensions` order; `score` and `frame_scores` are their first (overall) column.
-    """
-
-    score: torch.Tensor
-    frame_scores: torch.Tensor
-    frame_lengths: torch.Tensor
-    scores: torch.Tensor
-    dim_frame_scores: torch.Tensor
+from sqa.prediction import OVERALL, Prediction
 
 
 @dataclass

@@ -1,0 +1,78 @@
+"""Dependencies point one way: data -> models -> training -> applications, never back.
+
+Each module's imports (at any depth of the file, so lazy imports count too) are read from its
+syntax tree, without importing it.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SQA = Path(__file__).resolve().parents[1] / "sqa"
+# The data layer's one adapter to Lightning: the LightningDataModule that wires the Lightning-free
+# dataset, samplers and collation to a Trainer. Everything else under sqa/data is Lightning-free,
+# so scoring and the baselines read data without it.
+LIGHTNING_ADAPTER = SQA / "data" / "datamodule.py"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports (`import a.b`, `from a.b import c` gives a.b and a.b.c)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def forbidden_imports(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    """`file: module` for each import of a forbidden module or of anything below it."""
+    return sorted(
+        f"{path}: {name}"
+        for path in paths
+        for name in imported_modules(path)
+        if any(name == f or name.startswith(f"{f}.") for f in forbidden)
+    )
+
+
+def modules(*names: str) -> list[Path]:
+    """The files of the packages (all their modules) and modules named, relative to sqa/."""
+    paths = []
+    for name in names:
+        target = SQA / name
+        paths.extend(sorted(target.rglob("*.py")) if target.is_dir() else [target.with_suffix(".py")])
+    return paths
+
+
+@pytest.mark.parametrize(
+    ("layer", "forbidden"),
+    [
+        (("data",), ("sqa.models", "sqa.training", "sqa.lit_module")),
+        (("models",), ("lightning", "hydra", "sqa.data.datamodule")),
+        (("scoring", "score", "export"), ("lightning",)),
+    ],
+)
+def test_no_layer_imports_a_layer_above_it(layer, forbidden):
+    paths = modules(*layer)
+    assert paths and all(p.is_file() for p in paths)
+    assert forbidden_imports(paths, forbidden) == []
+
+
+def test_only_the_data_module_adapter_of_the_data_layer_imports_lightning():
+    paths = [p for p in modules("data") if p != LIGHTNING_ADAPTER]
+    assert LIGHTNING_ADAPTER.is_file() and len(paths) >= 10
+    assert forbidden_imports(paths, ("lightning",)) == []
+
+
+def test_the_scan_sees_lazy_and_from_imports(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import os\nfrom sqa.models import predictor\n\ndef f():\n    import lightning.pytorch as pl\n"
+    )
+    assert imported_modules(module) >= {"sqa.models", "sqa.models.predictor", "lightning.pytorch"}
+    assert forbidden_imports([module], ("lightning", "sqa.models.backbone", "sqa.model")) == [
+        f"{module}: lightning.pytorch"
+    ]
