@@ -19,7 +19,7 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from sqa.masking import frame_mask
+from sqa.masking import frame_mask, masked_standardize
 from sqa.models.config import Exportable
 
 # Loggers of the source modules are children of this one, so callers configure one name.
@@ -47,11 +47,7 @@ def normalize_waveform(wav: torch.Tensor, lengths: torch.Tensor, eps: float = 1e
     row, so a clip is normalised the same alone and inside a batch. With the default `eps` it is
     fairseq's (and s3prl's) `F.layer_norm(wav, wav.shape)` of each unpadded clip.
     """
-    mask = frame_mask(lengths, wav.shape[1]).to(wav.dtype)
-    count = lengths.to(wav.dtype)[:, None]
-    mean = (wav * mask).sum(dim=1, keepdim=True) / count
-    var = (((wav - mean) * mask) ** 2).sum(dim=1, keepdim=True) / count
-    return (wav - mean) / torch.sqrt(var + eps) * mask
+    return masked_standardize(wav, lengths, eps)
 
 
 def resolve_normalize(
