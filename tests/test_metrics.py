@@ -4,8 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from sqa import metrics
+from sqa import metrics, tables
 from sqa.atomic import atomic_write_json, json_text
+from sqa.selection import selection_score
 
 
 def test_correlations_match_hand_computed_values():
@@ -79,7 +80,7 @@ def test_selection_score_weights_by_systems_and_counts_nan_as_zero():
         "b": {"sys": {"srcc": 1.0, "n": 6}},
         "c": {"sys": {"srcc": math.nan, "n": 2}},
     }
-    assert metrics.selection_score(blocks) == pytest.approx((0.5 * 2 + 6.0) / 10)
+    assert selection_score(blocks) == pytest.approx((0.5 * 2 + 6.0) / 10)
 
 
 def test_table_has_paper_layout():
@@ -89,7 +90,7 @@ def test_table_has_paper_layout():
         ["a", "b", "c"] * 3,
         ["test1"] * 3 + ["test2"] * 3 + ["test3"] * 3,
     )
-    table = metrics.format_table(results)
+    table = tables.format_table(results)
     assert "test1/test2|test3|Avg" in table
     srcc_row = next(line for line in table.splitlines() if line.startswith("sys    srcc"))
     assert srcc_row.split()[-1] == "1.000/1.000|1.000|1.000"
@@ -187,7 +188,7 @@ def test_no_bootstrap_leaves_blocks_unchanged_and_nan_resamples_are_ignored():
 
 def test_table_prints_intervals_when_present():
     results = metrics.evaluate_sets(*simulated_sets(90), bootstrap=100)
-    table = metrics.format_table(results)
+    table = tables.format_table(results)
     row = next(line for line in table.splitlines() if line.startswith("utt    srcc"))
     lo, hi = results["test1"]["ci"]["utt"]["srcc"]
     assert row.split(maxsplit=2)[2].startswith(f"{results['test1']['utt']['srcc']:.3f} [{lo:.2f}, {hi:.2f}]/")
@@ -311,7 +312,7 @@ def test_metrics_json_is_strict_and_tables_alike_after_reading_back(tmp_path):
     loaded = json.loads(text, parse_constant=refuse)
     assert loaded["t1"]["sys"]["srcc"] is None and loaded["t2"]["ci"]["sys"]["srcc"] is None
     assert loaded["t2"]["undefined"]["sys"]["srcc"] == "2 systems (needs at least 3)"
-    assert metrics.format_table(loaded) == metrics.format_table(results)
+    assert tables.format_table(loaded) == tables.format_table(results)
     with pytest.raises(ValueError):
         json.dumps({"x": math.nan}, allow_nan=False)
     assert json_text({"x": np.float32("nan"), "y": [np.inf, np.int64(3)]}, indent=None) == (
@@ -321,7 +322,7 @@ def test_metrics_json_is_strict_and_tables_alike_after_reading_back(tmp_path):
 
 def test_table_prints_n_a_with_reasons_and_partial_averages():
     results = metrics.evaluate_sets(*sets_of_systems({"t1": 1, "t2": 2, "t9": 9}), bootstrap=100)
-    table = metrics.format_table(results)
+    table = tables.format_table(results)
     lines = table.splitlines()
     srcc_row = next(line for line in lines if line.startswith("sys    srcc"))
     cells = srcc_row.split(maxsplit=2)[2]

@@ -18,9 +18,10 @@ from scipy import stats
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
-from sqa import metrics, score
+from sqa import score, tables
+from sqa.callbacks import checkpoint_step, progress_bar
 from sqa.data.synthetic import load_synthetic
-from sqa.training import checkpoint_step, progress_bar, run
+from sqa.training import run
 
 from .conftest import REPO
 
@@ -118,7 +119,7 @@ def test_train_log_holds_what_the_console_shows(default_run):
     run_dir, results = default_run
     text = (run_dir / "train.log").read_text()
     assert "Test results (best checkpoint best-step=" in text
-    assert metrics.format_table(results) in text
+    assert tables.format_table(results) in text
     assert "Restoring states from the checkpoint path" in text  # Lightning's own messages
     assert re.search(r"step 25 \(epoch 0\): train/loss \d\.\d{4}, val/selection -?\d\.\d{4}", text)
     assert f"Exported the best model to {run_dir / 'export'}" in text
