@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from sqa import artefacts, metrics, resampling
+from sqa import artefacts, metrics
 from sqa.atomic import json_text
 
 UNDEFINED_COMPARISON = {"diff": math.nan, "ci": None, "p": math.nan, "significant": False, "resamples": 0}
@@ -80,7 +80,7 @@ def summarise(observed: float, diffs: np.ndarray) -> dict[str, Any]:
     interval rest on.
     """
     valid = diffs[~np.isnan(diffs)]
-    lo, hi = resampling.interval(valid)
+    lo, hi = metrics.interval(valid)
     p = min(1.0, 2 * min(np.mean(valid <= 0), np.mean(valid >= 0))) if valid.size else math.nan
     return {
         "diff": observed,
@@ -130,7 +130,7 @@ def compare(
         pairs_a = _level_pairs([pred_a[i] for i in idx], t, s)
         pairs_b = _level_pairs([pred_b[i] for i in idx], t, s)
         for level, (p_a, tt), (p_b, _) in zip(metrics.LEVELS, pairs_a, pairs_b, strict=True):
-            shared = resampling.bootstrap_indices(rng, len(tt), resamples)
+            shared = metrics.bootstrap_indices(rng, len(tt), resamples)
             for run, p in (("a", p_a), ("b", p_b)):
                 observed[run].setdefault(name, {})[level] = {
                     metric: metrics.correlations(p, tt)[metric],
