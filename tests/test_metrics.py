@@ -3,8 +3,9 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from sqa import metrics, tables
+from sqa import metrics, resampling, tables
 from sqa.atomic import atomic_write_json, json_text
 from sqa.selection import selection_score
 
@@ -441,3 +442,19 @@ def test_intervals_are_the_2_5_and_97_5_percentiles_of_the_resampled_statistics(
             averaged = sum(per_set[s][level][key] * sizes[s][weight] for s in sizes) / total
             expected = np.percentile(averaged[~np.isnan(averaged)], [2.5, 97.5])
             np.testing.assert_allclose(results["avg"]["ci"][level][key], expected, rtol=1e-9)
+
+
+def test_row_pearson_matches_scipy_including_constant_rows():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(50, 30)), rng.normal(size=(50, 30))
+    a[4], b[7] = 2.5, -1.0
+    with pytest.warns(stats.ConstantInputWarning):
+        expected = stats.pearsonr(a, b, axis=1).statistic
+    got = resampling.row_pearson(a, b)
+    assert np.isnan(got[[4, 7]]).all()
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15, equal_nan=True)
+
+
+def test_paper_layout_joins_sets_and_average():
+    assert tables.paper_layout(["a", "b", "c", "avg"]) == "a/b|c|avg"
+    assert tables.paper_layout(["a", "avg"]) == "a|avg"
