@@ -22,7 +22,7 @@ import numpy as np
 
 from sqa import artefacts
 from sqa.metrics import AVERAGE_KEY, defined
-from sqa.tables import markdown, paper_layout
+from sqa.tables import markdown, paper_layout, spread_text
 
 COLUMNS = [(level, name) for level in ("utt", "sys") for name in ("rmse", "lcc", "srcc")]
 # The SingMOS-Pro paper's Tables 2 and 3.
@@ -53,15 +53,7 @@ def summarise(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float
 
 def paper_cell(stats: list[tuple[float, float, int]], runs: int) -> str:
     """`R1/R2|R3|Avg` with mean±std in each place; `(n=k)` where fewer than `runs` (or one) define it."""
-    parts = []
-    for mean, std, count in stats:
-        if count == 0:
-            parts.append("n/a")
-            continue
-        # One value has no spread: say so rather than print ±0.000.
-        text = f"{mean:.3f}" + (f"±{std:.3f}" if count > 1 else "")
-        parts.append(text + (f" (n={count})" if count < runs or count == 1 else ""))
-    return paper_layout(parts)
+    return paper_layout([spread_text(mean, std, count, runs) for mean, std, count in stats])
 
 
 def build_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:

@@ -27,6 +27,17 @@ def paper_layout(parts: Sequence[str]) -> str:
     return (f"{first}|" if first else "") + f"{sets[-1]}|{average}"
 
 
+def spread_text(mean: float, std: float, count: int, runs: int, sep: str = "±") -> str:
+    """`mean±std` of a value `count` of `runs` runs define: `(n=k)` where fewer (or one), `n/a` where none.
+
+    One value has no spread: it prints without ±, rather than as ±0.000.
+    """
+    if count == 0:
+        return "n/a"
+    text = f"{mean:.3f}" + (f"{sep}{std:.3f}" if count > 1 else "")
+    return text + (f" (n={count})" if count < runs or count == 1 else "")
+
+
 def markdown(header: list[str], rows: list[list[str]]) -> str:
     """A markdown table; the `|` inside `R1/R2|R3|Avg` cells is escaped."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -19,6 +19,7 @@ import numpy as np
 
 from sqa.artefacts import PREDICTIONS_FILE, read_predictions, runs_with_predictions
 from sqa.metrics import AVERAGE_KEY, evaluate_sets
+from sqa.tables import spread_text
 
 
 def srcc(rows: list[dict[str, Any]], pred_key: str, true_key: str) -> tuple[float, float]:
@@ -49,10 +50,8 @@ def compare(run_dirs: list[Path], dims: list[str]) -> dict[str, dict[str, np.nda
 def cell(values: np.ndarray) -> str:
     """Mean ± std over the runs where the value is defined, to three decimals (`n/a`: in none)."""
     kept = values[~np.isnan(values)]
-    if kept.size == 0:
-        return "n/a"
-    text = f"{kept.mean():.3f}" + (f" ± {kept.std(ddof=1):.3f}" if kept.size > 1 else "")
-    return text + (f" (n={kept.size})" if kept.size < values.size or kept.size == 1 else "")
+    std = kept.std(ddof=1) if kept.size > 1 else math.nan
+    return spread_text(kept.mean() if kept.size else math.nan, std, kept.size, values.size, sep=" ± ")
 
 
 def main() -> None:
