@@ -29,9 +29,14 @@ PREDICTION_COLUMNS = ("sample_id", "system_id", "test_set", "mos", "pred")
 SCORE_PREFIXES = ("mos", "pred")
 
 
+def score_columns(dimension: str | None = None) -> tuple[str, str]:
+    """(label column, prediction column) of an extra score `dimension`; None: the overall MOS."""
+    return ("mos", "pred") if dimension is None else (f"mos_{dimension}", f"pred_{dimension}")
+
+
 def dimension_columns(dimensions: Sequence[str]) -> list[str]:
     """The `mos_<dim>`, `pred_<dim>` columns of the extra score `dimensions`."""
-    return [f"{k}_{d}" for d in dimensions for k in SCORE_PREFIXES]
+    return [column for d in dimensions for column in score_columns(d)]
 
 
 def metrics_file(run_dir: str | Path, dimension: str | None = None) -> Path:

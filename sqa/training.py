@@ -48,25 +48,25 @@ class RunSettings:
 
     @classmethod
     def of(cls, cfg: DictConfig) -> RunSettings:
-        """The settings of `cfg`; keys it lacks take train.yaml's defaults (a config built in code)."""
+        """The settings of `cfg`, a config composed from train.yaml (init_from and compile may be absent)."""
         init = cfg.get("init_from")
         return cls(
             seed=int(cfg.seed),
-            bootstrap=int(cfg.get("bootstrap") or 0),
-            resume=bool(cfg.get("resume")),
-            overwrite=bool(cfg.get("overwrite")),
-            overwrite_export=bool(cfg.get("overwrite_export")),
+            bootstrap=int(cfg.bootstrap),
+            resume=bool(cfg.resume),
+            overwrite=bool(cfg.overwrite),
+            overwrite_export=bool(cfg.overwrite_export),
             compile=bool(cfg.get("compile")),
-            early_stopping_patience=cfg.get("early_stopping_patience"),
+            early_stopping_patience=cfg.early_stopping_patience,
             init_from=OmegaConf.to_container(init, resolve=True) if init else None,
         )
 
 
 def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
     """Instantiate the data module and the Lightning module described by `cfg`."""
+    settings = RunSettings.of(cfg)
     # f0 is extracted only when the model has a pitch branch, per-judge items only when it has a
     # judge embedding; the domain count is the corpus's, the judge count the training split's.
-    settings = RunSettings.of(cfg)
     f0_extractor = instantiate(cfg.f0) if cfg.model.get("pitch") else None
     dimensions = list(cfg.model.get("dimensions") or [OVERALL])
     # Before the data module decodes every clip: a missing weights file is found at once.

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sqa.artefacts import PREDICTIONS_FILE, read_predictions, runs_with_predictions
+from sqa.artefacts import PREDICTIONS_FILE, read_predictions, runs_with_predictions, score_columns
 from sqa.metrics import AVERAGE_KEY, evaluate_sets
 from sqa.tables import spread_text
 
@@ -39,11 +39,12 @@ def compare(run_dirs: list[Path], dims: list[str]) -> dict[str, dict[str, np.nda
     for run_dir in run_dirs:
         rows = read_predictions(run_dir)
         for dim in dims:
-            part = [r for r in rows if not math.isnan(r.get(f"mos_{dim}", math.nan))]
+            true_key, pred_key = score_columns(dim)
+            part = [r for r in rows if not math.isnan(r.get(true_key, math.nan))]
             if not part:
                 raise SystemExit(f"{run_dir / PREDICTIONS_FILE}: no test clip has a {dim} label")
-            out[dim]["head"].append(srcc(part, f"pred_{dim}", f"mos_{dim}"))
-            out[dim]["overall"].append(srcc(part, "pred", f"mos_{dim}"))
+            out[dim]["head"].append(srcc(part, pred_key, true_key))
+            out[dim]["overall"].append(srcc(part, score_columns()[1], true_key))
     return {d: {k: np.array(v) for k, v in groups.items()} for d, groups in out.items()}
 
 
