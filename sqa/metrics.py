@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from sqa.resampling import PAIR_BLOCK, bootstrap_indices, interval, pair_stats, row_pearson
+from sqa import resampling
+from sqa.resampling import bootstrap_indices, interval, pair_stats, row_pearson
 
 METRIC_NAMES = ("rmse", "mse", "lcc", "srcc", "ktau", "pair_acc")
 # Higher is better for these; lower for the error measures.
@@ -52,7 +53,7 @@ def pair_acc(pred: np.ndarray, true: np.ndarray) -> float:
     n = pred.size
     credit = 0.0
     untied = 0
-    rows = max(1, PAIR_BLOCK // max(n, 1))
+    rows = max(1, resampling.PAIR_BLOCK // max(n, 1))
     for start in range(0, n, rows):
         d_pred = np.sign(pred[start : start + rows, None] - pred[None, :])
         d_true = np.sign(true[start : start + rows, None] - true[None, :])

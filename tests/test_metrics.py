@@ -113,7 +113,7 @@ def test_pair_acc_row_blocks_agree_with_one_block(monkeypatch):
     true = rng.integers(1, 6, 200).astype(float)
     pred = np.round(true + rng.normal(0, 1, 200))
     expected = metrics.pair_acc(pred, true)
-    monkeypatch.setattr(metrics, "PAIR_BLOCK", 450)
+    monkeypatch.setattr(resampling, "PAIR_BLOCK", 450)
     assert metrics.pair_acc(pred, true) == pytest.approx(expected)
 
 
@@ -135,7 +135,7 @@ def test_resampled_metrics_equal_metrics_of_the_resampled_clips(monkeypatch):
     pred = np.round((true + rng.normal(0, 0.8, 120)) * 2) / 2
     idx = metrics.bootstrap_indices(rng, 120, 8)
     idx[0] = 7  # a constant resample: correlations are NaN, pair_acc too (truth tied)
-    monkeypatch.setattr(metrics, "PAIR_BLOCK", 1000)  # several column blocks
+    monkeypatch.setattr(resampling, "PAIR_BLOCK", 1000)  # several column blocks
     got = metrics.resampled_metrics(pred, true, idx)
     for r in range(len(idx)):
         expected = metrics.correlations(pred[idx[r]], true[idx[r]])
