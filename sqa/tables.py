@@ -45,15 +45,15 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _cell(block: Mapping[str, Mapping], level: str, name: str) -> str:
-    """One value (`n/a` where undefined), followed by its interval `[lo, hi]` where one exists."""
-    value = block[level][name]
+def metric_cell(block: Mapping[str, Mapping], level: str, name: str, interval_digits: int = 2) -> str:
+    """One value to 3 decimals (`n/a` where undefined or absent), then its interval `[lo, hi]` if any."""
+    value = block[level].get(name)
     if not defined(value):
         return "n/a"
     text = f"{value:.3f}"
     ci = block.get(CI_KEY, {}).get(level, {}).get(name)
-    if ci is not None:
-        text += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+    if ci is not None and defined(ci[0]) and defined(ci[1]):
+        text += f" [{ci[0]:.{interval_digits}f}, {ci[1]:.{interval_digits}f}]"
     return text
 
 
@@ -89,7 +89,7 @@ def format_table(results: Mapping[str, Mapping[str, Mapping]]) -> str:
     lines = [f"{'level':<6} {'metric':<8} {header}"]
     for level in LEVELS:
         for name in METRIC_NAMES:
-            cell = paper_layout([_cell(results[s], level, name) for s in [*sets, AVERAGE_KEY]])
+            cell = paper_layout([metric_cell(results[s], level, name) for s in [*sets, AVERAGE_KEY]])
             lines.append(f"{level:<6} {name:<8} {cell}")
     counts = ", ".join(f"{s}: {results[s]['utt']['n']} clips/{results[s]['sys']['n']} systems" for s in sets)
     lines.append(f"({counts})")
