@@ -31,7 +31,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-import sqa.training  # noqa: F401  (registers the ${sqa_precision:} resolver the config uses)
+import sqa  # noqa: F401  (registers the ${sqa_precision:} resolver the config uses)
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 VARIANTS = ("plain", "checkpointing", "compile")

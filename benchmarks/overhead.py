@@ -46,8 +46,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from sqa.callbacks import progress_bar
 from sqa.lit_module import MOSModule
-from sqa.training import build, progress_bar
+from sqa.training import build
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -4,7 +4,8 @@
     predictor = sqa.load("runs/my-run")          # an export dir, a run dir or a model.pt
     predictor.score(audio, sample_rate)          # one float per clip
 
-`import sqa` stays light: torch and the scoring code load on the first `sqa.load`.
+`import sqa` stays light: torch and the scoring code load on the first `sqa.load`; it registers
+the `${sqa_precision:}` config resolver (`sqa.config`) where omegaconf is installed.
 """
 
 from __future__ import annotations
@@ -12,10 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqa.config import register_resolvers
+
 if TYPE_CHECKING:
     from sqa.scoring import Scorer
 
 __version__ = "0.1.0"
+
+register_resolvers()
 
 
 def load(

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqa import metrics
+from sqa import artefacts, metrics, tables
 from sqa.atomic import atomic_write_json
 from sqa.data.audio import AudioError
 from sqa.data.corpus import Clip, Corpus, CorpusError
@@ -27,7 +27,6 @@ from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 from sqa.data.synthetic import load_synthetic
 from sqa.data.validate import Problem, format_report
 from sqa.dnsmos import DNSMOS, OUTPUTS
-from sqa.predictions import write_predictions
 from sqa.provenance import package_versions
 
 CORPORA = ("synthetic", "singmos_pro", "singmos_vmc24", "csv")
@@ -145,11 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         [r["system_id"] for r in rows],
         [r["test_set"] for r in rows],
     )
-    atomic_write_json(run_dir / "metrics.json", results)
-    write_predictions(rows, run_dir / "predictions.csv")
+    artefacts.write_metrics(run_dir, results)
+    artefacts.write_predictions(run_dir, rows)
     atomic_write_json(run_dir / "run_info.json", run_info(args, len(rows), seconds))
     print(f"DNSMOS {args.output.upper()} on {len(rows)} test clips ({seconds:.1f} s), written to {run_dir}:")
-    print(metrics.format_table(results))
+    print(tables.format_table(results))
     return 0
 
 

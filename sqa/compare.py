@@ -13,7 +13,6 @@ interval excludes 0. For rmse and mse a negative difference means B is better.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from pathlib import Path
@@ -21,33 +20,20 @@ from typing import Any
 
 import numpy as np
 
-from sqa import metrics
+from sqa import artefacts, metrics
 from sqa.atomic import json_text
 
-REQUIRED_COLUMNS = ("sample_id", "system_id", "test_set", "mos", "pred")
 UNDEFINED_COMPARISON = {"diff": math.nan, "ci": None, "p": math.nan, "significant": False, "resamples": 0}
 
 
 def read_predictions(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
     """Rows of a predictions.csv keyed by (test_set, sample_id), in file order."""
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-        rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for line, row in enumerate(reader, start=2):
-            key = (row["test_set"], row["sample_id"])
-            if key in rows:
-                raise ValueError(f"{path}:{line}: sample {key[1]!r} of {key[0]!r} appears twice")
-            try:
-                rows[key] = {
-                    "system_id": row["system_id"],
-                    "mos": float(row["mos"]),
-                    "pred": float(row["pred"]),
-                }
-            except ValueError as err:
-                raise ValueError(f"{path}:{line}: {err}") from None
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for line, row in enumerate(artefacts.read_predictions(path), start=2):
+        key = (row["test_set"], row["sample_id"])
+        if key in rows:
+            raise ValueError(f"{path}:{line}: sample {key[1]!r} of {key[0]!r} appears twice")
+        rows[key] = row
     return rows
 
 
@@ -132,16 +118,13 @@ def compare(
     `metrics.MIN_INTERVAL_POINTS` the entry has the difference but `no_interval` (the reason)
     instead of an interval and p.
     """
-    groups: dict[str, list[int]] = {}
-    for i, name in enumerate(test_sets):
-        groups.setdefault(name, []).append(i)
+    groups = metrics.set_indices(test_sets)
     rng = np.random.default_rng(seed)
     observed: dict[str, dict[str, dict]] = {"a": {}, "b": {}}
     draws: dict[str, dict[str, dict]] = {"a": {}, "b": {}}
     # Per set and level, why the comparison is undefined (the metric is undefined for A or B).
     reasons: dict[str, dict[str, str]] = {}
-    for name in sorted(groups):
-        idx = groups[name]
+    for name, idx in groups.items():
         t, s = [true[i] for i in idx], [systems[i] for i in idx]
         # Sorted system names are the same for both runs, so their system means align.
         pairs_a = _level_pairs([pred_a[i] for i in idx], t, s)
@@ -162,7 +145,7 @@ def compare(
                     reasons.setdefault(name, {}).setdefault(level, f"{run.upper()}: {reason}")
     # The average is over the sets where the metric is defined for both runs, the same for both.
     over = {
-        level: {metric: [name for name in sorted(groups) if level not in reasons.get(name, {})]}
+        level: {metric: [name for name in groups if level not in reasons.get(name, {})]}
         for level in metrics.LEVELS
     }
     for run in ("a", "b"):

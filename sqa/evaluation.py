@@ -26,7 +26,7 @@ from sqa.data.corpus import Corpus, CorpusError, recorded_corpus
 from sqa.data.datamodule import MOSDataModule
 from sqa.export import load_export
 from sqa.lit_module import MOSModule
-from sqa.training import write_test_outputs
+from sqa.run_outputs import write_test_outputs
 
 log = logging.getLogger(__name__)
 

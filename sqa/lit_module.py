@@ -11,7 +11,9 @@ import torch
 import torch.distributed as dist
 
 from sqa import metrics
-from sqa.models.predictor import OVERALL, MOSPredictor, Prediction
+from sqa.artefacts import score_columns
+from sqa.models.predictor import MOSPredictor
+from sqa.prediction import OVERALL, Prediction
 from sqa.selection import SelectionRule
 
 LossFn = Callable[..., torch.Tensor]
@@ -118,8 +120,8 @@ class MOSModule(L.LightningModule):
                 "pred": float(scores[i, 0]),
             }
             for k, dim in enumerate(self.extra_dimensions, start=1):
-                row[f"mos_{dim}"] = labels[k]
-                row[f"pred_{dim}"] = float(scores[i, k])
+                true_key, pred_key = score_columns(dim)
+                row[true_key], row[pred_key] = labels[k], float(scores[i, k])
             rows.append(row)
         return out
 
@@ -246,7 +248,7 @@ def labelled(
     rows: Sequence[dict[str, Any]], dim: str
 ) -> tuple[list[float], list[float], list[str], list[str]]:
     """(predictions, labels, systems, test sets) of the rows that have a label of `dim`."""
-    pred_key, true_key = ("pred", "mos") if dim == OVERALL else (f"pred_{dim}", f"mos_{dim}")
+    true_key, pred_key = score_columns(None if dim == OVERALL else dim)
     keep = [r for r in rows if not math.isnan(r[true_key])]
     return (
         [r[pred_key] for r in keep],

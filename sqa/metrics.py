@@ -22,6 +22,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from sqa import resampling
+from sqa.resampling import bootstrap_indices, interval, pair_stats, row_pearson
+
 METRIC_NAMES = ("rmse", "mse", "lcc", "srcc", "ktau", "pair_acc")
 # Higher is better for these; lower for the error measures.
 RANKING_METRICS = ("lcc", "srcc", "ktau", "pair_acc")
@@ -31,7 +34,6 @@ LEVELS = ("utt", "sys")
 UNITS = {"utt": "clip", "sys": "system"}
 AVERAGE_KEY = "avg"
 CI_KEY = "ci"
-CI_PERCENTILES = (2.5, 97.5)
 UNDEFINED_KEY = "undefined"
 AVERAGED_OVER_KEY = "averaged_over"
 # Fewest points for which a ranking metric is defined (any other metric, an error measure, needs
@@ -42,9 +44,6 @@ MIN_POINTS = {"lcc": 3, "srcc": 3, "ktau": 3, "pair_acc": 2}
 # 5 points 1 resample in 10 is such, at 8 fewer than 1 in 2,000, so the percentile ends are no
 # longer set by degenerate draws.
 MIN_INTERVAL_POINTS = {"lcc": 8, "srcc": 8, "ktau": 8, "pair_acc": 8}
-# Elements per block of the O(n²) pairwise computations: bounds their memory (32 MB of float64)
-# whatever the number of clips.
-PAIR_BLOCK = 1 << 22
 
 
 def pair_acc(pred: np.ndarray, true: np.ndarray) -> float:
@@ -54,7 +53,7 @@ def pair_acc(pred: np.ndarray, true: np.ndarray) -> float:
     n = pred.size
     credit = 0.0
     untied = 0
-    rows = max(1, PAIR_BLOCK // max(n, 1))
+    rows = max(1, resampling.PAIR_BLOCK // max(n, 1))
     for start in range(0, n, rows):
         d_pred = np.sign(pred[start : start + rows, None] - pred[None, :])
         d_true = np.sign(true[start : start + rows, None] - true[None, :])
@@ -120,56 +119,6 @@ def correlations(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _row_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pearson correlation of each row pair of `a` and `b` (R, m) → (R,); NaN for constant rows."""
-    a = a - a.mean(axis=1, keepdims=True)
-    b = b - b.mean(axis=1, keepdims=True)
-    # A constant row's centred values need not be exactly 0 (rounding of the mean): test the input.
-    constant = (np.ptp(a, axis=1) == 0) | (np.ptp(b, axis=1) == 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = (a * b).sum(axis=1) / np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
-    return np.where(constant, math.nan, np.clip(r, -1.0, 1.0))
-
-
-def _tied_pairs(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Pairs tied in `values` (n,) within each multiset of clip `counts` (R, n) → (R,)."""
-    _, group = np.unique(values, return_inverse=True)
-    n_groups = int(group.max()) + 1
-    r = counts.shape[0]
-    flat = (group[None, :] + n_groups * np.arange(r)[:, None]).ravel()
-    per_value = np.bincount(flat, weights=counts.ravel(), minlength=r * n_groups).reshape(r, n_groups)
-    return ((per_value**2).sum(axis=1) - counts.sum(axis=1)) / 2
-
-
-def _pair_stats(pred: np.ndarray, true: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Kendall's tau-b and pair_acc of the resamples `idx` (R, m) of `pred`/`true` (n,), each (R,)."""
-    r, m = idx.shape
-    n = pred.size
-    # A resample is a multiset of the n clips with counts c (R, n); its concordant minus
-    # discordant pairs are c·S·c / 2 with S[k, l] = sign(Δpred)·sign(Δtrue): one matrix product
-    # per column block instead of O(m²) work per resample. Counts and S are small integers, so
-    # float32 products and sums are exact (below 2**24).
-    counts = np.bincount((idx + n * np.arange(r)[:, None]).ravel(), minlength=r * n).reshape(r, n)
-    counts = counts.astype(np.float32)
-    score = np.zeros(r)
-    cols = max(1, PAIR_BLOCK // max(n, 1))
-    for start in range(0, n, cols):
-        block = slice(start, start + cols)
-        s = np.sign(pred[:, None] - pred[None, block]) * np.sign(true[:, None] - true[None, block])
-        score += np.einsum("rk,rk->r", counts[:, block], counts @ s.astype(np.float32), dtype=np.float64)
-    score /= 2
-    total = m * (m - 1) / 2
-    untied_pred = total - _tied_pairs(pred, counts)
-    untied_true = total - _tied_pairs(true, counts)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tau = score / np.sqrt(untied_pred * untied_true)
-        # Pairs untied in the truth are concordant, discordant or tied in pred (credit ½), so
-        # pair_acc = (concordant + ties/2) / untied_true = (1 + score / untied_true) / 2.
-        acc = 0.5 * (1.0 + score / untied_true)
-    tau = np.where((untied_pred > 0) & (untied_true > 0), np.clip(tau, -1.0, 1.0), math.nan)
-    return tau, np.where(untied_true > 0, acc, math.nan)
-
-
 def resampled_metrics(
     pred: np.ndarray, true: np.ndarray, idx: np.ndarray, names: Sequence[str] = METRIC_NAMES
 ) -> dict[str, np.ndarray]:
@@ -182,17 +131,12 @@ def resampled_metrics(
         out["mse"] = np.mean((p - t) ** 2, axis=1)
         out["rmse"] = np.sqrt(out["mse"])
     if "lcc" in names:
-        out["lcc"] = _row_pearson(p, t)
+        out["lcc"] = row_pearson(p, t)
     if "srcc" in names:
-        out["srcc"] = _row_pearson(stats.rankdata(p, axis=1), stats.rankdata(t, axis=1))
+        out["srcc"] = row_pearson(stats.rankdata(p, axis=1), stats.rankdata(t, axis=1))
     if "ktau" in names or "pair_acc" in names:
-        out["ktau"], out["pair_acc"] = _pair_stats(pred, true, idx)
+        out["ktau"], out["pair_acc"] = pair_stats(pred, true, idx)
     return {name: out[name] for name in names}
-
-
-def bootstrap_indices(rng: np.random.Generator, n: int, resamples: int) -> np.ndarray:
-    """Indices (resamples, n) drawn uniformly with replacement from range(n)."""
-    return rng.integers(0, n, size=(resamples, n))
 
 
 def system_means(
@@ -246,16 +190,6 @@ def bootstrap_metrics(
         idx = bootstrap_indices(rng, len(p), resamples)
         out[level] = {**resampled_metrics(p, t, idx, names), "n": len(p)}
     return out
-
-
-def interval(values: np.ndarray) -> list[float]:
-    """Percentile 95 % interval [lo, hi] of `values` (R,) ignoring NaNs; [nan, nan] if all are NaN."""
-    values = np.asarray(values, dtype=np.float64)
-    values = values[~np.isnan(values)]
-    if values.size == 0:
-        return [math.nan, math.nan]
-    lo, hi = np.percentile(values, CI_PERCENTILES)
-    return [float(lo), float(hi)]
 
 
 def intervals(
@@ -322,6 +256,14 @@ def weighted_average(
     return out
 
 
+def set_indices(test_sets: Sequence[str]) -> dict[str, list[int]]:
+    """Positions of each test set's clips in `test_sets` (n,), sets sorted by name."""
+    groups: dict[str, list[int]] = {}
+    for i, name in enumerate(test_sets):
+        groups.setdefault(name, []).append(i)
+    return {name: groups[name] for name in sorted(groups)}
+
+
 def evaluate_sets(
     pred: Sequence[float],
     true: Sequence[float],
@@ -336,14 +278,10 @@ def evaluate_sets(
     percentile 95 % intervals (None where one cannot exist, see `intervals`); the average's
     resamples every test set independently and averages those its metric is averaged over.
     """
-    groups: dict[str, list[int]] = {}
-    for i, name in enumerate(test_sets):
-        groups.setdefault(name, []).append(i)
     rng = np.random.default_rng(seed)
     result: dict[str, dict] = {}
     draws = {}
-    for name in sorted(groups):
-        idx = groups[name]
+    for name, idx in set_indices(test_sets).items():
         p, t, s = [pred[i] for i in idx], [true[i] for i in idx], [systems[i] for i in idx]
         result[name] = evaluate(p, t, s)
         if bootstrap:
@@ -359,84 +297,3 @@ def evaluate_sets(
         average[CI_KEY] = intervals(weighted_average(draws, over=over), average, points)
     result[AVERAGE_KEY] = average
     return result
-
-
-def selection_score(
-    blocks: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str = "srcc", level: str = "sys"
-) -> float:
-    """`metric` at `level` averaged over the sets' blocks, weighted by their count `n` at that level.
-
-    An undefined ranking metric counts as 0 (chance); an undefined error makes the score NaN,
-    which checkpointing ranks last.
-    """
-    total = sum(int(b[level]["n"]) for b in blocks.values())
-    if total == 0:
-        return math.nan
-    acc = 0.0
-    for b in blocks.values():
-        value = b[level][metric]
-        if not defined(value):
-            if metric not in RANKING_METRICS:
-                return math.nan
-            value = 0.0
-        acc += value * b[level]["n"]
-    return acc / total
-
-
-def _cell(block: Mapping[str, Mapping], level: str, name: str) -> str:
-    """One value (`n/a` where undefined), followed by its interval `[lo, hi]` where one exists."""
-    value = block[level][name]
-    if not defined(value):
-        return "n/a"
-    text = f"{value:.3f}"
-    ci = block.get(CI_KEY, {}).get(level, {}).get(name)
-    if ci is not None:
-        text += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
-    return text
-
-
-def _notes(results: Mapping[str, Mapping[str, Mapping]], sets: Sequence[str]) -> list[str]:
-    """Footnotes: why values are n/a, and averages that leave sets out."""
-    notes = []
-    for name in [*sets, AVERAGE_KEY]:
-        for level in LEVELS:
-            by_reason: dict[str, list[str]] = {}
-            for metric, reason in results[name].get(UNDEFINED_KEY, {}).get(level, {}).items():
-                by_reason.setdefault(reason, []).append(metric)
-            label = "Avg" if name == AVERAGE_KEY else name
-            notes += [f"n/a: {label} {level} {', '.join(m)}: {r}" for r, m in by_reason.items()]
-    average = results[AVERAGE_KEY]
-    for level in LEVELS:
-        by_sets: dict[tuple[str, ...], list[str]] = {}
-        for metric, used in average.get(AVERAGED_OVER_KEY, {}).get(level, {}).items():
-            if used and len(used) < len(sets):
-                by_sets.setdefault(tuple(used), []).append(metric)
-        notes += [f"Avg {level} {', '.join(m)}: over {', '.join(u)} only" for u, m in by_sets.items()]
-    return notes
-
-
-def format_table(results: Mapping[str, Mapping[str, Mapping]]) -> str:
-    """Render results as the paper's `R1/R2|R3|Avg` table, one row per level and metric.
-
-    Undefined values print as `n/a` with their reason below the table, as do averages that
-    leave sets out; intervals print where they exist. Blocks read back from JSON (null for
-    undefined values) render alike.
-    """
-    sets = [k for k in results if k != AVERAGE_KEY]
-    header = "/".join(sets[:-1]) + ("|" if len(sets) > 1 else "") + sets[-1] + "|Avg"
-    lines = [f"{'level':<6} {'metric':<8} {header}"]
-    for level in LEVELS:
-        for name in METRIC_NAMES:
-            vals = [_cell(results[s], level, name) for s in sets]
-            cell = "/".join(vals[:-1]) + ("|" if len(vals) > 1 else "") + vals[-1]
-            cell += "|" + _cell(results[AVERAGE_KEY], level, name)
-            lines.append(f"{level:<6} {name:<8} {cell}")
-    counts = ", ".join(f"{s}: {results[s]['utt']['n']} clips/{results[s]['sys']['n']} systems" for s in sets)
-    lines.append(f"({counts})")
-    lines += _notes(results, sets)
-    if CI_KEY in results[AVERAGE_KEY]:
-        lines.append(
-            "[lo, hi]: bootstrap 95 % intervals, given from "
-            f"{MIN_INTERVAL_POINTS['srcc']} points for correlations and pair_acc, 2 for error measures"
-        )
-    return "\n".join(lines)

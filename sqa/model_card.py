@@ -6,13 +6,13 @@ run_info.json and training configuration); a section whose source is missing say
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from sqa.metrics import AVERAGE_KEY, CI_KEY, UNDEFINED_KEY
+from sqa.tables import metric_cell
 
 LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
 # Training settings a reader of the card needs; paths (corpus root, pretrained weights) stay out.
@@ -41,22 +41,6 @@ TRAINING_KEYS = {
 SYNTHETIC_READER = "sqa.data.synthetic.load_synthetic"
 
 
-def _number(value: Any) -> str:
-    """A metric value to three decimals; `n/a` where it is undefined (None or NaN)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
-def _metric_cell(block: Mapping[str, Any], level: str, name: str) -> str:
-    """`value [lo, hi]` of one metric, the interval only where the block has one."""
-    text = _number(block[level].get(name))
-    interval = block.get(CI_KEY, {}).get(level, {}).get(name)
-    if interval and all(isinstance(v, float) and not math.isnan(v) for v in interval):
-        text += f" [{interval[0]:.3f}, {interval[1]:.3f}]"
-    return text
-
-
 def metrics_table(results: Mapping[str, Any]) -> list[str]:
     """Markdown table rows: one per test set (average last) and level, one column per metric."""
     blocks = {k: v for k, v in results.items() if isinstance(v, Mapping) and "utt" in v}
@@ -74,7 +58,7 @@ def metrics_table(results: Mapping[str, Any]) -> list[str]:
     ]
     for name in order:
         for level in ("utt", "sys"):
-            cells = [_metric_cell(blocks[name], level, metric) for metric in names]
+            cells = [metric_cell(blocks[name], level, metric, interval_digits=3) for metric in names]
             label = "average" if name == AVERAGE_KEY else name
             lines.append(
                 f"| {label} | {LEVEL_NAMES[level]} | {blocks[name][level].get('n', '')} | "

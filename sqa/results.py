@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import glob
 import json
 import math
 import sys
@@ -21,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sqa import artefacts
 from sqa.metrics import AVERAGE_KEY, defined
+from sqa.tables import markdown, paper_layout, spread_text
 
 COLUMNS = [(level, name) for level in ("utt", "sys") for name in ("rmse", "lcc", "srcc")]
 # The SingMOS-Pro paper's Tables 2 and 3.
@@ -30,12 +31,7 @@ PAPER_COLUMNS = [(level, name) for level in ("utt", "sys") for name in ("mse", "
 
 def load_runs(pattern: str) -> list[dict]:
     """metrics.json of every run directory matching `pattern` (sorted)."""
-    runs = []
-    for directory in sorted(glob.glob(pattern)):
-        path = Path(directory) / "metrics.json"
-        if path.is_file():
-            runs.append(json.loads(path.read_text()))
-    return runs
+    return [artefacts.read_metrics(run_dir) for run_dir in artefacts.runs_with_metrics(pattern)]
 
 
 def summarise(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float, int]]]:
@@ -57,15 +53,7 @@ def summarise(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float
 
 def paper_cell(stats: list[tuple[float, float, int]], runs: int) -> str:
     """`R1/R2|R3|Avg` with mean±std in each place; `(n=k)` where fewer than `runs` (or one) define it."""
-    parts = []
-    for mean, std, count in stats:
-        if count == 0:
-            parts.append("n/a")
-            continue
-        # One value has no spread: say so rather than print ±0.000.
-        text = f"{mean:.3f}" + (f"±{std:.3f}" if count > 1 else "")
-        parts.append(text + (f" (n={count})" if count < runs or count == 1 else ""))
-    return "/".join(parts[:-2]) + "|" + parts[-2] + "|" + parts[-1]
+    return paper_layout([spread_text(mean, std, count, runs) for mean, std, count in stats])
 
 
 def build_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
@@ -83,8 +71,7 @@ def build_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]
 
 def paper_layout_cell(values: list[float | None]) -> str:
     """The paper's `R1/R2|R3|Avg` with 2 decimals; a missing value prints as "?"."""
-    parts = ["?" if v is None else f"{v:.2f}" for v in values]
-    return "/".join(parts[:-2]) + "|" + parts[-2] + "|" + parts[-1]
+    return paper_layout(["?" if v is None else f"{v:.2f}" for v in values])
 
 
 def paper_means(runs: list[dict], level: str, name: str) -> list[float | None]:
@@ -107,16 +94,15 @@ def build_paper_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[lis
     header = ["setting", "runs"] + [f"{level.upper()} {name.upper()}" for level, name in PAPER_COLUMNS]
     rows = []
     for label, pattern in cells:
-        paths = [Path(d) / "metrics.json" for d in sorted(glob.glob(pattern))]
-        paths = [path for path in paths if path.is_file()]
-        if not paths:
+        run_dirs = artefacts.runs_with_metrics(pattern)
+        if not run_dirs:
             raise FileNotFoundError(f"no run directory with metrics.json matches {pattern!r} ({label})")
-        runs = [json.loads(path.read_text()) for path in paths]
-        for run, path in zip(runs, paths, strict=True):
+        runs = [artefacts.read_metrics(run_dir) for run_dir in run_dirs]
+        for run, run_dir in zip(runs, run_dirs, strict=True):
             if any("mse" not in block.get(level, {}) for block in run.values() for level in ("utt", "sys")):
                 raise ValueError(
-                    f"{path} has no 'mse' (written before sqa recorded it); re-evaluate the run to "
-                    "print the paper's layout"
+                    f"{artefacts.metrics_file(run_dir)} has no 'mse' (written before sqa recorded "
+                    "it); re-evaluate the run to print the paper's layout"
                 )
         rows.append(
             [label, str(len(runs))] + [paper_layout_cell(paper_means(runs, *c)) for c in PAPER_COLUMNS]
@@ -152,13 +138,6 @@ def load_paper_rows(spec: str) -> tuple[list[list[str]], str]:
             cells.append(paper_layout_cell(values))
         rows.append([f"paper: {row.get('setting', '?')}", "-"] + cells)
     return rows, str(data.get("source", ""))
-
-
-def markdown(header: list[str], rows: list[list[str]]) -> str:
-    """A markdown table; the `|` inside `R1/R2|R3|Avg` cells is escaped."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

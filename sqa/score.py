@@ -15,192 +15,17 @@ the rest is still scored and written. Exit code 2: bad arguments, output path or
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sqa.atomic import atomic_write_text, json_text
+from sqa.score_inputs import expand_inputs
+from sqa.score_outputs import check_output, clip_rows, emit, system_of, system_rows, systems_output
 
 if TYPE_CHECKING:
     from sqa.scoring import ScoreResult
-
-AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif", ".mp3", ".opus"}
-OUTPUT_SUFFIXES = (".csv", ".json")
-
-
-@dataclass
-class Inputs:
-    """Audio paths named by the inputs, each with its manifest columns, and what could not be read."""
-
-    paths: list[str] = field(default_factory=list)
-    columns: list[dict[str, str]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    def add(self, path: Path | str, columns: dict[str, str] | None = None) -> None:
-        """Add one audio path with its manifest columns."""
-        self.paths.append(str(path))
-        self.columns.append(columns or {})
-
-
-def _resolve_against(base: Path, entry: str) -> Path:
-    path = Path(entry)
-    return path if path.is_absolute() else base / path
-
-
-def _read_manifest(path: Path, inputs: Inputs) -> None:
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            rows = list(reader)
-            columns = list(reader.fieldnames or [])
-    except UnicodeDecodeError as err:
-        inputs.problems.append(f"{path}: not UTF-8 text ({err}); save the manifest as UTF-8")
-        return
-    except (csv.Error, OSError) as err:
-        inputs.problems.append(f"{path}: cannot read the CSV manifest ({err})")
-        return
-    if "wav_path" not in columns:
-        inputs.problems.append(
-            f"{path}: the CSV manifest has no wav_path column (columns: {', '.join(columns)})"
-        )
-    elif not rows:
-        inputs.problems.append(f"{path}: the manifest holds no rows")
-    else:
-        for line, row in enumerate(rows, start=2):
-            if not (row.get("wav_path") or "").strip():
-                inputs.problems.append(f"{path}, line {line}: empty wav_path")
-                continue
-            extra = {k: v for k, v in row.items() if k != "wav_path" and k is not None}
-            inputs.add(_resolve_against(path.parent, row["wav_path"].strip()), extra)
-
-
-def _read_list(path: Path, inputs: Inputs) -> None:
-    try:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    except UnicodeDecodeError as err:
-        inputs.problems.append(f"{path}: not UTF-8 text ({err})")
-        return
-    entries = [line for line in lines if line]
-    if not entries:
-        inputs.problems.append(f"{path}: the list names no files")
-    for entry in entries:
-        inputs.add(_resolve_against(path.parent, entry))
-
-
-def expand_inputs(items: Sequence[str]) -> Inputs:
-    """Audio paths named by files, folders, CSV manifests (wav_path column) and .txt lists."""
-    inputs = Inputs()
-    for item in items:
-        path = Path(item)
-        if not path.exists():
-            inputs.problems.append(f"{path}: does not exist")
-        elif path.is_dir():
-            found = [p for p in sorted(path.rglob("*")) if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()]
-            if not found:
-                suffixes = ", ".join(sorted(AUDIO_SUFFIXES))
-                inputs.problems.append(f"{path}: the folder holds no audio files ({suffixes})")
-            for p in found:
-                inputs.add(p)
-        elif path.suffix.lower() == ".csv":
-            _read_manifest(path, inputs)
-        elif path.suffix.lower() == ".txt":
-            _read_list(path, inputs)
-        else:
-            inputs.add(path)
-    return inputs
-
-
-def check_output(output: Path, overwrite: bool, inputs: Sequence[str]) -> str | None:
-    """Why `output` must not be written (None if it may): wrong suffix, no folder, an input, exists."""
-    if output.suffix.lower() not in OUTPUT_SUFFIXES:
-        return f"{output}: the output must end in .csv or .json"
-    if not output.parent.is_dir():
-        return f"{output}: the folder {output.parent} does not exist"
-    target = output.resolve()
-    if any(Path(p).resolve() == target for p in inputs):
-        return f"{output}: is one of the inputs; sqa-score never overwrites an input"
-    if output.is_dir():
-        return f"{output}: is a folder"
-    if output.exists() and not overwrite:
-        return f"{output}: already exists; pass --overwrite to replace it"
-    return None
-
-
-def systems_output(output: Path) -> Path:
-    """Where `--by-system` writes per-system means: scores.csv -> scores.systems.csv."""
-    return output.with_name(f"{output.stem}.systems{output.suffix}")
-
-
-def system_of(path: str, columns: dict[str, str]) -> str | None:
-    """A clip's system: its manifest's system_id, else the `<sys>` of a `<sys>-<utt>` file name."""
-    if columns.get("system_id"):
-        return columns["system_id"]
-    parts = Path(path).stem.split("-")
-    # SingMOS-Pro names clips sys0001-utt0001, VMC'24 voicemos2024-track2-sys0001-utt0001.
-    return parts[-2] if len(parts) >= 2 and parts[-2] else None
-
-
-def _table(rows: list[dict[str, Any]], output: Path | None) -> str:
-    if output is not None and output.suffix.lower() == ".json":
-        return json_text(rows, indent=1) + "\n"
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({k: repr(v) if isinstance(v, float) else v for k, v in row.items()} for row in rows)
-    return buffer.getvalue()
-
-
-def _emit(rows: list[dict[str, Any]], output: Path | None) -> None:
-    text = _table(rows, output)
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        atomic_write_text(output, text)
-
-
-def clip_rows(
-    results: Sequence[ScoreResult], inputs: Inputs, dimensions: Sequence[str], by_system: bool
-) -> list[dict[str, Any]]:
-    """One output row per scored clip, in input order: path, scores, [system_id], manifest columns."""
-    reserved = ["path", "score", *(f"score_{d}" for d in dimensions)]
-    if by_system:
-        reserved.append("system_id")
-    rows = []
-    for r in results:
-        if r.error is not None:
-            continue
-        row: dict[str, Any] = {"path": r.path, "score": r.score}
-        row.update({f"score_{d}": r.dimension_scores[d] for d in dimensions})
-        if by_system:
-            row["system_id"] = system_of(r.path, inputs.columns[r.index])
-        for key, value in inputs.columns[r.index].items():
-            if by_system and key == "system_id":
-                continue
-            row[f"manifest_{key}" if key in reserved else key] = value
-        rows.append(row)
-    names = list(dict.fromkeys(k for row in rows for k in row))
-    return [{k: row.get(k, "") for k in names} for row in rows]
-
-
-def system_rows(rows: list[dict[str, Any]], dimensions: Sequence[str]) -> list[dict[str, Any]]:
-    """Per-system means of every score column over that system's clips, sorted by system."""
-    columns = ["score", *(f"score_{d}" for d in dimensions)]
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(row["system_id"], []).append(row)
-    return [
-        {
-            "system_id": system,
-            "n": len(members),
-            **{c: sum(m[c] for m in members) / len(members) for c in columns},
-        }
-        for system, members in sorted(groups.items())
-    ]
 
 
 def default_workers() -> int:
@@ -321,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     messages = [*inputs.problems, *(r.error for r in done if r.error is not None)]
     messages += [f"warning: {r.path}: {r.warning}" for r in done if r.warning is not None]
     if rows:
-        _emit(rows, output)
+        emit(rows, output)
         if args.by_system:
-            _emit(system_rows(rows, scorer.dimensions[1:]), systems_output(output))
+            emit(system_rows(rows, scorer.dimensions[1:]), systems_output(output))
     elif output is not None:
         messages.append(f"no input could be scored; {output} was not written")
     failed = len(inputs.problems) + sum(r.error is not None for r in done)

@@ -69,7 +69,7 @@ class SelectionRule:
         if self.metric == "train_loss":
             return train_loss
         used = {name: block for name, block in blocks.items() if name in self.sets}
-        return metrics.selection_score(used, self.metric, self.level)
+        return selection_score(used, self.metric, self.level)
 
     def record(self) -> dict[str, Any]:
         """Plain values for run_info.json: the rule used, the request and the sets' counts."""
@@ -160,3 +160,25 @@ def uninformative(values: Sequence[float]) -> bool:
     if math.isnan(first):
         return all(math.isnan(v) for v in values)
     return all(not math.isnan(v) and math.isclose(v, first, rel_tol=1e-9, abs_tol=1e-12) for v in values)
+
+
+def selection_score(
+    blocks: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str = "srcc", level: str = "sys"
+) -> float:
+    """`metric` at `level` averaged over the sets' blocks, weighted by their count `n` at that level.
+
+    An undefined ranking metric counts as 0 (chance); an undefined error makes the score NaN,
+    which checkpointing ranks last.
+    """
+    total = sum(int(b[level]["n"]) for b in blocks.values())
+    if total == 0:
+        return math.nan
+    acc = 0.0
+    for b in blocks.values():
+        value = b[level][metric]
+        if not metrics.defined(value):
+            if metric not in metrics.RANKING_METRICS:
+                return math.nan
+            value = 0.0
+        acc += value * b[level]["n"]
+    return acc / total

@@ -17,7 +17,8 @@ from hydra import compose, initialize_config_dir
 from sqa.data.corpus import Clip, Corpus, CorpusError, recorded_corpus
 from sqa.evaluation import evaluate, evaluation_corpus
 from sqa.export import ExportError
-from sqa.training import recorded_data, run
+from sqa.run_outputs import recorded_data
+from sqa.training import run
 
 from .conftest import REPO
 from .test_selection import compose_train, tiny_run_overrides, write_per_system_corpus

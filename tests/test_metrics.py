@@ -3,9 +3,11 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from sqa import metrics
+from sqa import metrics, resampling, tables
 from sqa.atomic import atomic_write_json, json_text
+from sqa.selection import selection_score
 
 
 def test_correlations_match_hand_computed_values():
@@ -79,7 +81,7 @@ def test_selection_score_weights_by_systems_and_counts_nan_as_zero():
         "b": {"sys": {"srcc": 1.0, "n": 6}},
         "c": {"sys": {"srcc": math.nan, "n": 2}},
     }
-    assert metrics.selection_score(blocks) == pytest.approx((0.5 * 2 + 6.0) / 10)
+    assert selection_score(blocks) == pytest.approx((0.5 * 2 + 6.0) / 10)
 
 
 def test_table_has_paper_layout():
@@ -89,7 +91,7 @@ def test_table_has_paper_layout():
         ["a", "b", "c"] * 3,
         ["test1"] * 3 + ["test2"] * 3 + ["test3"] * 3,
     )
-    table = metrics.format_table(results)
+    table = tables.format_table(results)
     assert "test1/test2|test3|Avg" in table
     srcc_row = next(line for line in table.splitlines() if line.startswith("sys    srcc"))
     assert srcc_row.split()[-1] == "1.000/1.000|1.000|1.000"
@@ -111,7 +113,7 @@ def test_pair_acc_row_blocks_agree_with_one_block(monkeypatch):
     true = rng.integers(1, 6, 200).astype(float)
     pred = np.round(true + rng.normal(0, 1, 200))
     expected = metrics.pair_acc(pred, true)
-    monkeypatch.setattr(metrics, "PAIR_BLOCK", 450)
+    monkeypatch.setattr(resampling, "PAIR_BLOCK", 450)
     assert metrics.pair_acc(pred, true) == pytest.approx(expected)
 
 
@@ -133,7 +135,7 @@ def test_resampled_metrics_equal_metrics_of_the_resampled_clips(monkeypatch):
     pred = np.round((true + rng.normal(0, 0.8, 120)) * 2) / 2
     idx = metrics.bootstrap_indices(rng, 120, 8)
     idx[0] = 7  # a constant resample: correlations are NaN, pair_acc too (truth tied)
-    monkeypatch.setattr(metrics, "PAIR_BLOCK", 1000)  # several column blocks
+    monkeypatch.setattr(resampling, "PAIR_BLOCK", 1000)  # several column blocks
     got = metrics.resampled_metrics(pred, true, idx)
     for r in range(len(idx)):
         expected = metrics.correlations(pred[idx[r]], true[idx[r]])
@@ -187,7 +189,7 @@ def test_no_bootstrap_leaves_blocks_unchanged_and_nan_resamples_are_ignored():
 
 def test_table_prints_intervals_when_present():
     results = metrics.evaluate_sets(*simulated_sets(90), bootstrap=100)
-    table = metrics.format_table(results)
+    table = tables.format_table(results)
     row = next(line for line in table.splitlines() if line.startswith("utt    srcc"))
     lo, hi = results["test1"]["ci"]["utt"]["srcc"]
     assert row.split(maxsplit=2)[2].startswith(f"{results['test1']['utt']['srcc']:.3f} [{lo:.2f}, {hi:.2f}]/")
@@ -311,7 +313,7 @@ def test_metrics_json_is_strict_and_tables_alike_after_reading_back(tmp_path):
     loaded = json.loads(text, parse_constant=refuse)
     assert loaded["t1"]["sys"]["srcc"] is None and loaded["t2"]["ci"]["sys"]["srcc"] is None
     assert loaded["t2"]["undefined"]["sys"]["srcc"] == "2 systems (needs at least 3)"
-    assert metrics.format_table(loaded) == metrics.format_table(results)
+    assert tables.format_table(loaded) == tables.format_table(results)
     with pytest.raises(ValueError):
         json.dumps({"x": math.nan}, allow_nan=False)
     assert json_text({"x": np.float32("nan"), "y": [np.inf, np.int64(3)]}, indent=None) == (
@@ -321,7 +323,7 @@ def test_metrics_json_is_strict_and_tables_alike_after_reading_back(tmp_path):
 
 def test_table_prints_n_a_with_reasons_and_partial_averages():
     results = metrics.evaluate_sets(*sets_of_systems({"t1": 1, "t2": 2, "t9": 9}), bootstrap=100)
-    table = metrics.format_table(results)
+    table = tables.format_table(results)
     lines = table.splitlines()
     srcc_row = next(line for line in lines if line.startswith("sys    srcc"))
     cells = srcc_row.split(maxsplit=2)[2]
@@ -442,3 +444,19 @@ def test_intervals_are_the_2_5_and_97_5_percentiles_of_the_resampled_statistics(
             averaged = sum(per_set[s][level][key] * sizes[s][weight] for s in sizes) / total
             expected = np.percentile(averaged[~np.isnan(averaged)], [2.5, 97.5])
             np.testing.assert_allclose(results["avg"]["ci"][level][key], expected, rtol=1e-9)
+
+
+def test_row_pearson_matches_scipy_including_constant_rows():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(50, 30)), rng.normal(size=(50, 30))
+    a[4], b[7] = 2.5, -1.0
+    with pytest.warns(stats.ConstantInputWarning):
+        expected = stats.pearsonr(a, b, axis=1).statistic
+    got = resampling.row_pearson(a, b)
+    assert np.isnan(got[[4, 7]]).all()
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15, equal_nan=True)
+
+
+def test_paper_layout_joins_sets_and_average():
+    assert tables.paper_layout(["a", "b", "c", "avg"]) == "a/b|c|avg"
+    assert tables.paper_layout(["a", "avg"]) == "a|avg"

@@ -1,8 +1,10 @@
 import json
+import math
 
 import numpy as np
+import pytest
 
-from sqa import metrics, results
+from sqa import artefacts, metrics, results
 from sqa.atomic import atomic_write_json
 
 
@@ -84,3 +86,23 @@ def test_a_value_no_run_defines_prints_n_a(tmp_path):
     _, rows = results.build_table([("X", f"{tmp_path}/r/*")])
     utt_srcc = rows[0][2 + results.COLUMNS.index(("utt", "srcc"))]
     assert utt_srcc == "1.000 (n=1)|n/a|1.000 (n=1)"
+
+
+def test_predictions_round_trip_and_bad_files_name_the_file(tmp_path):
+    rows = [
+        {"sample_id": "u1", "system_id": "s1", "test_set": "t", "mos": 3.1, "pred": 0.1 + 0.2},
+        {"sample_id": "u2", "system_id": "s2", "test_set": "t", "mos": 2.0, "pred": 4.5},
+    ]
+    rows[0] |= {"mos_lyrics": 4.0, "pred_lyrics": 3.5}
+    rows[1] |= {"mos_lyrics": math.nan, "pred_lyrics": 2.5}
+    artefacts.write_predictions(tmp_path, rows, ["lyrics"])
+    back = artefacts.read_predictions(tmp_path)
+    assert back[0] == rows[0]  # full precision: 0.1 + 0.2 is not 0.3
+    assert math.isnan(back[1]["mos_lyrics"]) and back[1]["pred_lyrics"] == 2.5
+    path = tmp_path / "predictions.csv"
+    path.write_text(path.read_text().replace("4.5", "four"))
+    with pytest.raises(ValueError, match=r"predictions\.csv:3: could not convert"):
+        artefacts.read_predictions(path)
+    path.write_text("sample_id,system_id,mos\n")
+    with pytest.raises(ValueError, match=r"predictions\.csv: missing column\(s\) test_set, pred"):
+        artefacts.read_predictions(path)

@@ -201,7 +201,7 @@ def test_one_sample_and_silent_clips_are_scored_with_a_warning(default_export, t
 def test_decoded_audio_held_at_once_is_bounded_by_the_batch(default_export, tmp_path, monkeypatch):
     import weakref
 
-    import sqa.scoring
+    import sqa.clip_input
 
     paths = write_clips(tmp_path, [4000 + 100 * i for i in range(20)])
     alive: list[weakref.ref] = []
@@ -213,7 +213,7 @@ def test_decoded_audio_held_at_once_is_bounded_by_the_batch(default_export, tmp_
         peak.append(sum(r() is not None for r in alive))
         return wav
 
-    monkeypatch.setattr(sqa.scoring, "load_audio", tracked)
+    monkeypatch.setattr(sqa.clip_input, "load_audio", tracked)
     results = list(Scorer(default_export, batch_size=3).score_files(paths, num_workers=0))
     assert len(results) == 20 and all(r.error is None for r in results)
     assert max(peak) <= 2 * 3  # the batch being decoded and the one just scored

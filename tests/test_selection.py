@@ -13,9 +13,8 @@ import pytest
 import soundfile as sf
 from hydra import compose, initialize_config_dir
 
-from sqa import metrics
 from sqa.data.corpus import LabelCounts
-from sqa.selection import choose_rule, uninformative
+from sqa.selection import choose_rule, selection_score, uninformative
 from sqa.training import run
 
 from .conftest import REPO
@@ -123,9 +122,9 @@ def test_rule_scores_weight_sets_by_their_counts():
     assert choose_rule({"a": big}, metric="train_loss").score(blocks, val_loss=0.7, train_loss=0.1) == 0.1
     # An undefined correlation counts as chance (0), an undefined error makes the score NaN.
     blocks["b"]["sys"]["srcc"] = None
-    assert metrics.selection_score(blocks) == pytest.approx(0.5 * 2 / 8)
+    assert selection_score(blocks) == pytest.approx(0.5 * 2 / 8)
     blocks["b"]["utt"]["mse"] = math.nan
-    assert math.isnan(metrics.selection_score(blocks, "mse", "utt"))
+    assert math.isnan(selection_score(blocks, "mse", "utt"))
 
 
 def test_uninformative_means_two_or_more_checks_that_never_changed():

@@ -13,14 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 from scipy import stats
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
-from sqa import metrics, score
+from sqa import score, tables
+from sqa.callbacks import checkpoint_step, instantiate_callbacks, progress_bar
 from sqa.data.synthetic import load_synthetic
-from sqa.training import checkpoint_step, progress_bar, run
+from sqa.training import run
 
 from .conftest import REPO
 
@@ -118,7 +119,7 @@ def test_train_log_holds_what_the_console_shows(default_run):
     run_dir, results = default_run
     text = (run_dir / "train.log").read_text()
     assert "Test results (best checkpoint best-step=" in text
-    assert metrics.format_table(results) in text
+    assert tables.format_table(results) in text
     assert "Restoring states from the checkpoint path" in text  # Lightning's own messages
     assert re.search(r"step 25 \(epoch 0\): train/loss \d\.\d{4}, val/selection -?\d\.\d{4}", text)
     assert f"Exported the best model to {run_dir / 'export'}" in text
@@ -233,3 +234,18 @@ def test_same_seed_and_config_give_the_same_metrics(synthetic_root, tmp_path):
     )
     other = run(compose_train([*overrides, "seed=1"]), tmp_path / "c").test
     assert other != json.loads(first)
+
+
+def test_callbacks_come_from_the_config_with_the_runs_mode_folder_and_patience(tmp_path):
+    cfg = compose_train(["+callbacks.checkpoint.save_top_k=3", "trainer.enable_progress_bar=false"])
+    callbacks = instantiate_callbacks(cfg, tmp_path, "min", 5, patience=7)
+    assert list(callbacks) == ["checkpoint", "resume_point", "history", "validation_log", "early_stopping"]
+    checkpoint, stopping = callbacks["checkpoint"], callbacks["early_stopping"]
+    assert (checkpoint.mode, checkpoint.save_top_k, checkpoint.monitor) == ("min", 3, "val/selection")
+    assert Path(checkpoint.dirpath) == Path(callbacks["resume_point"].dirpath) == tmp_path / "checkpoints"
+    assert (stopping.mode, stopping.patience, stopping.monitor) == ("min", 7, "val/selection")
+    assert "early_stopping" not in instantiate_callbacks(cfg, tmp_path, "max", 5, patience=None)
+    with open_dict(cfg):
+        del cfg.callbacks["history"]
+    with pytest.raises(ValueError, match="needs history"):
+        instantiate_callbacks(cfg, tmp_path, "max", 5, patience=None)

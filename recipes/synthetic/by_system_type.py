@@ -11,13 +11,13 @@ jitter, per-note detune) and of the other systems, as mean ± std over the runs.
 from __future__ import annotations
 
 import argparse
-import csv
 import glob
 import json
 from pathlib import Path
 
 import numpy as np
 
+from sqa.artefacts import read_predictions
 from sqa.metrics import correlations, system_means
 
 PITCH_TYPES = {"detune", "drift", "jitter", "note_detune"}
@@ -25,13 +25,12 @@ PITCH_TYPES = {"detune", "drift", "jitter", "note_detune"}
 
 def group_errors(run_dir: Path, sys_type: dict[str, str]) -> dict[str, tuple[float, float]]:
     """(utterance RMSE, system RMSE) of the pitch-degraded and the other systems of one run."""
-    with (run_dir / "predictions.csv").open() as fh:
-        rows = list(csv.DictReader(fh))
+    rows = read_predictions(run_dir)
     out = {}
     for group, keep in (("pitch", True), ("other", False)):
         part = [r for r in rows if (sys_type[r["system_id"]] in PITCH_TYPES) == keep]
-        pred = [float(r["pred"]) for r in part]
-        mos = [float(r["mos"]) for r in part]
+        pred = [r["pred"] for r in part]
+        mos = [r["mos"] for r in part]
         systems = [f"{r['test_set']}/{r['system_id']}" for r in part]
         sys_pred, sys_mos, _ = system_means(pred, mos, systems)
         out[group] = (

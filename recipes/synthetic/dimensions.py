@@ -11,20 +11,22 @@ predictor of that dimension: utterance- and system-level SRCC averaged over the 
 from __future__ import annotations
 
 import argparse
-import csv
-import glob
+import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from sqa.artefacts import PREDICTIONS_FILE, read_predictions, runs_with_predictions, score_columns
 from sqa.metrics import AVERAGE_KEY, evaluate_sets
+from sqa.tables import spread_text
 
 
-def srcc(rows: list[dict[str, str]], pred_key: str, true_key: str) -> tuple[float, float]:
+def srcc(rows: list[dict[str, Any]], pred_key: str, true_key: str) -> tuple[float, float]:
     """Average utterance- and system-level SRCC of column `pred_key` against `true_key`."""
     result = evaluate_sets(
-        [float(r[pred_key]) for r in rows],
-        [float(r[true_key]) for r in rows],
+        [r[pred_key] for r in rows],
+        [r[true_key] for r in rows],
         [r["system_id"] for r in rows],
         [r["test_set"] for r in rows],
     )
@@ -35,24 +37,22 @@ def compare(run_dirs: list[Path], dims: list[str]) -> dict[str, dict[str, np.nda
     """Per dimension: (runs, 2) arrays of (utt, sys) SRCC for its own head and the overall one."""
     out: dict[str, dict[str, list]] = {d: {"head": [], "overall": []} for d in dims}
     for run_dir in run_dirs:
-        with (run_dir / "predictions.csv").open() as fh:
-            rows = list(csv.DictReader(fh))
+        rows = read_predictions(run_dir)
         for dim in dims:
-            part = [r for r in rows if r.get(f"mos_{dim}", "") != ""]
+            true_key, pred_key = score_columns(dim)
+            part = [r for r in rows if not math.isnan(r.get(true_key, math.nan))]
             if not part:
-                raise SystemExit(f"{run_dir}/predictions.csv: no test clip has a {dim} label")
-            out[dim]["head"].append(srcc(part, f"pred_{dim}", f"mos_{dim}"))
-            out[dim]["overall"].append(srcc(part, "pred", f"mos_{dim}"))
+                raise SystemExit(f"{run_dir / PREDICTIONS_FILE}: no test clip has a {dim} label")
+            out[dim]["head"].append(srcc(part, pred_key, true_key))
+            out[dim]["overall"].append(srcc(part, score_columns()[1], true_key))
     return {d: {k: np.array(v) for k, v in groups.items()} for d, groups in out.items()}
 
 
 def cell(values: np.ndarray) -> str:
     """Mean ± std over the runs where the value is defined, to three decimals (`n/a`: in none)."""
     kept = values[~np.isnan(values)]
-    if kept.size == 0:
-        return "n/a"
-    text = f"{kept.mean():.3f}" + (f" ± {kept.std(ddof=1):.3f}" if kept.size > 1 else "")
-    return text + (f" (n={kept.size})" if kept.size < values.size or kept.size == 1 else "")
+    std = kept.std(ddof=1) if kept.size > 1 else math.nan
+    return spread_text(kept.mean() if kept.size else math.nan, std, kept.size, values.size, sep=" ± ")
 
 
 def main() -> None:
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("runs", help="glob of run directories (with predictions.csv)")
     parser.add_argument("--dimensions", nargs="+", default=["lyrics", "melody"])
     args = parser.parse_args()
-    run_dirs = [Path(d) for d in sorted(glob.glob(args.runs)) if (Path(d) / "predictions.csv").is_file()]
+    run_dirs = runs_with_predictions(args.runs)
     if not run_dirs:
         raise SystemExit(f"no run directory with predictions.csv matches {args.runs!r}")
     results = compare(run_dirs, args.dimensions)

@@ -1,0 +1,128 @@
+"""From audio to the pieces a predictor scores: checked samples, warnings, windows and f0 tracks.
+
+Shared by arrays (`Scorer.score`) and files (`FileClips`, decoded in DataLoader workers).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from sqa.data.audio import AudioError, load_audio, pad_to
+from sqa.data.pitch import F0Extractor
+from sqa.models.backbone import W2V_HOP
+
+# Peak amplitude below which a clip counts as silent (-80 dBFS).
+SILENCE_PEAK = 1e-4
+
+
+class ClipWarning(UserWarning):
+    """A clip was scored, but its score says little (too short, or silent)."""
+
+
+def as_samples(audio: Any, name: str) -> np.ndarray:
+    """Float32 samples (N, C) of a float numpy array or torch tensor, 1-D (N,) or (channels, N)."""
+    if isinstance(audio, torch.Tensor):
+        if not audio.is_floating_point():
+            raise TypeError(f"{name}: expected floating-point samples, got a {audio.dtype} tensor")
+        audio = audio.detach().to("cpu", torch.float32).numpy()
+    array = np.asarray(audio)
+    if not np.issubdtype(array.dtype, np.floating):
+        raise TypeError(
+            f"{name}: expected floating-point samples in [-1, 1], got {array.dtype}; "
+            "scale integer PCM first (e.g. x / 32768 for int16)"
+        )
+    if array.ndim == 1:
+        array = array[:, None]
+    elif array.ndim == 2:
+        if array.shape[0] > array.shape[1]:
+            raise ValueError(
+                f"{name}: a 2-D clip is (channels, samples), got shape {array.shape} (more channels than "
+                "samples); pass its transpose, or a list for several clips"
+            )
+        array = array.T
+    else:
+        raise ValueError(f"{name}: expected a 1-D or (channels, samples) clip, got shape {array.shape}")
+    if array.shape[0] == 0:
+        raise AudioError(f"{name}: the clip holds no samples")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def clip_warning(wav: np.ndarray, sample_rate: int, min_samples: int) -> str | None:
+    """Why a waveform's score says little (shorter than the receptive field, or silent), or None."""
+    if wav.shape[0] < min_samples:
+        return (
+            f"only {wav.shape[0]} samples ({1000 * wav.shape[0] / sample_rate:.1f} ms), shorter than the "
+            f"model's {min_samples}-sample receptive field: padded with silence before scoring"
+        )
+    if max(float(wav.max()), -float(wav.min())) < SILENCE_PEAK:  # no |wav| copy of a long clip
+        return "silent (peak below -80 dBFS): scored, but the score says nothing about singing"
+    return None
+
+
+@dataclass(frozen=True)
+class ClipPreparer:
+    """Turns a waveform (N,) at the model's rate into the pieces the predictor scores.
+
+    A clip longer than `chunk_samples` (None: never) is cut into equal windows (multiples of the
+    20 ms frame hop); each piece is padded to `min_samples` and carries its f0 track when the
+    model has a pitch branch.
+    """
+
+    sample_rate: int
+    min_samples: int
+    chunk_samples: int | None
+    f0_extractor: F0Extractor | None
+
+    def __call__(self, wav: np.ndarray) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """Pieces [(waveform (n,), f0 (T',) or None)] of `wav`, in time order."""
+        pieces = [wav]
+        if self.chunk_samples is not None and wav.shape[0] > self.chunk_samples:
+            count = math.ceil(wav.shape[0] / self.chunk_samples)
+            size = math.ceil(wav.shape[0] / count / W2V_HOP) * W2V_HOP
+            pieces = [wav[start : start + size] for start in range(0, wav.shape[0], size)]
+        padded = [pad_to(piece, self.min_samples) for piece in pieces]
+        if self.f0_extractor is None:
+            return [(piece, None) for piece in padded]
+        return [(piece, self.f0_extractor(piece, self.sample_rate)) for piece in padded]
+
+
+@dataclass(frozen=True)
+class PreparedClip:
+    """One input after decoding: its pieces, or why it could not be read, and any warning."""
+
+    index: int
+    pieces: list[tuple[np.ndarray, np.ndarray | None]]
+    error: str | None = None
+    warning: str | None = None
+
+
+class FileClips(Dataset):
+    """Decodes file `i` of `paths` (in a DataLoader worker) into a `PreparedClip`."""
+
+    def __init__(self, paths: Sequence[str], prepare: ClipPreparer) -> None:
+        self.paths = paths
+        self.prepare = prepare
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> PreparedClip:
+        """The prepared clip of file `index`, or its decoding error."""
+        try:
+            wav = load_audio(self.paths[index], self.prepare.sample_rate)
+        except AudioError as err:
+            return PreparedClip(index, [], str(err))
+        warning = clip_warning(wav, self.prepare.sample_rate, self.prepare.min_samples)
+        return PreparedClip(index, self.prepare(wav), warning=warning)
+
+
+def as_list(items: list[PreparedClip]) -> list[PreparedClip]:
+    """Collation of `FileClips` batches: the prepared clips as they are."""
+    return items

@@ -1,0 +1,92 @@
+"""What `sqa-score` scores: audio files, folders, CSV manifests (wav_path column) and .txt lists."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif", ".mp3", ".opus"}
+
+
+@dataclass
+class Inputs:
+    """Audio paths named by the inputs, each with its manifest columns, and what could not be read."""
+
+    paths: list[str] = field(default_factory=list)
+    columns: list[dict[str, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, path: Path | str, columns: dict[str, str] | None = None) -> None:
+        """Add one audio path with its manifest columns."""
+        self.paths.append(str(path))
+        self.columns.append(columns or {})
+
+
+def _resolve_against(base: Path, entry: str) -> Path:
+    path = Path(entry)
+    return path if path.is_absolute() else base / path
+
+
+def _read_manifest(path: Path, inputs: Inputs) -> None:
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            columns = list(reader.fieldnames or [])
+    except UnicodeDecodeError as err:
+        inputs.problems.append(f"{path}: not UTF-8 text ({err}); save the manifest as UTF-8")
+        return
+    except (csv.Error, OSError) as err:
+        inputs.problems.append(f"{path}: cannot read the CSV manifest ({err})")
+        return
+    if "wav_path" not in columns:
+        inputs.problems.append(
+            f"{path}: the CSV manifest has no wav_path column (columns: {', '.join(columns)})"
+        )
+    elif not rows:
+        inputs.problems.append(f"{path}: the manifest holds no rows")
+    else:
+        for line, row in enumerate(rows, start=2):
+            if not (row.get("wav_path") or "").strip():
+                inputs.problems.append(f"{path}, line {line}: empty wav_path")
+                continue
+            extra = {k: v for k, v in row.items() if k != "wav_path" and k is not None}
+            inputs.add(_resolve_against(path.parent, row["wav_path"].strip()), extra)
+
+
+def _read_list(path: Path, inputs: Inputs) -> None:
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    except UnicodeDecodeError as err:
+        inputs.problems.append(f"{path}: not UTF-8 text ({err})")
+        return
+    entries = [line for line in lines if line]
+    if not entries:
+        inputs.problems.append(f"{path}: the list names no files")
+    for entry in entries:
+        inputs.add(_resolve_against(path.parent, entry))
+
+
+def expand_inputs(items: Sequence[str]) -> Inputs:
+    """Audio paths named by files, folders, CSV manifests (wav_path column) and .txt lists."""
+    inputs = Inputs()
+    for item in items:
+        path = Path(item)
+        if not path.exists():
+            inputs.problems.append(f"{path}: does not exist")
+        elif path.is_dir():
+            found = [p for p in sorted(path.rglob("*")) if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()]
+            if not found:
+                suffixes = ", ".join(sorted(AUDIO_SUFFIXES))
+                inputs.problems.append(f"{path}: the folder holds no audio files ({suffixes})")
+            for p in found:
+                inputs.add(p)
+        elif path.suffix.lower() == ".csv":
+            _read_manifest(path, inputs)
+        elif path.suffix.lower() == ".txt":
+            _read_list(path, inputs)
+        else:
+            inputs.add(path)
+    return inputs
