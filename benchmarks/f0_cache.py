@@ -14,7 +14,7 @@ import argparse
 import tempfile
 import time
 
-from sqa.data.datamodule import ClipDataset
+from sqa.datamodule import ClipDataset
 from sqa.data.pitch import F0Extractor
 from sqa.data.synthetic import load_synthetic
 

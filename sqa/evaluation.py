@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa.atomic import atomic_write_text
 from sqa.data.corpus import Corpus, CorpusError, recorded_corpus
-from sqa.data.datamodule import MOSDataModule
+from sqa.datamodule import MOSDataModule
 from sqa.export import load_export
 from sqa.lit_module import MOSModule
 from sqa.run_outputs import write_test_outputs

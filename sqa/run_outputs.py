@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from sqa import artefacts, plots
 from sqa.atomic import atomic_write_json
 from sqa.data.corpus import CORPUS_READERS
-from sqa.data.datamodule import MOSDataModule
+from sqa.datamodule import MOSDataModule
 from sqa.lit_module import MOSModule
 from sqa.provenance import package_versions
 from sqa.selection import uninformative

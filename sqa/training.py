@@ -19,9 +19,9 @@ from sqa import plots
 from sqa.atomic import atomic_write_json, atomic_write_text
 from sqa.callbacks import AtomicCheckpointIO, checkpoint_step, instantiate_callbacks
 from sqa.data.corpus import CorpusError, count_labels, format_counts
-from sqa.data.datamodule import MOSDataModule
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
+from sqa.datamodule import MOSDataModule
 from sqa.export import export_predictor
 from sqa.lit_module import MOSModule
 from sqa.prediction import OVERALL

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 import sqa.training
 from sqa.config import default_precision
-from sqa.data.datamodule import MOSDataModule
+from sqa.datamodule import MOSDataModule
 from sqa.models.predictor import MOSPredictor, Prediction
 
 from .conftest import REPO
@@ -242,7 +242,7 @@ def test_every_option_composes_and_instantiates(group, option, check, corpora, t
 
 
 DATA_DEFAULTS = {
-    "_target_": "sqa.data.datamodule.MOSDataModule",
+    "_target_": "sqa.datamodule.MOSDataModule",
     "sample_rate": 16000,
     "batch_size": 15,
     "eval_batch_size": 8,

@@ -19,7 +19,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from sqa.data.datamodule import BucketBatchSampler, EpochSampler, eval_batches
+from sqa.datamodule import BucketBatchSampler, EpochSampler, eval_batches
 from sqa.training import build
 
 from .conftest import REPO

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sqa import metrics, score
-from sqa.data.datamodule import MOSDataModule
+from sqa.datamodule import MOSDataModule
 from sqa.data.synthetic import load_synthetic
 from sqa.training import run
 

@@ -10,10 +10,6 @@ from pathlib import Path
 import pytest
 
 SQA = Path(__file__).resolve().parents[1] / "sqa"
-# The data layer's one adapter to Lightning: the LightningDataModule that wires the Lightning-free
-# dataset, samplers and collation to a Trainer. Everything else under sqa/data is Lightning-free,
-# so scoring and the baselines read data without it.
-LIGHTNING_ADAPTER = SQA / "data" / "datamodule.py"
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -51,7 +47,7 @@ def modules(*names: str) -> list[Path]:
     ("layer", "forbidden"),
     [
         (("data",), ("sqa.models", "sqa.training", "sqa.lit_module")),
-        (("models",), ("lightning", "hydra", "sqa.data.datamodule")),
+        (("models",), ("lightning", "hydra", "sqa.datamodule")),
         (("scoring", "score", "export"), ("lightning",)),
     ],
 )
@@ -59,12 +55,6 @@ def test_no_layer_imports_a_layer_above_it(layer, forbidden):
     paths = modules(*layer)
     assert paths and all(p.is_file() for p in paths)
     assert forbidden_imports(paths, forbidden) == []
-
-
-def test_only_the_data_module_adapter_of_the_data_layer_imports_lightning():
-    paths = [p for p in modules("data") if p != LIGHTNING_ADAPTER]
-    assert LIGHTNING_ADAPTER.is_file() and len(paths) >= 10
-    assert forbidden_imports(paths, ("lightning",)) == []
 
 
 def test_the_scan_sees_lazy_and_from_imports(tmp_path):

@@ -232,7 +232,7 @@ FORBIDDEN_IN_MODELS = (
     "lightning",
     "pytorch_lightning",
     "hydra",
-    "sqa.data.datamodule",
+    "sqa.datamodule",
     "sqa.training",
     "sqa.lit_module",
 )

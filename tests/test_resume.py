@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from sqa.data.datamodule import BucketBatchSampler, EpochSampler
+from sqa.datamodule import BucketBatchSampler, EpochSampler
 from sqa.data.synthetic import load_synthetic
 
 from .conftest import REPO

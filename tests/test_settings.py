@@ -9,7 +9,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from sqa import score
-from sqa.data.datamodule import MOSDataModule
+from sqa.datamodule import MOSDataModule
 from sqa.data.synthetic import load_synthetic
 from sqa.export import export_predictor
 from sqa.models.backbone import LogMelBackbone

@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 
 from sqa.data.corpus import Clip, Corpus, CorpusError
-from sqa.data.datamodule import MOSDataModule
+from sqa.datamodule import MOSDataModule
 from sqa.data.validate import CorpusProblems, format_report, validate_corpus
 
 
