@@ -1,60 +1,25 @@
 """Exported predictors: one directory with model.pt (state_dict), config.yaml and metrics.json.
 
-An export is data, never code: a user may load one downloaded from a stranger. Loading reads
-config.yaml with `yaml.safe_load` (no tags, no anchors), refuses any interpolation (`${`), any
-Hydra special key and any `_target_` outside `ALLOWED_TARGETS` or outside its place (`model`,
-`model.backbone`, `f0`), checks every argument against its constructor before anything is built,
-builds with sqa's own constructors (no Hydra), and reads weights only with
-`torch.load(weights_only=True)`. Every file it reads must be a regular file inside the folder.
+An export is data, never code: a user may load one downloaded from a stranger. config.yaml is
+parsed and checked whole by `sqa.export_config` before anything is built, weights are read only
+with `torch.load(weights_only=True)` and checked against the architecture, and every file read
+must be a regular file inside the folder (no links).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
+from sqa import export_config
 from sqa.atomic import atomic_dir, json_text
-from sqa.data.corpus import CORPUS_READERS
 from sqa.data.pitch import F0Extractor
-from sqa.models.backbone import LogMelBackbone
+from sqa.export_config import FORMAT_VERSION, ExportError, read_export_config
 from sqa.models.predictor import MOSPredictor
-from sqa.models.ssl import SSL_BACKBONES, TransformersWav2Vec2
-
-FORMAT_VERSION = 1
-# The classes an export may build, by the `_target_` each writes (see sqa.models.config).
-BACKBONE_CLASSES = (LogMelBackbone, *SSL_BACKBONES)
-PREDICTOR_TARGET = MOSPredictor.export_target()
-BACKBONE_TARGETS = frozenset(cls.export_target() for cls in BACKBONE_CLASSES)
-F0_TARGET = "sqa.data.pitch.F0Extractor"
-CONSTRUCTORS: dict[str, type] = {
-    PREDICTOR_TARGET: MOSPredictor,
-    F0_TARGET: F0Extractor,
-    **{cls.export_target(): cls for cls in BACKBONE_CLASSES},
-}
-ALLOWED_TARGETS = frozenset(CONSTRUCTORS)
-# Where a `_target_` may stand in config.yaml, and which classes it may name there.
-TARGET_PLACES = {
-    ("model",): frozenset({PREDICTOR_TARGET}),
-    ("model", "backbone"): BACKBONE_TARGETS,
-    ("f0",): frozenset({F0_TARGET}),
-    # The corpus a run was tested on, for `eval.py`; never built by `load_export`, and
-    # `sqa.data.corpus.recorded_corpus` checks it again before reading it.
-    ("data", "corpus"): CORPUS_READERS,
-}
-# Constructor arguments that read or write files: an export records an architecture, never a
-# path (its weights are in model.pt), so these are refused wherever they appear.
-PATH_ARGUMENTS = frozenset({"checkpoint", "upstream", "path", "cache_dir"})
-MAX_CONFIG_BYTES = 1 << 20
-
-
-class ExportError(ValueError):
-    """An export directory is missing, incomplete or unsafe to load."""
 
 
 def export_predictor(
@@ -111,26 +76,6 @@ def export_predictor(
     return directory
 
 
-class _PlainYamlLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` without aliases (nested aliases expand exponentially; exports need none)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, "YAML aliases (*name) are not allowed", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
-def _key_path(keys: tuple[str | int, ...]) -> str:
-    """`('model', 'backbone', 'arch_kwargs', 0)` -> 'model.backbone.arch_kwargs[0]'."""
-    out = ""
-    for key in keys:
-        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
-    return out or "(top level)"
-
-
 def _regular_file(directory: Path, name: str) -> Path:
     """`directory/name` if it is a regular file inside `directory` (no link), else ExportError."""
     path = directory / name
@@ -165,150 +110,6 @@ def resolve_export(path: str | Path) -> tuple[Path, Path]:
             raise ExportError(f"{directory / 'export'}: is a symbolic link out of the run directory")
         directory = directory / "export"
     return _regular_file(directory, "config.yaml"), _regular_file(directory, "model.pt")
-
-
-def read_export_config(config_path: Path) -> dict[str, Any]:
-    """Parse and check an export's config.yaml (plain YAML data only); ExportError names the key."""
-    size = config_path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ExportError(f"{config_path}: {size} bytes; an export config is at most {MAX_CONFIG_BYTES}")
-    try:
-        config = yaml.load(config_path.read_bytes().decode("utf-8"), Loader=_PlainYamlLoader)  # noqa: S506
-    except UnicodeDecodeError as err:
-        raise ExportError(f"{config_path}: not UTF-8 text ({err})") from err
-    except yaml.YAMLError as err:
-        raise ExportError(f"{config_path}: not a plain YAML file ({err})") from err
-    except RecursionError as err:
-        raise ExportError(f"{config_path}: nested too deeply") from err
-    if not isinstance(config, dict):
-        raise ExportError(f"{config_path}: expected a mapping at the top level, got {type(config).__name__}")
-    _check_plain(config, (), config_path)
-    _check_top_level(config, config_path)
-    _check_arguments(config["model"], ("model",), config_path)
-    if config.get("f0") is not None:
-        _check_arguments(config["f0"], ("f0",), config_path)
-    return config
-
-
-def _check_plain(node: Any, keys: tuple[str | int, ...], where: Path) -> None:
-    """Refuse anything but plain data: interpolations, special keys, misplaced targets, tags."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if isinstance(key, str):
-                _check_key(key, value, keys, where)
-            elif isinstance(key, bool) or not isinstance(key, int):
-                raise ExportError(f"{where}: key {key!r} under {_key_path(keys)} is not a string or integer")
-            _check_plain(value, (*keys, key), where)
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            _check_plain(value, (*keys, i), where)
-    elif isinstance(node, str):
-        if "${" in node:
-            raise ExportError(
-                f"{where}: {_key_path(keys)} holds an interpolation ({node[:80]!r}); exports are plain data"
-            )
-    elif node is not None and not isinstance(node, bool | int | float):
-        raise ExportError(f"{where}: {_key_path(keys)}: unsupported value of type {type(node).__name__}")
-
-
-def _check_key(key: str, value: Any, keys: tuple[str | int, ...], where: Path) -> None:
-    """Refuse an interpolated key, a Hydra special key, and a `_target_` out of place or allow-list."""
-    here = _key_path((*keys, key))
-    if "${" in key:
-        raise ExportError(f"{where}: key {here} holds an interpolation; exports are plain data")
-    if key == "_target_":
-        allowed = TARGET_PLACES.get(keys)
-        if allowed is None:
-            raise ExportError(
-                f"{where}: {here}: a _target_ is only allowed at "
-                f"{', '.join(_key_path(p) for p in TARGET_PLACES)}"
-            )
-        if value not in allowed:
-            raise ExportError(
-                f"{where}: {here}: refusing to build {value!r}; allowed there: {', '.join(sorted(allowed))}"
-            )
-    elif key.startswith("_") and key.endswith("_"):
-        raise ExportError(f"{where}: {here}: special key {key!r} is not allowed")
-
-
-def _check_top_level(config: dict[str, Any], where: Path) -> None:
-    version = config.get("format")
-    if version != FORMAT_VERSION:
-        raise ExportError(f"{where}: format is {version!r}; this sqa reads format {FORMAT_VERSION}")
-    rate = config.get("sample_rate")
-    if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
-        raise ExportError(f"{where}: sample_rate must be a positive integer, got {rate!r}")
-    domains = config.get("domains", [])
-    if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
-        raise ExportError(f"{where}: domains must be a list of names, got {domains!r}")
-    for key in ("model", "f0"):
-        node = config.get(key)
-        if (key == "model" or node is not None) and not (isinstance(node, dict) and "_target_" in node):
-            raise ExportError(f"{where}: {key} must be a mapping with a _target_, got {node!r}")
-    if not isinstance(config["model"].get("backbone"), dict) or "_target_" not in config["model"]["backbone"]:
-        raise ExportError(f"{where}: model.backbone must be a mapping with a _target_")
-
-
-def _constructor(target: str) -> type:
-    """The class an allowed `_target_` names (callers have checked it against ALLOWED_TARGETS)."""
-    return CONSTRUCTORS[target]
-
-
-def _accepted_types(annotation: str) -> tuple[type, ...] | None:
-    """Plain-data types an argument annotated `annotation` accepts; None where not checkable."""
-    simple = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "None": (type(None),)}
-    types: list[type] = []
-    for part in annotation.split("|"):
-        base = part.strip().split("[")[0]
-        if base in simple:
-            types.extend(simple[base])
-        elif base in ("dict", "Mapping"):
-            types.append(dict)
-        elif base in ("list", "Sequence"):
-            types.append(list)
-        else:
-            return None
-    return tuple(types)
-
-
-def _check_arguments(node: dict[str, Any], keys: tuple[str, ...], where: Path) -> None:
-    """Check each argument of `node` against its class's constructor; recurse into the backbone."""
-    target = node["_target_"]
-    parameters = inspect.signature(_constructor(target).__init__).parameters
-    for key, value in node.items():
-        here = _key_path((*keys, key))
-        if key == "_target_":
-            continue
-        if key in PATH_ARGUMENTS:
-            raise ExportError(
-                f"{where}: {here}: an export never names files to read or write (its weights are in model.pt)"
-            )
-        if key not in parameters or key == "self":
-            raise ExportError(f"{where}: {here}: {target} has no argument {key!r}")
-        if key == "backbone":
-            _check_arguments(value, (*keys, key), where)
-            continue
-        annotation = parameters[key].annotation
-        accepted = _accepted_types(annotation) if isinstance(annotation, str) else None
-        if accepted is not None and (
-            not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted)
-        ):
-            raise ExportError(f"{where}: {here} must be {annotation}, got {value!r}")
-    if _constructor(target) is TransformersWav2Vec2:
-        refused = TransformersWav2Vec2.refused_config_keys & set(node.get("config") or {})
-        if refused:
-            raise ExportError(f"{where}: {_key_path((*keys, 'config'))}: refusing {sorted(refused)}")
-
-
-def _build(node: dict[str, Any], keys: tuple[str, ...], where: Path) -> Any:
-    """Construct a checked config node with sqa's own class for its `_target_`."""
-    kwargs = {k: v for k, v in node.items() if k != "_target_"}
-    if "backbone" in kwargs:
-        kwargs["backbone"] = _build(kwargs["backbone"], (*keys, "backbone"), where)
-    try:
-        return _constructor(node["_target_"])(**kwargs)
-    except Exception as err:  # a constructor rejecting the export's arguments, of any type
-        raise ExportError(f"{where}: cannot build {_key_path(keys)} ({node['_target_']}): {err}") from err
 
 
 def _check_data_files(directory: Path) -> None:
@@ -372,7 +173,7 @@ def load_export(
     config = read_export_config(config_path)
     _check_data_files(config_path.parent)
     state = read_weights(weights_path)
-    predictor = _build(config["model"], ("model",), config_path)
-    f0_extractor = _build(config["f0"], ("f0",), config_path) if config.get("f0") else None
+    predictor = export_config.build_node(config["model"], ("model",), config_path)
+    f0_extractor = export_config.build_node(config["f0"], ("f0",), config_path) if config.get("f0") else None
     _load_weights(predictor, state, weights_path)
     return predictor.eval(), config, f0_extractor

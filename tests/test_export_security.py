@@ -150,7 +150,9 @@ HOSTILE_CONFIGS = {
 def test_hostile_config_is_refused_before_anything_is_built(case, export, payload_file, marker, monkeypatch):
     change, expected = HOSTILE_CONFIGS[case]
     edit_config(export, lambda c: change(c, payload_file))
-    monkeypatch.setattr("sqa.export._build", lambda *a: pytest.fail("built before the config was checked"))
+    monkeypatch.setattr(
+        "sqa.export_config.build_node", lambda *a: pytest.fail("built before the config was checked")
+    )
     message = assert_refused(export, marker, expected)
     assert message.startswith(str(export.resolve() / "config.yaml"))
 
@@ -284,7 +286,7 @@ def test_wav2vec2_exports_with_pitch_and_domains_pass_the_checks(source, tmp_pat
 
 def test_allowed_targets_are_the_public_class_names():
     """The allow-list is derived from the classes, and names each where configs name it."""
-    from sqa.export import ALLOWED_TARGETS, BACKBONE_TARGETS
+    from sqa.export_config import ALLOWED_TARGETS, BACKBONE_TARGETS
 
     assert {
         "sqa.models.backbone.LogMelBackbone",
