@@ -14,9 +14,9 @@ import argparse
 import tempfile
 import time
 
-from sqa.datamodule import ClipDataset
 from sqa.data.pitch import F0Extractor
 from sqa.data.synthetic import load_synthetic
+from sqa.datamodule import ClipDataset
 
 
 def epoch_seconds(dataset: ClipDataset) -> float:

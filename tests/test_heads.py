@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from sqa import metrics, score
-from sqa.datamodule import MOSDataModule
 from sqa.data.synthetic import load_synthetic
+from sqa.datamodule import MOSDataModule
 from sqa.training import run
 
 from .test_train import compose_train, read_predictions

@@ -10,8 +10,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from sqa.data.audio import load_audio
-from sqa.datamodule import MOSDataModule
 from sqa.data.synthetic import load_synthetic
+from sqa.datamodule import MOSDataModule
 
 from .conftest import REPO
 

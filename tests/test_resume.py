@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from sqa.datamodule import BucketBatchSampler, EpochSampler
 from sqa.data.synthetic import load_synthetic
+from sqa.datamodule import BucketBatchSampler, EpochSampler
 
 from .conftest import REPO
 

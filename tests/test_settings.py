@@ -9,8 +9,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from sqa import score
-from sqa.datamodule import MOSDataModule
 from sqa.data.synthetic import load_synthetic
+from sqa.datamodule import MOSDataModule
 from sqa.export import export_predictor
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor

@@ -10,9 +10,9 @@ import pytest
 import soundfile as sf
 
 from sqa.data.corpus import CorpusError, count_labels
-from sqa.datamodule import MOSDataModule
 from sqa.data.readers import read_csv_manifest, read_singmos_pro
 from sqa.data.valid_split import carve_valid, read_valid_split, write_valid_split
+from sqa.datamodule import MOSDataModule
 from sqa.training import run
 
 from .test_corpus import make_singmos_pro

@@ -8,8 +8,8 @@ import pytest
 import soundfile as sf
 
 from sqa.data.corpus import Clip, Corpus, CorpusError
-from sqa.datamodule import MOSDataModule
 from sqa.data.validate import CorpusProblems, format_report, validate_corpus
+from sqa.datamodule import MOSDataModule
 
 
 def tone(path: Path, seconds: float = 0.5, sr: int = 16000) -> Path:
