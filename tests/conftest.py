@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,19 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def no_network() -> Iterator[None]:
+    """Any socket connection in the module's tests fails (tests that touch model hubs use it)."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("network access attempted")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "connect", refuse)
+        patch.setattr(socket, "create_connection", refuse)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -217,6 +217,10 @@ def check_logger(cfg, option, tmp_path) -> None:
     logger = instantiate(cfg.logger, save_dir=str(tmp_path))
     logger.log_hyperparams({"seed": 0})
     assert isinstance(logger, Logger)
+    if option == "wandb":
+        # A started wandb run is global to the process: finish it, or a later run's WandbLogger
+        # attaches to this one and writes into this test's folder.
+        logger.experiment.finish()
 
 
 CHECKS = {

@@ -110,11 +110,13 @@ def test_judges_come_from_a_pool_per_batch_with_their_own_leniency(synthetic_roo
 
 
 def test_lengths_clip_counts_and_set_sizes_reach_every_code_path(synthetic_root):
-    from omegaconf import OmegaConf
+    from hydra import compose, initialize_config_dir
 
     from .conftest import REPO
 
-    max_train_seconds = OmegaConf.load(REPO / "conf" / "data" / "synthetic.yaml").max_train_seconds
+    # The default run's crop length, as `data=synthetic` composes it (with the shared base).
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        max_train_seconds = compose("train").data.max_train_seconds
     corpus = load_synthetic(synthetic_root, seed=0)
     seconds = {c.sample_id: sf.info(str(c.path)).duration for c in corpus.clips}
     assert min(seconds.values()) < 1.5 and max(seconds.values()) > 12
