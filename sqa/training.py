@@ -22,7 +22,7 @@ from sqa.data.corpus import CorpusError, count_labels, format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
 from sqa.datamodule import MOSDataModule
-from sqa.export import export_predictor
+from sqa.export import export_predictor, read_weights
 from sqa.lit_module import MOSModule
 from sqa.prediction import OVERALL
 from sqa.run_dir import is_leader, lock, log_to_file, prepare
@@ -132,7 +132,7 @@ def init_from(predictor: torch.nn.Module, checkpoint: str | Path, modules: list[
     path = path / "model.pt" if path.is_dir() else path
     if not path.is_file():
         raise FileNotFoundError(f"init_from: {path} not found (give an export directory or its model.pt)")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = read_weights(path)
     own = predictor.state_dict()
     for module in modules:
         keys = [k for k in own if k.startswith(f"{module}.")]

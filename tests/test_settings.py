@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from sqa import score
 from sqa.data.synthetic import load_synthetic
 from sqa.datamodule import MOSDataModule
-from sqa.export import export_predictor
+from sqa.export import ExportError, export_predictor
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.training import init_from, run
@@ -39,6 +39,25 @@ def test_init_from_copies_only_the_named_modules(tmp_path):
         init_from(small(num_domains=3, domain_dim=4), tmp_path / "stage1", ["head"])
     with pytest.raises(FileNotFoundError, match="missing"):
         init_from(target, tmp_path / "missing", ["head"])
+
+
+class _Payload:
+    """Unpickling it would create `marker` (stands for any code a hostile pickle runs)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_init_from_reads_only_plain_weights(tmp_path):
+    marker = tmp_path / "ran"
+    hostile = tmp_path / "model.pt"
+    torch.save({"head.0.weight": _Payload(marker)}, hostile)
+    with pytest.raises(ExportError, match="not a plain tensor state_dict"):
+        init_from(small(), hostile, ["head"])
+    assert not marker.exists()
 
 
 def test_domain_embedding_changes_the_score_and_is_required():
