@@ -48,7 +48,7 @@ def export_predictor(
     # Here, not at the top: loading an export needs only the core install (no omegaconf).
     from omegaconf import OmegaConf
 
-    from sqa import model_card
+    from sqa import artefacts, model_card
 
     directory = Path(directory)
     if directory.exists() and not overwrite:
@@ -66,9 +66,7 @@ def export_predictor(
         state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}
         torch.save(state, tmp / "model.pt")
         (tmp / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
-        (tmp / "metrics.json").write_text(json_text(metrics or {}))
-        for dim, dim_metrics in (dimension_metrics or {}).items():
-            (tmp / f"metrics_{dim}.json").write_text(json_text(dim_metrics))
+        artefacts.write_metrics(tmp, metrics or {}, dimension_metrics)
         if run_info is not None:
             (tmp / "run_info.json").write_text(json_text(run_info))
         card = model_card.render(config, metrics or {}, dimension_metrics, run_info, training)
