@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from sqa.data.audio import AudioError, load_audio, pad_to
+from sqa.data.audio import MAX_AUDIO_SAMPLES, AudioError, load_audio, pad_to
 from sqa.data.pitch import F0Extractor
 from sqa.models.backbone import W2V_HOP
 
@@ -104,11 +104,14 @@ class PreparedClip:
 
 
 class FileClips(Dataset):
-    """Decodes file `i` of `paths` (in a DataLoader worker) into a `PreparedClip`."""
+    """Decodes file `i` of `paths` (in a DataLoader worker) into a `PreparedClip`; see `load_audio`."""
 
-    def __init__(self, paths: Sequence[str], prepare: ClipPreparer) -> None:
+    def __init__(
+        self, paths: Sequence[str], prepare: ClipPreparer, max_samples: int = MAX_AUDIO_SAMPLES
+    ) -> None:
         self.paths = paths
         self.prepare = prepare
+        self.max_samples = max_samples
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -116,7 +119,7 @@ class FileClips(Dataset):
     def __getitem__(self, index: int) -> PreparedClip:
         """The prepared clip of file `index`, or its decoding error."""
         try:
-            wav = load_audio(self.paths[index], self.prepare.sample_rate)
+            wav = load_audio(self.paths[index], self.prepare.sample_rate, self.max_samples)
         except AudioError as err:
             return PreparedClip(index, [], str(err))
         warning = clip_warning(wav, self.prepare.sample_rate, self.prepare.min_samples)

@@ -3,12 +3,16 @@
 An export is data, never code: a user may load one downloaded from a stranger. config.yaml is
 parsed and checked whole by `sqa.export_config` before anything is built, weights are read only
 with `torch.load(weights_only=True)` and checked against the architecture, and every file read
-must be a regular file inside the folder (no links).
+must be a regular file inside the folder (no links) of bounded size. The model is first built on
+the meta device (no memory) to learn its parameters' names, shapes and count; the weights
+archive's declared sizes and then its tensors' names, shapes, types and values are checked
+against them before the real model is built.
 """
 
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,8 +22,16 @@ import torch
 from sqa import export_config
 from sqa.atomic import atomic_dir, json_text
 from sqa.data.pitch import F0Extractor
-from sqa.export_config import FORMAT_VERSION, ExportError, read_export_config
+from sqa.export_config import FORMAT_VERSION, ExportError, read_bounded, read_export_config
 from sqa.models.predictor import MOSPredictor
+
+# The largest model an export may hold (4 GB of float32 weights; wav2vec2 large has 317M).
+MAX_PARAMETERS = 1_000_000_000
+# What an export's README.md or *.json may weigh.
+MAX_DATA_FILE_BYTES = 16 << 20
+# A weights archive holds, besides the tensors' bytes, its pickle and a few records per tensor.
+ARCHIVE_OVERHEAD = 1 << 20
+RECORD_OVERHEAD = 1024
 
 
 def export_predictor(
@@ -111,37 +123,85 @@ def resolve_export(path: str | Path) -> tuple[Path, Path]:
 
 
 def _check_data_files(directory: Path) -> None:
-    """Every link in the folder is refused; JSON files must parse, Markdown must be UTF-8 text."""
+    """Every link in the folder is refused; JSON files must parse, Markdown must be UTF-8 text.
+
+    Each is read only if it is a regular file (a FIFO would block) of at most MAX_DATA_FILE_BYTES.
+    """
     for path in sorted(directory.iterdir()):
         if path.is_symlink():
             raise ExportError(f"{path}: is a symbolic link; an export holds regular files only")
         if path.suffix == ".json":
             try:
-                json.loads(path.read_bytes().decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as err:
+                json.loads(read_bounded(path, MAX_DATA_FILE_BYTES).decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as err:
+                if isinstance(err, ExportError):
+                    raise
                 raise ExportError(f"{path}: not a JSON file ({err})") from err
         elif path.suffix == ".md":
             try:
-                path.read_bytes().decode("utf-8")
+                read_bounded(path, MAX_DATA_FILE_BYTES).decode("utf-8")
             except UnicodeDecodeError as err:
                 raise ExportError(f"{path}: not UTF-8 text ({err})") from err
 
 
-def read_weights(weights_path: Path) -> dict[str, torch.Tensor]:
-    """A plain {name: tensor} state_dict, read with `torch.load(weights_only=True)`."""
+def _weights_bytes(weights_path: Path) -> int:
+    """Bytes torch.load would hold: a zip archive's declared (uncompressed) sizes, else the file's."""
+    if not zipfile.is_zipfile(weights_path):
+        return weights_path.stat().st_size  # the legacy format is an uncompressed pickle stream
     try:
-        state = torch.load(weights_path, map_location="cpu", weights_only=True)
+        with zipfile.ZipFile(weights_path) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, OSError) as err:
+        raise ExportError(f"{weights_path}: not a plain tensor state_dict ({err})") from err
+    compressed = [r.filename for r in records if r.compress_type != zipfile.ZIP_STORED]
+    if compressed:
+        # torch.save stores records uncompressed; a compressed one can inflate without bound.
+        raise ExportError(f"{weights_path}: compressed records ({compressed[0]}); torch.save writes none")
+    return sum(r.file_size for r in records)
+
+
+def read_weights(
+    weights_path: Path, expected: Mapping[str, torch.Tensor] | None = None, max_bytes: int | None = None
+) -> dict[str, torch.Tensor]:
+    """A plain {name: tensor} state_dict, read with `torch.load(weights_only=True)`.
+
+    With `expected` (a model's state_dict, e.g. on the meta device) the archive may hold at most
+    its tensors' bytes, and names, shapes and types are checked before any tensor's data is
+    read (the archive is memory-mapped); else at most `max_bytes` (None: no bound). Floating
+    point tensors must be finite.
+    """
+    size = _weights_bytes(weights_path)
+    if expected is not None:
+        needed = sum(t.numel() * t.element_size() for t in expected.values())
+        max_bytes = needed + ARCHIVE_OVERHEAD + RECORD_OVERHEAD * len(expected)
+    if max_bytes is not None and size > max_bytes:
+        raise ExportError(
+            f"{weights_path}: declares {size} bytes uncompressed; the architecture in config.yaml "
+            f"allows at most {max_bytes}"
+        )
+    try:
+        state = torch.load(
+            weights_path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(weights_path)
+        )
     except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError, ... variants
         raise ExportError(f"{weights_path}: not a plain tensor state_dict ({err})") from err
     if not isinstance(state, Mapping) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):
         raise ExportError(f"{weights_path}: expected a mapping of parameter names to tensors")
-    return dict(state)
+    state = dict(state)
+    if expected is not None:
+        _check_against(state, expected, weights_path)
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ExportError(f"{weights_path}: {name!r} holds NaN or infinite values")
+    return state
 
 
-def _load_weights(predictor: MOSPredictor, state: dict[str, torch.Tensor], weights_path: Path) -> None:
-    expected = predictor.state_dict()
+def _check_against(
+    state: dict[str, torch.Tensor], expected: Mapping[str, torch.Tensor], weights_path: Path
+) -> None:
+    """Names, shapes and types of `state` against the architecture's (`expected`); ExportError names one."""
     missing = sorted(expected.keys() - state.keys())
     unexpected = sorted(state.keys() - expected.keys())
     if missing or unexpected:
@@ -156,7 +216,25 @@ def _load_weights(predictor: MOSPredictor, state: dict[str, torch.Tensor], weigh
                 f"{weights_path}: {name!r} has shape {tuple(tensor.shape)}, but config.yaml's "
                 f"architecture needs {tuple(expected[name].shape)}"
             )
-    predictor.load_state_dict(state)
+        want = expected[name].dtype
+        # A float weight of another precision is cast as load_state_dict does; bool, integer or
+        # complex values in a float weight would be cast silently into nonsense.
+        if tensor.dtype != want and not (want.is_floating_point and tensor.is_floating_point()):
+            raise ExportError(
+                f"{weights_path}: {name!r} holds {tensor.dtype} values; the architecture needs {want}"
+            )
+
+
+def _sized_model(config: dict[str, Any], config_path: Path) -> MOSPredictor:
+    """The export's model built on the meta device (no memory), refused above MAX_PARAMETERS."""
+    with torch.device("meta"):
+        model = export_config.build_node(config["model"], ("model",), config_path)
+    count = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+    if count > MAX_PARAMETERS:
+        raise ExportError(
+            f"{config_path}: the model declares {count} parameters; an export holds at most {MAX_PARAMETERS}"
+        )
+    return model
 
 
 def load_export(
@@ -170,8 +248,8 @@ def load_export(
     config_path, weights_path = resolve_export(path)
     config = read_export_config(config_path)
     _check_data_files(config_path.parent)
-    state = read_weights(weights_path)
+    state = read_weights(weights_path, _sized_model(config, config_path).state_dict())
     predictor = export_config.build_node(config["model"], ("model",), config_path)
     f0_extractor = export_config.build_node(config["f0"], ("f0",), config_path) if config.get("f0") else None
-    _load_weights(predictor, state, weights_path)
+    predictor.load_state_dict(state)
     return predictor.eval(), config, f0_extractor

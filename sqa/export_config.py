@@ -9,11 +9,14 @@ is checked against its constructor before `build_node` constructs it with sqa's 
 from __future__ import annotations
 
 import inspect
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from sqa.data.audio import MAX_SAMPLE_RATE
 from sqa.data.corpus import CORPUS_READERS
 from sqa.data.pitch import F0Extractor
 from sqa.models.backbone import LogMelBackbone
@@ -45,6 +48,12 @@ TARGET_PLACES = {
 # path (its weights are in model.pt), so these are refused wherever they appear.
 PATH_ARGUMENTS = frozenset({"checkpoint", "upstream", "path", "cache_dir"})
 MAX_CONFIG_BYTES = 1 << 20
+# Bounds on what an export declares, checked before anything is allocated: every integer of the
+# model and f0 settings (widths, layers, kernels), every list there, and the test settings.
+MAX_ARCH_INTEGER = 1 << 16
+MAX_ARCH_LIST = 256
+MAX_BOOTSTRAP = 100_000
+MAX_EVAL_BATCH_SIZE = 1024
 
 
 class ExportError(ValueError):
@@ -73,11 +82,10 @@ def _key_path(keys: tuple[str | int, ...]) -> str:
 
 def read_export_config(config_path: Path) -> dict[str, Any]:
     """Parse and check an export's config.yaml (plain YAML data only); ExportError names the key."""
-    size = config_path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ExportError(f"{config_path}: {size} bytes; an export config is at most {MAX_CONFIG_BYTES}")
     try:
-        config = yaml.load(config_path.read_bytes().decode("utf-8"), Loader=_PlainYamlLoader)  # noqa: S506
+        config = yaml.load(
+            read_bounded(config_path, MAX_CONFIG_BYTES).decode("utf-8"), Loader=_PlainYamlLoader
+        )  # noqa: S506
     except UnicodeDecodeError as err:
         raise ExportError(f"{config_path}: not UTF-8 text ({err})") from err
     except yaml.YAMLError as err:
@@ -89,9 +97,46 @@ def read_export_config(config_path: Path) -> dict[str, Any]:
     _check_plain(config, (), config_path)
     _check_top_level(config, config_path)
     _check_arguments(config["model"], ("model",), config_path)
+    _check_bounds(config["model"], ("model",), config_path)
     if config.get("f0") is not None:
         _check_arguments(config["f0"], ("f0",), config_path)
+        _check_bounds(config["f0"], ("f0",), config_path)
     return config
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of `path` if it is a regular file (no link, FIFO or device) of at most `limit` bytes."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise ExportError(f"{path}: cannot open ({err.strerror})") from err
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ExportError(f"{path}: not a regular file")
+        if info.st_size > limit:
+            raise ExportError(f"{path}: {info.st_size} bytes; at most {limit} are read")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ExportError(f"{path}: more than {limit} bytes; at most {limit} are read")
+    return data
+
+
+def _check_bounds(node: Any, keys: tuple[str | int, ...], where: Path) -> None:
+    """Every integer of a model or f0 node within ±MAX_ARCH_INTEGER, every list within MAX_ARCH_LIST."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_bounds(value, (*keys, key), where)
+    elif isinstance(node, list):
+        if len(node) > MAX_ARCH_LIST:
+            raise ExportError(f"{where}: {_key_path(keys)} has {len(node)} entries; at most {MAX_ARCH_LIST}")
+        for i, value in enumerate(node):
+            _check_bounds(value, (*keys, i), where)
+    elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_ARCH_INTEGER:
+        raise ExportError(
+            f"{where}: {_key_path(keys)} is {node}; an export's sizes are at most {MAX_ARCH_INTEGER}"
+        )
 
 
 def _check_plain(node: Any, keys: tuple[str | int, ...], where: Path) -> None:
@@ -140,8 +185,8 @@ def _check_top_level(config: dict[str, Any], where: Path) -> None:
     if version != FORMAT_VERSION:
         raise ExportError(f"{where}: format is {version!r}; this sqa reads format {FORMAT_VERSION}")
     rate = config.get("sample_rate")
-    if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
-        raise ExportError(f"{where}: sample_rate must be a positive integer, got {rate!r}")
+    if isinstance(rate, bool) or not isinstance(rate, int) or not 0 < rate <= MAX_SAMPLE_RATE:
+        raise ExportError(f"{where}: sample_rate must be an integer in 1..{MAX_SAMPLE_RATE}, got {rate!r}")
     domains = config.get("domains", [])
     if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
         raise ExportError(f"{where}: domains must be a list of names, got {domains!r}")
@@ -151,6 +196,26 @@ def _check_top_level(config: dict[str, Any], where: Path) -> None:
             raise ExportError(f"{where}: {key} must be a mapping with a _target_, got {node!r}")
     if not isinstance(config["model"].get("backbone"), dict) or "_target_" not in config["model"]["backbone"]:
         raise ExportError(f"{where}: model.backbone must be a mapping with a _target_")
+    bounds = {
+        ("test", "bootstrap"): MAX_BOOTSTRAP,
+        ("test", "seed"): None,
+        ("data", "eval_batch_size"): MAX_EVAL_BATCH_SIZE,
+    }
+    for (section, key), limit in bounds.items():
+        node = config.get(section)
+        if node is not None and not isinstance(node, dict):
+            raise ExportError(f"{where}: {section} must be a mapping, got {node!r}")
+        value = (node or {}).get(key)
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < 0
+            or (limit is not None and value > limit)
+        ):
+            allowed = "an integer ≥ 0" if limit is None else f"an integer in 0..{limit}"
+            raise ExportError(f"{where}: {section}.{key} must be {allowed}, got {value!r}")
 
 
 def _constructor(target: str) -> type:
@@ -198,10 +263,13 @@ def _check_arguments(node: dict[str, Any], keys: tuple[str, ...], where: Path) -
             not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted)
         ):
             raise ExportError(f"{where}: {here} must be {annotation}, got {value!r}")
-    if _constructor(target) is TransformersWav2Vec2:
-        refused = TransformersWav2Vec2.refused_config_keys & set(node.get("config") or {})
+    if _constructor(target) is TransformersWav2Vec2 and node.get("config") is not None:
+        refused = sorted(set(node["config"]) - TransformersWav2Vec2.allowed_config_keys())
         if refused:
-            raise ExportError(f"{where}: {_key_path((*keys, 'config'))}: refusing {sorted(refused)}")
+            raise ExportError(
+                f"{where}: {_key_path((*keys, 'config'))}: refusing {refused}; a backbone config holds "
+                "only architecture keys (docs/failures.md)"
+            )
 
 
 def build_node(node: dict[str, Any], keys: tuple[str, ...], where: Path) -> Any:

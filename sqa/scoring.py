@@ -30,7 +30,14 @@ from sqa.clip_input import (
     as_samples,
     clip_warning,
 )
-from sqa.data.audio import AudioError, audio_info, downmix_resample
+from sqa.data.audio import (
+    MAX_AUDIO_SAMPLES,
+    MAX_SAMPLE_RATE,
+    AudioError,
+    audio_info,
+    check_audio_size,
+    downmix_resample,
+)
 from sqa.data.batching import pad_batch
 from sqa.export import load_export
 from sqa.models.backbone import W2V_HOP
@@ -87,7 +94,9 @@ class Scorer:
     (annotation batch p1 for SingMOS-Pro). A predictor trained with judges scores as its mean
     judge. `dimensions` are the export's score dimensions, the overall "mos" first. With
     `chunk_seconds`, longer clips are scored in windows of about that length and their scores
-    averaged weighted by frames, which bounds memory (attention is quadratic in length).
+    averaged weighted by frames, which bounds memory (attention is quadratic in length). An input
+    whose header declares more than `max_samples` samples (frames x channels, or resampled to
+    the export's rate) is refused before it is decoded, like an unreadable file.
     """
 
     def __init__(
@@ -97,7 +106,10 @@ class Scorer:
         batch_size: int = 8,
         domain: str | int | None = None,
         chunk_seconds: float | None = None,
+        max_samples: int = MAX_AUDIO_SAMPLES,
     ) -> None:
+        if max_samples < 1:
+            raise ValueError(f"max_samples must be at least 1, got {max_samples}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if chunk_seconds is not None and not chunk_seconds > 0:
@@ -110,6 +122,7 @@ class Scorer:
         self.sample_rate = int(self.config["sample_rate"])
         self.min_samples = int(self.predictor.backbone.min_samples)
         self.batch_size = batch_size
+        self.max_samples = max_samples
         chunk = None
         if chunk_seconds is not None:
             chunk = max(self.min_samples, round(chunk_seconds * self.sample_rate / W2V_HOP) * W2V_HOP)
@@ -130,14 +143,23 @@ class Scorer:
         (channels are averaged). Returns one float per clip, or a dict {dimension: score} per
         clip when the model has several score dimensions; a list for a list of clips.
         """
-        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int | np.integer) or sample_rate <= 0:
-            raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
+        if (
+            isinstance(sample_rate, bool)
+            or not isinstance(sample_rate, int | np.integer)
+            or not 0 < sample_rate <= MAX_SAMPLE_RATE
+        ):
+            raise ValueError(
+                f"sample_rate must be an integer in 1..{MAX_SAMPLE_RATE} Hz, got {sample_rate!r}"
+            )
         single = not isinstance(audio, list | tuple)
         clips = [audio] if single else list(audio)
         names = ["audio"] if single else [f"audio[{i}]" for i in range(len(clips))]
+        samples = [as_samples(clip, name) for clip, name in zip(clips, names, strict=True)]
+        for array, name in zip(samples, names, strict=True):
+            check_audio_size(name, int(sample_rate), *array.shape, self.sample_rate, self.max_samples)
         wavs = [
-            downmix_resample(as_samples(clip, name), int(sample_rate), self.sample_rate, name)
-            for clip, name in zip(clips, names, strict=True)
+            downmix_resample(array, int(sample_rate), self.sample_rate, name)
+            for array, name in zip(samples, names, strict=True)
         ]
         for wav, name in zip(wavs, names, strict=True):
             warning = clip_warning(wav, self.sample_rate, self.min_samples)
@@ -167,7 +189,8 @@ class Scorer:
         lengths: dict[int, float] = {}
         for i, path in enumerate(paths):
             try:
-                rate, frames, _ = audio_info(path)
+                rate, frames, channels = audio_info(path)
+                check_audio_size(path, rate, frames, channels, self.sample_rate, self.max_samples)
             except AudioError as err:
                 yield ScoreResult(path, None, str(err), index=i)
                 continue
@@ -175,7 +198,7 @@ class Scorer:
         order = sorted(lengths, key=lengths.__getitem__)
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         loader = DataLoader(
-            FileClips(paths, self.prepare),
+            FileClips(paths, self.prepare, self.max_samples),
             batch_sampler=batches,
             num_workers=num_workers,
             collate_fn=as_list,

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import soxr
 
+# The highest sample rate sqa reads or an export may declare (the top of common audio gear).
+MAX_SAMPLE_RATE = 384_000
+# Default bound on the samples a file (frames x channels) or its resampled waveform may hold:
+# 2**26 float32 samples are 256 MiB, e.g. 70 minutes of mono 16 kHz or 11 minutes of 48 kHz stereo.
+MAX_AUDIO_SAMPLES = 1 << 26
+
 
 class AudioError(ValueError):
     """An audio file could not be read or holds no usable samples."""
+
+
+def check_audio_size(
+    name: str, rate: int, frames: int, channels: int, target_rate: int, max_samples: int = MAX_AUDIO_SAMPLES
+) -> None:
+    """AudioError unless the rate is in 1..MAX_SAMPLE_RATE and the decoded and resampled sizes fit."""
+    if not 0 < rate <= MAX_SAMPLE_RATE:
+        raise AudioError(f"{name}: sample rate {rate} Hz is outside 1..{MAX_SAMPLE_RATE}")
+    decoded = frames * channels
+    resampled = math.ceil(frames * target_rate / rate)
+    if max(decoded, resampled) > max_samples:
+        raise AudioError(
+            f"{name}: {frames} frames x {channels} channels at {rate} Hz ({max(decoded, resampled)} samples "
+            f"decoded or resampled to {target_rate} Hz) exceeds the limit of {max_samples} samples"
+        )
 
 
 def audio_info(path: str | Path) -> tuple[int, int, int]:
@@ -22,10 +44,15 @@ def audio_info(path: str | Path) -> tuple[int, int, int]:
     return int(info.samplerate), int(info.frames), int(info.channels)
 
 
-def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
-    """Read `path`, average its channels and resample to `sample_rate`; returns float32 (N,)."""
+def load_audio(path: str | Path, sample_rate: int, max_samples: int = MAX_AUDIO_SAMPLES) -> np.ndarray:
+    """Read `path`, average its channels and resample to `sample_rate`; returns float32 (N,).
+
+    The header's rate, frames and channels are checked (`check_audio_size`) before decoding.
+    """
     try:
-        data, sr = sf.read(str(path), dtype="float32", always_2d=True)
+        with sf.SoundFile(str(path)) as fh:
+            check_audio_size(str(path), fh.samplerate, fh.frames, fh.channels, sample_rate, max_samples)
+            data, sr = fh.read(dtype="float32", always_2d=True), fh.samplerate
     except (sf.LibsndfileError, RuntimeError, OSError) as err:
         raise AudioError(f"{path}: cannot read audio ({err})") from err
     if data.shape[0] == 0:

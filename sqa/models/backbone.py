@@ -65,15 +65,18 @@ class LogMelBackbone(Exportable, nn.Module):
         self.config = LogMelConfig(
             sample_rate, n_mels, channels, conv_layers, kernel_size, transformer_layers, heads
         )
-        fb = torchaudio.functional.melscale_fbanks(
-            W2V_WINDOW // 2 + 1,
-            0.0,
-            sample_rate / 2,
-            n_mels,
-            sample_rate,
-            norm="slaney",
-            mel_scale="slaney",
-        )
+        # Computed on the CPU even when the model is built on the meta device (sqa.export sizes
+        # an export's model that way): the filterbank's computation reads values.
+        with torch.device("cpu"):
+            fb = torchaudio.functional.melscale_fbanks(
+                W2V_WINDOW // 2 + 1,
+                0.0,
+                sample_rate / 2,
+                n_mels,
+                sample_rate,
+                norm="slaney",
+                mel_scale="slaney",
+            )
         self.register_buffer("fbank", fb, persistent=False)
         self.register_buffer("window", torch.hann_window(W2V_WINDOW), persistent=False)
         dims = [n_mels] + [channels] * conv_layers

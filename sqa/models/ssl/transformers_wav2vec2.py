@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +38,35 @@ class TransformersWav2Vec2(Wav2Vec2Backbone):
 
     # Wav2Vec2FeatureExtractor's zero_mean_unit_var_norm.
     normalize_eps = 1e-7
-    # transformers settings that can fetch or run code from outside an export.
-    refused_config_keys = frozenset({"auto_map", "trust_remote_code", "attn_implementation"})
+    # The generic `PretrainedConfig` keys that `to_dict()` writes and that only describe outputs or
+    # generation: none of them names code, a kernel or a hub repository. Private keys (such as
+    # `_attn_implementation`, which can make transformers fetch a kernel from the hub) and
+    # `auto_map`, `trust_remote_code` or `attn_implementation` are not in it, so they are refused.
+    generic_config_keys = frozenset(
+        {
+            "add_cross_attention", "architectures", "bad_words_ids", "begin_suppress_tokens",
+            "chunk_size_feed_forward", "cross_attention_hidden_size", "decoder_start_token_id",
+            "diversity_penalty", "do_sample", "dtype", "early_stopping", "encoder_no_repeat_ngram_size",
+            "exponential_decay_length_penalty", "finetuning_task", "forced_bos_token_id",
+            "forced_eos_token_id", "id2label", "is_decoder", "is_encoder_decoder", "label2id",
+            "length_penalty", "max_length", "min_length", "model_type", "no_repeat_ngram_size",
+            "num_beam_groups", "num_beams", "num_feat_extract_layers", "num_return_sequences",
+            "output_attentions", "output_hidden_states", "output_scores", "prefix", "problem_type",
+            "pruned_heads", "remove_invalid_values", "repetition_penalty", "return_dict",
+            "return_dict_in_generate", "sep_token_id", "suppress_tokens", "task_specific_params",
+            "temperature", "tf_legacy_loss", "tie_encoder_decoder", "tie_word_embeddings",
+            "tokenizer_class", "top_k", "top_p", "torch_dtype", "torchscript", "transformers_version",
+            "typical_p", "use_bfloat16",
+        }
+    )  # fmt: skip
+
+    @classmethod
+    def allowed_config_keys(cls) -> frozenset[str]:
+        """Keys a `config` may hold: `Wav2Vec2Config`'s own (architecture) arguments and the generic ones."""
+        from transformers import Wav2Vec2Config
+
+        own = set(inspect.signature(Wav2Vec2Config.__init__).parameters) - {"self", "kwargs"}
+        return frozenset(own) | cls.generic_config_keys
 
     def __init__(
         self,
