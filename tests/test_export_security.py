@@ -7,7 +7,13 @@ unpickled, so the marker's absence after a refusal means the payload never ran.
 from __future__ import annotations
 
 import importlib
+import math
+import os
 import pickle
+import signal
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -307,3 +313,179 @@ def test_allowed_targets_are_the_public_class_names():
         # The defining module may differ (sqa.models.ssl is a package); the public name resolves.
         module, name = target.rsplit(".", 1)
         assert getattr(importlib.import_module(module), name).export_target() == target
+
+
+# Address space a subprocess may use: importing torch and sqa maps about 4.6 GB; the rest leaves
+# room to load a small export but not for the allocations a hostile one used to cause.
+MEMORY_LIMIT = 6 << 30
+
+
+def load_under_memory_limit(path: Path) -> str:
+    """Load the export at `path` in a subprocess under MEMORY_LIMIT; returns the ExportError's message."""
+    code = (
+        "import resource, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, {MEMORY_LIMIT}))\n"
+        "from sqa.export import ExportError, load_export\n"
+        "try:\n"
+        f"    load_export({str(path)!r})\n"
+        "except ExportError as err:\n"
+        "    print(err)\n"
+        "    sys.exit(0)\n"
+        "sys.exit('loaded')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        # Used to build a 3 GB model before any check.
+        (
+            lambda c: c["model"]["backbone"].update(n_mels=1_000_000),
+            "n_mels is 1000000; an export's sizes are at most",
+        ),
+        # Every size within bounds, but 10^11 parameters: the meta-device build counts them.
+        (
+            lambda c: c["model"]["backbone"].update(channels=60_000, conv_layers=6),
+            "parameters; an export holds at most",
+        ),
+        (lambda c: c["model"]["backbone"].update(kernel_size=list(range(300))), "model.backbone.kernel_size"),
+    ],
+)
+def test_huge_declared_sizes_are_refused_under_a_memory_limit(change, expected, export):
+    edit_config(export, change)
+    assert expected in load_under_memory_limit(export)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda c: c.update(sample_rate=300_000_000), "sample_rate must be an integer in 1..384000"),
+        (lambda c: c.update(sample_rate=0), "sample_rate must be an integer in 1..384000"),
+        (
+            lambda c: c.update(test={"bootstrap": 100_000_000}),
+            "test.bootstrap must be an integer in 0..100000",
+        ),
+        (lambda c: c.update(test={"seed": "x"}), "test.seed must be an integer"),
+        (
+            lambda c: c.update(data={"eval_batch_size": 10**9}),
+            "data.eval_batch_size must be an integer in 0..1024",
+        ),
+    ],
+)
+def test_rates_and_counts_are_bounded(change, expected, export, marker):
+    edit_config(export, change)
+    assert_refused(export, marker, expected)
+
+
+def test_the_highest_rate_and_bootstrap_are_accepted(export):
+    edit_config(export, lambda c: c.update(sample_rate=384_000, test={"bootstrap": 100_000, "seed": 3}))
+    assert load_export(export)[1]["sample_rate"] == 384_000
+
+
+def rewrite_archive(path: Path, compression: int, extra: dict[str, bytes] | None = None) -> None:
+    """Rewrite a torch.save archive with `compression`, adding the records `extra`."""
+    with zipfile.ZipFile(path) as archive:
+        records = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
+        for name, data in [*records, *(extra or {}).items()]:
+            archive.writestr(name, data)
+
+
+def test_a_compressed_weights_archive_is_refused_before_it_inflates(export, marker):
+    prefix = zipfile.ZipFile(export / "model.pt").namelist()[0].split("/")[0]
+    rewrite_archive(export / "model.pt", zipfile.ZIP_DEFLATED, {f"{prefix}/data/999": bytes(64 << 20)})
+    assert (export / "model.pt").stat().st_size < 1 << 20
+    assert_refused(export, marker, "model.pt: compressed records")
+    assert "compressed records" in load_under_memory_limit(export)
+
+
+def test_an_archive_larger_than_the_architecture_is_refused(export, marker):
+    rewrite_archive(export / "model.pt", zipfile.ZIP_STORED)  # the same records, rewritten: loads
+    load_export(export)
+    prefix = zipfile.ZipFile(export / "model.pt").namelist()[0].split("/")[0]
+    rewrite_archive(export / "model.pt", zipfile.ZIP_STORED, {f"{prefix}/data/999": bytes(4 << 20)})
+    assert_refused(export, marker, "model.pt: declares", "uncompressed; the architecture in config.yaml allows")
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.complex64])
+def test_weights_that_are_not_floating_point_are_refused(dtype, export, marker):
+    state = small_predictor().state_dict()
+    state["head.3.bias"] = torch.ones_like(state["head.3.bias"], dtype=dtype)
+    torch.save(state, export / "model.pt")
+    assert_refused(export, marker, f"'head.3.bias' holds {dtype} values")
+
+
+def test_half_precision_weights_are_cast(export):
+    state = {k: v.half() for k, v in small_predictor().state_dict().items()}
+    torch.save(state, export / "model.pt")
+    assert load_export(export)[0].head[3].bias.dtype == torch.float32
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_non_finite_weights_are_refused(value, export, marker):
+    state = small_predictor().state_dict()
+    state["head.0.weight"][0, 0] = value
+    torch.save(state, export / "model.pt")
+    assert_refused(export, marker, "model.pt: 'head.0.weight' holds NaN or infinite values")
+
+
+@pytest.mark.parametrize("name", ["metrics.json", "notes.md"])
+def test_a_sparse_giant_data_file_is_not_read(name, export, marker):
+    with open(export / name, "wb") as fh:
+        fh.truncate(6 << 30)  # 6 GB, sparse: no disk used
+    assert_refused(export, marker, f"{name}: 6442450944 bytes; at most 16777216 are read")
+
+
+def test_a_fifo_named_like_a_data_file_is_refused_without_blocking(export, marker):
+    os.mkfifo(export / "x.json")
+    signal.alarm(20)  # a regression blocks on open; the alarm ends the test instead of hanging
+    try:
+        assert_refused(export, marker, "x.json: not a regular file")
+    finally:
+        signal.alarm(0)
+
+
+def test_a_fifo_config_is_refused(export, marker):
+    (export / "config.yaml").unlink()
+    os.mkfifo(export / "config.yaml")
+    assert_refused(export, marker, "config.yaml: not a regular file")
+
+
+@pytest.fixture
+def transformers_export(tmp_path: Path) -> Path:
+    from sqa.models.ssl import TransformersWav2Vec2
+
+    torch.manual_seed(0)
+    model = MOSPredictor(TransformersWav2Vec2(config=TINY_TRANSFORMERS, normalize=True)).eval()
+    return export_predictor(model, tmp_path / "tf", 16000, ["a"])
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "_attn_implementation",
+        "attn_implementation",
+        "auto_map",
+        "trust_remote_code",
+        "_name_or_path",
+        "_anything",
+    ],
+)
+def test_backbone_config_keys_outside_the_allow_list_are_refused(
+    key, transformers_export, marker, monkeypatch
+):
+    edit_config(
+        transformers_export, lambda c: c["model"]["backbone"]["config"].update({key: "kernels-community/x"})
+    )
+    monkeypatch.setattr(
+        "transformers.Wav2Vec2Model.__init__", lambda *a, **k: pytest.fail("reached transformers")
+    )
+    assert_refused(transformers_export, marker, f"model.backbone.config: refusing ['{key}']")
+
+
+def test_a_transformers_export_with_its_written_config_loads(transformers_export):
+    config = load_export(transformers_export)[1]["model"]["backbone"]["config"]
+    assert "hidden_size" in config and not any(k.startswith("_") for k in config)
