@@ -86,9 +86,28 @@ def write_predictions(
 
 
 def _cell(value: Any) -> Any:
-    """A CSV cell: floats in full precision, NaN (a missing label) as an empty cell."""
+    """A CSV cell: floats in full precision, NaN (a missing label) as an empty cell, text made safe."""
     if isinstance(value, float):
         return "" if math.isnan(value) else repr(value)
+    return spreadsheet_safe(value)
+
+
+# A spreadsheet reads a cell starting with one of these as a formula (or, tab and CR, as the
+# start of one after its own trimming).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A text cell that a spreadsheet would run as a formula, quoted with a leading `'`; else as is.
+
+    Numbers, and text that reads as a number (`-0.5`), are kept: only formulas are neutralised.
+    """
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
     return value
 
 

@@ -28,8 +28,12 @@ def default_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~umask
 
 
-def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call `write(fh)` on a temporary file beside `path`, then rename it to `path`."""
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None], exclusive: bool = False) -> None:
+    """Call `write(fh)` on a temporary file beside `path`, then rename it to `path`.
+
+    With `exclusive`, the file is hard-linked to `path` instead, which fails (FileExistsError)
+    if `path` exists by then: of two writers claiming one new output, exactly one succeeds.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -39,7 +43,11 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -71,9 +79,9 @@ def atomic_dir(path: str | Path, replace: bool = False) -> Iterator[Path]:
         raise
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write `text` (UTF-8) to `path` atomically."""
-    atomic_write(path, lambda fh: fh.write(text.encode()))
+def atomic_write_text(path: str | Path, text: str, exclusive: bool = False) -> None:
+    """Write `text` (UTF-8) to `path` atomically; `exclusive`: never replace an existing `path`."""
+    atomic_write(path, lambda fh: fh.write(text.encode()), exclusive)
 
 
 def _strict(value: Any) -> Any:

@@ -22,9 +22,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from sqa.atomic import atomic_write_text
+from sqa.data.audio import AudioError
 from sqa.data.corpus import Corpus, CorpusError, recorded_corpus
 from sqa.datamodule import MOSDataModule
-from sqa.export import load_export
+from sqa.export import ExportError, load_export
 from sqa.lit_module import MOSModule
 from sqa.run_outputs import write_test_outputs
 
@@ -115,8 +116,12 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="eval", version_base="1.3"
 )
 def main(cfg: DictConfig) -> None:
-    """Entry point of `eval.py` and `sqa-eval`."""
-    evaluate(cfg, HydraConfig.get().runtime.output_dir)
+    """Entry point of `eval.py` and `sqa-eval`; a bad export, corpus or setting ends in one line."""
+    try:
+        evaluate(cfg, HydraConfig.get().runtime.output_dir)
+    except (ExportError, CorpusError, AudioError) as err:
+        # Hydra prints a traceback for an exception; an exit with the message prints the message.
+        raise SystemExit(f"Error: {err}") from None
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ comes from `sqa.metrics` (via the run's results), never from a second computatio
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,17 @@ def write_test_plots(
 ) -> list[Path]:
     """Write `<test_set>_utt.png` and `<test_set>_sys.png` for every test set into `out_dir`."""
     figures = scatter_figures(rows, results, score_range)
-    return [save(fig, Path(out_dir) / f"{name}.png") for name, fig in figures.items()]
+    return [save(fig, Path(out_dir) / f"{safe_file_name(name)}.png") for name, fig in figures.items()]
+
+
+def safe_file_name(name: str) -> str:
+    """`name` as a file name inside its folder: `../../x/evil` -> `_.._.._x_evil`.
+
+    Characters other than ASCII letters, digits, `.`, `-` and `_` become `_`; a leading dot is
+    prefixed, so the name is never `..` or hidden.
+    """
+    safe = re.sub(r"[^\w.-]", "_", name, flags=re.ASCII)
+    return f"_{safe}" if safe.startswith(".") or not safe else safe
 
 
 def curves(history: Mapping[str, Sequence[tuple[int, float]]], selected_step: int | None = None) -> Figure:

@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
+LINK_REFUSED = "is a symbolic link; sqa writes only its own files in a run directory"
 # What a run writes besides config.yaml, run_info.json, data_problems.txt and train.log (which
 # a run that failed before training leaves, and which the next run rewrites). Logger folders use
 # the names of sqa's logger configs.
@@ -58,6 +59,24 @@ def _owner(lock_path: Path) -> str:
     return text or "a process that has not written its PID yet"
 
 
+def open_no_follow(path: Path, flags: int) -> int:
+    """`os.open(path, flags | O_CREAT)` that refuses a symbolic link (its target is never touched)."""
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError:
+        if path.is_symlink():
+            raise RunDirError(f"{path}: {LINK_REFUSED}") from None
+        raise
+
+
+class NoFollowFileHandler(logging.FileHandler):
+    """A `logging.FileHandler` appending to its file, refusing a symbolic link in its place."""
+
+    def _open(self) -> Any:
+        fd = open_no_follow(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
 @contextmanager
 def lock(run_dir: str | Path) -> Iterator[None]:
     """Hold `<run_dir>/.lock` for the block; a directory locked by another process is an error.
@@ -74,7 +93,7 @@ def lock(run_dir: str | Path) -> Iterator[None]:
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    fd = open_no_follow(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -160,7 +179,7 @@ def log_to_file(run_dir: str | Path) -> Iterator[None]:
     )
     own_file = handler is None
     if handler is None:
-        handler = logging.FileHandler(path, encoding="utf-8")
+        handler = NoFollowFileHandler(path, encoding="utf-8")
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         if not root.handlers:
             added.append((root, logging.StreamHandler()))
@@ -213,6 +232,9 @@ class ClaimRunDirectory(Callback):
             claim.__enter__()
             self._claims.append(claim)
             prepare(run_dir, bool(config.get("resume")), bool(config.get("overwrite")), remove_log=True)
+            if (run_dir / LOG_NAME).is_symlink():
+                # Hydra's job logging, configured next, would append to the link's target.
+                raise RunDirError(f"{run_dir / LOG_NAME}: {LINK_REFUSED}")
         except RunDirError as err:
             self.on_run_end()
             # Hydra turns a callback's exceptions into warnings and runs the job anyway; only an

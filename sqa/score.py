@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sqa.data.audio import MAX_AUDIO_SAMPLES
 from sqa.score_inputs import expand_inputs
 from sqa.score_outputs import check_output, clip_rows, emit, system_of, system_rows, systems_output
 
@@ -70,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         help="also write per-system means to <output>.systems.csv|json (system: the manifest's "
         "system_id, else <sys> of a <sys>-<utt> file name)",
     )
+    parser.add_argument(
+        "--max-samples",
+        type=int,
+        default=MAX_AUDIO_SAMPLES,
+        help="refuse a file whose header declares more samples (frames x channels, or resampled to "
+        "the model's rate) before decoding it (default: %(default)s)",
+    )
     parser.add_argument("inputs", nargs="+", help="audio files, folders, CSV manifests or .txt lists")
     return parser
 
@@ -78,6 +86,8 @@ def _argument_problems(args: argparse.Namespace) -> list[str]:
     problems = []
     if args.batch_size < 1:
         problems.append(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.max_samples < 1:
+        problems.append(f"--max-samples must be at least 1, got {args.max_samples}")
     if args.num_workers < 0:
         problems.append(f"--num-workers must be 0 or more, got {args.num_workers}")
     if args.chunk_seconds is not None and not args.chunk_seconds > 0:
@@ -120,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     from sqa.scoring import Scorer
 
     try:
-        scorer = Scorer(args.checkpoint, args.device, args.batch_size, args.domain, args.chunk_seconds)
+        scorer = Scorer(
+            args.checkpoint, args.device, args.batch_size, args.domain, args.chunk_seconds, args.max_samples
+        )
     except (ExportError, ValueError, MissingExtraError) as err:
         return _fail([str(err)], 2)
     if not inputs.paths:
@@ -145,16 +157,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = clip_rows(done, inputs, scorer.dimensions[1:], args.by_system)
     messages = [*inputs.problems, *(r.error for r in done if r.error is not None)]
     messages += [f"warning: {r.path}: {r.warning}" for r in done if r.warning is not None]
+    unwritten = 0
     if rows:
-        emit(rows, output)
+        lost = [emit(rows, output, args.overwrite)]
         if args.by_system:
-            emit(system_rows(rows, scorer.dimensions[1:]), systems_output(output))
+            lost.append(
+                emit(system_rows(rows, scorer.dimensions[1:]), systems_output(output), args.overwrite)
+            )
+        messages += [m for m in lost if m is not None]
+        unwritten = sum(m is not None for m in lost)
     elif output is not None:
         messages.append(f"no input could be scored; {output} was not written")
     failed = len(inputs.problems) + sum(r.error is not None for r in done)
     if failed:
         messages.append(f"{failed} input(s) could not be scored; {len(rows)} clip(s) scored")
-    return _fail(messages, 1 if failed else 0)
+    return _fail(messages, 1 if failed or unwritten else 0)
 
 
 if __name__ == "__main__":

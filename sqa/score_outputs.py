@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqa.artefacts import spreadsheet_safe
 from sqa.atomic import atomic_write_text, json_text
 from sqa.score_inputs import Inputs
 
@@ -31,6 +34,8 @@ def check_output(output: Path, overwrite: bool, inputs: Sequence[str]) -> str | 
         return f"{output}: is a folder"
     if output.exists() and not overwrite:
         return f"{output}: already exists; pass --overwrite to replace it"
+    if not os.access(output.parent, os.W_OK | os.X_OK):
+        return f"{output}: the folder {output.parent} is not writable"
     return None
 
 
@@ -49,23 +54,38 @@ def system_of(path: str, columns: dict[str, str]) -> str | None:
 
 
 def table_text(rows: list[dict[str, Any]], output: Path | None) -> str:
-    """`rows` as JSON when `output` ends in .json, else as CSV (floats in full precision)."""
+    """`rows` as JSON when `output` ends in .json, else as CSV (floats in full precision, formulas quoted)."""
     if output is not None and output.suffix.lower() == ".json":
         return json_text(rows, indent=1) + "\n"
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: repr(v) if isinstance(v, float) else v for k, v in row.items()} for row in rows)
+    writer.writerows(
+        {k: repr(v) if isinstance(v, float) else spreadsheet_safe(v) for k, v in row.items()} for row in rows
+    )
     return buffer.getvalue()
 
 
-def emit(rows: list[dict[str, Any]], output: Path | None) -> None:
-    """Write `rows` to `output` atomically, or to stdout as CSV when `output` is None."""
+def emit(rows: list[dict[str, Any]], output: Path | None, overwrite: bool = False) -> str | None:
+    """Write `rows` to `output` atomically (or to stdout as CSV when None); None, or why it failed.
+
+    The output is claimed when it is written: without `overwrite`, a file that appeared since
+    the check is never replaced. If the write fails, the rows go to a new file in the system's
+    temporary folder, and the message names it, so that no score is lost.
+    """
     text = table_text(rows, output)
     if output is None:
         sys.stdout.write(text)
-    else:
-        atomic_write_text(output, text)
+        return None
+    try:
+        atomic_write_text(output, text, exclusive=not overwrite)
+    except OSError as err:
+        reason = "it appeared while scoring" if isinstance(err, FileExistsError) else err.strerror or str(err)
+        fd, kept = tempfile.mkstemp(prefix=f"sqa-score-{output.stem}-", suffix=output.suffix)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return f"{output}: not written ({reason}); the scores were saved to {kept}"
+    return None
 
 
 def clip_rows(

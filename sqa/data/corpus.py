@@ -214,7 +214,9 @@ def recorded_corpus(spec: Mapping[str, Any], where: str | Path) -> Corpus:
     """Read the corpus an export records: `{_target_: <one of CORPUS_READERS>, <plain arguments>}`.
 
     The reader and its arguments are checked before anything is called: the target must be one
-    of sqa's readers and every argument a plain value (no nested targets, no interpolations).
+    of sqa's readers, every argument a plain value (no nested targets, no interpolations), a
+    `path` an existing .csv file and a `root` an existing folder; a recorded synthetic corpus is
+    read where it exists, never generated.
     """
     if not isinstance(spec, Mapping) or "_target_" not in spec:
         raise CorpusError(f"{where}: the recorded corpus has no reader (`_target_`)")
@@ -224,9 +226,18 @@ def recorded_corpus(spec: Mapping[str, Any], where: str | Path) -> Corpus:
     for key, value in spec.items():
         if not _plain(value):
             raise CorpusError(f"{where}: corpus argument {key!r} is not a plain value ({value!r})")
+    kwargs = {k: v for k, v in spec.items() if k != "_target_"}
+    # What the readers read: a CSV manifest (`path`) or a corpus folder (`root`), nothing else.
+    if "path" in kwargs and not (str(kwargs["path"]).endswith(".csv") and Path(kwargs["path"]).is_file()):
+        raise CorpusError(f"{where}: the recorded corpus path {kwargs['path']!r} is not a .csv file")
+    if "root" in kwargs and not Path(str(kwargs["root"])).is_dir():
+        raise CorpusError(f"{where}: the recorded corpus folder {kwargs['root']!r} does not exist")
+    if target == "sqa.data.synthetic.load_synthetic":
+        # An export's record is read, never acted on: the synthetic corpus is not generated.
+        kwargs["allow_generate"] = False
     module, _, name = str(target).rpartition(".")
     reader = getattr(importlib.import_module(module), name)
-    return reader(**{k: v for k, v in spec.items() if k != "_target_"})
+    return reader(**kwargs)
 
 
 def _plain(value: object) -> bool:

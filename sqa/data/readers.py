@@ -16,11 +16,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sqa.data.corpus import SPLITS, Clip, Corpus, CorpusError, accepted_split_names, canonical_split
+from sqa.metrics import AVERAGE_KEY
 
 log = logging.getLogger(__name__)
 
 
-def _read_text(path: Path, encoding: str | None = None, hint: str = "") -> str:
+def read_text(path: Path, encoding: str | None = None, hint: str = "") -> str:
     """Text of a metadata file: UTF-8 (or `encoding`), a byte-order mark dropped.
 
     A file that does not decode is a CorpusError naming it, the first bad byte and its line.
@@ -53,7 +54,7 @@ def _scale(score_range: Sequence[float]) -> tuple[float, float]:
 
 
 def _load_json(path: Path) -> object:
-    text = _read_text(path)
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
@@ -201,7 +202,7 @@ def read_vmc24(
     clips = []
     for list_name, split in (("train", "train"), ("val", "valid"), ("eval", "test")):
         path = root / "sets" / f"{list_name}_mos_list.txt"
-        for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
+        for lineno, line in enumerate(read_text(path).splitlines(), start=1):
             if not line.strip():
                 continue
             parts = line.strip().split(",")
@@ -248,7 +249,7 @@ def read_csv_manifest(
     """
     scale = _scale(score_range)
     path = Path(path)
-    text = _read_text(path, encoding, " or set data.corpus.encoding (e.g. latin-1)")
+    text = read_text(path, encoding, " or set data.corpus.encoding (e.g. latin-1)")
     reader = csv.DictReader(io.StringIO(text, newline=""))
     columns = reader.fieldnames or []
     missing = [c for c in REQUIRED_CSV_COLUMNS if c not in columns]
@@ -293,7 +294,7 @@ def read_csv_manifest(
                 system_id=first["system_id"],
                 domain=first.get("domain_id") or "default",
                 split=split,
-                test_set=(first.get("test_set") or "test") if split == "test" else None,
+                test_set=_test_set(first, split, f"{path}:{lineno}"),
                 extra_scores=extra,
                 ratings={k: sum(v) / len(v) for k, v in by_listener.items()},
             )
@@ -301,6 +302,18 @@ def read_csv_manifest(
     domains = sorted({c.domain for c in clips}, key=_natural_key)
     corpus = Corpus(clips, domains, scale)
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
+
+
+def _test_set(row: Mapping[str, str], split: str, where: str) -> str | None:
+    """A test clip's test set (`test` where the column is absent or empty); the average's name is reserved."""
+    if split != "test":
+        return None
+    name = row.get("test_set") or "test"
+    if name.strip().lower() == AVERAGE_KEY:
+        raise CorpusError(
+            f"{where}: test_set {name!r} is reserved for the average over the test sets; rename it"
+        )
+    return name
 
 
 def _natural_key(name: str) -> list[tuple[int, int | str]]:

@@ -211,11 +211,14 @@ def load_synthetic(
     clips_per_system: int = 14,
     systems_per_batch: tuple[int, ...] = (12, 12, 10, 8, 8),
     sample_rate_filter: int | None = None,
+    allow_generate: bool = True,
 ) -> Corpus:
-    """Read the synthetic corpus at `root`, generating it first if the folder does not exist."""
+    """Read the synthetic corpus at `root`, generated first if the folder does not exist (and allowed)."""
     root = Path(root)
     systems_per_batch = tuple(systems_per_batch)
     if not root.exists():
+        if not allow_generate:
+            raise CorpusError(f"{root}: no synthetic corpus there (allow_generate is false)")
         generate(root, seed, clips_per_system, systems_per_batch)
     marker = root / "info" / "synthetic.json"
     expected = _signature(seed, clips_per_system, systems_per_batch)

@@ -12,6 +12,7 @@ import numpy as np
 
 from sqa.atomic import atomic_write_text
 from sqa.data.corpus import Clip, Corpus, CorpusError
+from sqa.data.readers import read_text
 
 VALID_SPLIT_COLUMNS = ("sample_id", "system_id", "domain")
 
@@ -52,13 +53,15 @@ def write_valid_split(clips: Sequence[Clip], path: str | Path) -> None:
 def read_valid_split(path: str | Path) -> list[str]:
     """Sample IDs listed in a validation split CSV (a `sample_id` column; other columns ignored)."""
     path = Path(path)
-    if not path.is_file():
-        raise CorpusError(f"{path}: file not found")
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        if "sample_id" not in (reader.fieldnames or []):
-            raise CorpusError(f"{path}: no 'sample_id' column; found {reader.fieldnames}")
+    # UTF-8 with or without a byte-order mark, as every metadata file; another encoding is an
+    # error naming the byte and line.
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    if "sample_id" not in (reader.fieldnames or []):
+        raise CorpusError(f"{path}: no 'sample_id' column; found {reader.fieldnames}")
+    try:
         ids = [row["sample_id"] for row in reader]
+    except csv.Error as err:
+        raise CorpusError(f"{path}: not a CSV file ({err})") from None
     if not ids:
         raise CorpusError(f"{path}: lists no sample IDs")
     return ids
