@@ -57,9 +57,27 @@ def read_metrics(run_dir: str | Path, dimension: str | None = None) -> dict[str,
     """The metrics a run wrote (null for undefined values), by run directory."""
     path = metrics_file(run_dir, dimension)
     try:
-        return json.loads(path.read_text())
-    except ValueError as err:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as err:
         raise ValueError(f"{path}: not a metrics file ({err})") from None
+    _check_metrics(data, path)
+    return data
+
+
+def _check_metrics(data: Any, path: Path) -> None:
+    """ValueError naming `path` unless `data` maps each test set and `avg` to utt/sys blocks of numbers."""
+    # Here, not at the top: sqa-score writes CSVs through this module without scipy.
+    from sqa.metrics import AVERAGE_KEY, LEVELS
+
+    if not isinstance(data, dict) or AVERAGE_KEY not in data:
+        raise ValueError(f"{path}: not a metrics file (expected a mapping of test sets and {AVERAGE_KEY!r})")
+    for name, block in data.items():
+        for level in LEVELS:
+            values = block.get(level) if isinstance(block, dict) else None
+            if not isinstance(values, dict) or not all(
+                v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in values.values()
+            ):
+                raise ValueError(f"{path}: not a metrics file ({name}.{level} is not a mapping of numbers)")
 
 
 def runs_with_metrics(pattern: str) -> list[Path]:
@@ -123,7 +141,7 @@ def read_predictions(path: str | Path) -> list[dict[str, Any]]:
     """
     path = Path(path)
     path = path / PREDICTIONS_FILE if path.is_dir() else path
-    with path.open(newline="") as fh:
+    with path.open(newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         fields = list(reader.fieldnames or [])
         missing = [c for c in PREDICTION_COLUMNS if c not in fields]
@@ -131,9 +149,16 @@ def read_predictions(path: str | Path) -> list[dict[str, Any]]:
             raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
         scores = [c for c in fields if c.split("_", 1)[0] in SCORE_PREFIXES]
         rows = []
-        for line, row in enumerate(reader, start=2):
-            try:
-                rows.append({**row, **{c: _number(row[c], c) for c in scores}})
-            except ValueError as err:
-                raise ValueError(f"{path}:{line}: {err}") from None
+        try:
+            for line, row in enumerate(reader, start=2):
+                if None in row or None in row.values():
+                    raise ValueError(
+                        f"{path}:{line}: the row's fields do not match the header's {len(fields)}"
+                    )
+                try:
+                    rows.append({**row, **{c: _number(row[c], c) for c in scores}})
+                except ValueError as err:
+                    raise ValueError(f"{path}:{line}: {err}") from None
+        except csv.Error as err:
+            raise ValueError(f"{path}: not a CSV file ({err})") from None
     return rows

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from sqa import artefacts, metrics
-from sqa.atomic import json_text
+from sqa.atomic import atomic_write_text, json_text
 
 UNDEFINED_COMPARISON = {"diff": math.nan, "ci": None, "p": math.nan, "significant": False, "resamples": 0}
 
@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.resamples < 1:
         parser.error("--resamples must be at least 1")
+    if args.json and any(Path(args.json).resolve() == Path(p).resolve() for p in (args.a, args.b)):
+        parser.error(f"--json {args.json} is one of the inputs; sqa-compare never overwrites an input")
     try:
         runs = align(args.a, args.b)
     except (OSError, ValueError) as err:
@@ -252,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "results": result,
         }
-        Path(args.json).write_text(json_text(summary))
+        atomic_write_text(args.json, json_text(summary))
     return 0
 
 

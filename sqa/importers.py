@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import pickle
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,7 +73,7 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"{path} does not exist; expected the released predictor's weights")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
+    except Exception as error:  # torch raises UnpicklingError, KeyError, RuntimeError, ... on junk
         raise LayoutError(f"{path} is not a torch state_dict file: {error}") from error
     if isinstance(state, Mapping) and isinstance(state.get("model"), Mapping):
         state = state["model"]

@@ -30,8 +30,20 @@ PAPER_COLUMNS = [(level, name) for level in ("utt", "sys") for name in ("mse", "
 
 
 def load_runs(pattern: str) -> list[dict]:
-    """metrics.json of every run directory matching `pattern` (sorted)."""
-    return [artefacts.read_metrics(run_dir) for run_dir in artefacts.runs_with_metrics(pattern)]
+    """metrics.json of every run directory matching `pattern` (sorted); all must have the same test sets."""
+    return _same_sets(artefacts.runs_with_metrics(pattern))
+
+
+def _same_sets(run_dirs: list[Path]) -> list[dict]:
+    """The metrics of `run_dirs`; ValueError naming a file whose test sets differ from the first's."""
+    runs = [artefacts.read_metrics(run_dir) for run_dir in run_dirs]
+    for run, run_dir in zip(runs[1:], run_dirs[1:], strict=True):
+        if list(run) != list(runs[0]):
+            raise ValueError(
+                f"{artefacts.metrics_file(run_dir)}: test sets {list(run)} differ from {list(runs[0])} "
+                f"in {artefacts.metrics_file(run_dirs[0])}"
+            )
+    return runs
 
 
 def summarise(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float, int]]]:
@@ -79,7 +91,7 @@ def paper_means(runs: list[dict], level: str, name: str) -> list[float | None]:
     sets = [k for k in runs[0] if k != AVERAGE_KEY] + [AVERAGE_KEY]
     means = []
     for s in sets:
-        values = [run[s][level][name] for run in runs]
+        values = [run[s][level].get(name) for run in runs]
         values = [v for v in values if v is not None and not math.isnan(v)]
         means.append(sum(values) / len(values) if values else None)
     return means
@@ -97,7 +109,7 @@ def build_paper_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[lis
         run_dirs = artefacts.runs_with_metrics(pattern)
         if not run_dirs:
             raise FileNotFoundError(f"no run directory with metrics.json matches {pattern!r} ({label})")
-        runs = [artefacts.read_metrics(run_dir) for run_dir in run_dirs]
+        runs = _same_sets(run_dirs)
         for run, run_dir in zip(runs, run_dirs, strict=True):
             if any("mse" not in block.get(level, {}) for block in run.values() for level in ("utt", "sys")):
                 raise ValueError(
