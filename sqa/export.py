@@ -161,24 +161,24 @@ def _weights_bytes(weights_path: Path) -> int:
 
 
 def read_weights(
-    weights_path: Path, expected: Mapping[str, torch.Tensor] | None = None, max_bytes: int | None = None
+    weights_path: Path, expected: Mapping[str, torch.Tensor] | None = None
 ) -> dict[str, torch.Tensor]:
     """A plain {name: tensor} state_dict, read with `torch.load(weights_only=True)`.
 
-    With `expected` (a model's state_dict, e.g. on the meta device) the archive may hold at most
-    its tensors' bytes, and names, shapes and types are checked before any tensor's data is
-    read (the archive is memory-mapped); else at most `max_bytes` (None: no bound). Floating
-    point tensors must be finite.
+    With `expected` (a model's state_dict, e.g. on the meta device) the archive may declare at
+    most its tensors' bytes, checked before loading, and names, shapes and types are checked
+    before any tensor's data is read (the archive is memory-mapped). Floating point tensors
+    must be finite.
     """
-    size = _weights_bytes(weights_path)
     if expected is not None:
-        needed = sum(t.numel() * t.element_size() for t in expected.values())
-        max_bytes = needed + ARCHIVE_OVERHEAD + RECORD_OVERHEAD * len(expected)
-    if max_bytes is not None and size > max_bytes:
-        raise ExportError(
-            f"{weights_path}: declares {size} bytes uncompressed; the architecture in config.yaml "
-            f"allows at most {max_bytes}"
-        )
+        size = _weights_bytes(weights_path)
+        allowed = sum(t.numel() * t.element_size() for t in expected.values())
+        allowed += ARCHIVE_OVERHEAD + RECORD_OVERHEAD * len(expected)
+        if size > allowed:
+            raise ExportError(
+                f"{weights_path}: declares {size} bytes uncompressed; the architecture in config.yaml "
+                f"allows at most {allowed}"
+            )
     try:
         state = torch.load(
             weights_path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(weights_path)

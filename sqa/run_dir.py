@@ -170,11 +170,17 @@ def log_to_file(run_dir: str | Path) -> Iterator[None]:
     has none. Lightning's loggers, which do not propagate when Lightning was imported before
     logging was configured, get the file handler too; warnings go through logging.
     """
-    path = (Path(run_dir) / LOG_NAME).resolve()
+    # The folder is resolved, not the file: a linked train.log must be refused, never followed.
+    path = Path(run_dir).resolve() / LOG_NAME
     root = logging.getLogger()
     added: list[tuple[logging.Logger, logging.Handler]] = []
     handler = next(
-        (h for h in root.handlers if isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path),
+        (
+            h
+            for h in root.handlers
+            if isinstance(h, logging.FileHandler)
+            and Path(h.baseFilename).parent.resolve() / Path(h.baseFilename).name == path
+        ),
         None,
     )
     own_file = handler is None

@@ -34,8 +34,12 @@ def check_output(output: Path, overwrite: bool, inputs: Sequence[str]) -> str | 
         return f"{output}: is a folder"
     if output.exists() and not overwrite:
         return f"{output}: already exists; pass --overwrite to replace it"
-    if not os.access(output.parent, os.W_OK | os.X_OK):
-        return f"{output}: the folder {output.parent} is not writable"
+    try:
+        # Creating a file is the only faithful test (permissions, ACLs, read-only mounts, root).
+        with tempfile.TemporaryFile(dir=output.parent):
+            pass
+    except OSError as err:
+        return f"{output}: the folder {output.parent} is not writable ({err.strerror})"
     return None
 
 

@@ -407,7 +407,9 @@ def test_an_archive_larger_than_the_architecture_is_refused(export, marker):
     load_export(export)
     prefix = zipfile.ZipFile(export / "model.pt").namelist()[0].split("/")[0]
     rewrite_archive(export / "model.pt", zipfile.ZIP_STORED, {f"{prefix}/data/999": bytes(4 << 20)})
-    assert_refused(export, marker, "model.pt: declares", "uncompressed; the architecture in config.yaml allows")
+    assert_refused(
+        export, marker, "model.pt: declares", "uncompressed; the architecture in config.yaml allows"
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.complex64])

@@ -12,8 +12,8 @@ import soxr
 # The highest sample rate sqa reads or an export may declare (the top of common audio gear).
 MAX_SAMPLE_RATE = 384_000
 # Default bound on the samples a file (frames x channels) or its resampled waveform may hold:
-# 2**26 float32 samples are 256 MiB, e.g. 70 minutes of mono 16 kHz or 11 minutes of 48 kHz stereo.
-MAX_AUDIO_SAMPLES = 1 << 26
+# 2**28 float32 samples are 1 GiB, e.g. 4.6 hours of mono 16 kHz or 46 minutes of 48 kHz stereo.
+MAX_AUDIO_SAMPLES = 1 << 28
 
 
 class AudioError(ValueError):
