@@ -207,8 +207,8 @@ def test_decoded_audio_held_at_once_is_bounded_by_the_batch(default_export, tmp_
     alive: list[weakref.ref] = []
     peak = []
 
-    def tracked(path, rate):
-        wav = load_audio(path, rate)
+    def tracked(path, rate, max_samples):
+        wav = load_audio(path, rate, max_samples)
         alive.append(weakref.ref(wav))
         peak.append(sum(r() is not None for r in alive))
         return wav
