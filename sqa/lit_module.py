@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from sqa import metrics
 from sqa.artefacts import score_columns
+from sqa.data.corpus import ROLES
 from sqa.models.predictor import MOSPredictor
 from sqa.prediction import OVERALL, Prediction
 from sqa.selection import SelectionRule
@@ -221,15 +222,16 @@ class MOSModule(L.LightningModule):
             name = self.test_names[idx] if idx < len(self.test_names) else str(idx)
             rows.extend({**r, "test_set": name} for r in batch_rows)
         self.test_predictions = rows
+        # A listening test's references and anchors are scored on their own rows, outside `avg`.
         self.test_results = metrics.evaluate_sets(
-            *labelled(rows, OVERALL), bootstrap=self.bootstrap, seed=self.seed
+            *labelled(rows, OVERALL), bootstrap=self.bootstrap, seed=self.seed, apart=ROLES
         )
         self.dimension_results = {}
         for dim in self.extra_dimensions:
             pred, true, systems, sets = labelled(rows, dim)
             if pred:
                 self.dimension_results[dim] = metrics.evaluate_sets(
-                    pred, true, systems, sets, bootstrap=self.bootstrap, seed=self.seed
+                    pred, true, systems, sets, bootstrap=self.bootstrap, seed=self.seed, apart=ROLES
                 )
         for dim, results in {OVERALL: self.test_results, **self.dimension_results}.items():
             prefix = "test" if dim == OVERALL else f"test/{dim}"
