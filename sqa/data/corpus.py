@@ -33,6 +33,7 @@ CORPUS_READERS = frozenset(
         "sqa.data.corpus.read_vmc24",
         "sqa.data.corpus.read_csv_manifest",
         "sqa.data.synthetic.load_synthetic",
+        "sqa.data.synthetic.load_synthetic_mushra",
     }
 )
 
