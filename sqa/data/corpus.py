@@ -189,8 +189,7 @@ def _file_sample_rate(path: Path) -> int | None:
 class LabelCounts:
     """Clips, systems and distinct MOS labels of a group of clips (and distinct system means).
 
-    `listeners` counts the distinct listeners of the clips' ratings (0 where none are published),
-    `min_clips_per_system` the clips of the smallest system.
+    `listeners` counts the distinct listeners of the clips' ratings (0 where none are published).
     """
 
     clips: int
@@ -198,13 +197,12 @@ class LabelCounts:
     labels: int
     system_labels: int
     listeners: int = 0
-    min_clips_per_system: int = 0
 
     def describe(self) -> str:
-        """`N clips, S systems (at least C clips each), L distinct labels (M distinct system means)`."""
+        """`N clips, S systems, L distinct labels (M distinct system means)`."""
         return (
-            f"{self.clips} clips, {self.systems} systems (at least {self.min_clips_per_system} clips "
-            f"each), {self.labels} distinct labels ({self.system_labels} distinct system means)"
+            f"{self.clips} clips, {self.systems} systems, {self.labels} distinct labels "
+            f"({self.system_labels} distinct system means)"
         )
 
 
@@ -219,7 +217,6 @@ def count_labels(clips: Sequence[Clip]) -> LabelCounts:
         labels=len({round(c.mos, 9) for c in clips}),
         system_labels=len({round(sum(v) / len(v), 9) for v in by_system.values()}),
         listeners=len({j for c in clips for j in c.ratings}),
-        min_clips_per_system=min((len(v) for v in by_system.values()), default=0),
     )
 
 
