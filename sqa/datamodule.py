@@ -21,7 +21,7 @@ from sqa.data.dataset import MIN_SAMPLES, ClipDataset
 from sqa.data.pitch import F0Extractor
 from sqa.data.samplers import BucketBatchSampler, EpochSampler, eval_batches
 from sqa.data.valid_split import carve_valid, read_valid_split
-from sqa.data.validate import CorpusProblems, format_report, validate_corpus
+from sqa.data.validate import ON_SCREEN, CorpusProblems, format_report, scale_diagnosis, validate_corpus
 from sqa.prediction import OVERALL
 
 log = logging.getLogger(__name__)
@@ -77,12 +77,16 @@ class MOSDataModule(L.LightningDataModule):
         # Validate everything before training starts: stop with the full report, or drop the
         # bad clips and keep the report (`problems`) for the run directory.
         self.problems = validate_corpus(corpus, sample_rate, MIN_SAMPLES, required_splits)
+        # A wrong scale puts most clips out of it: skipping them cannot help, so it always stops.
+        diagnosis = scale_diagnosis(corpus)
+        if diagnosis:
+            raise CorpusProblems(self.problems, diagnosis=diagnosis)
         if self.problems and on_error == "raise":
             raise CorpusProblems(self.problems, "(set data.on_error=skip to drop these clips)")
         bad = {p.sample_id for p in self.problems if p.sample_id is not None}
         corpus = corpus.without(bad)
         if self.problems:
-            log.warning("%s\nskipped %d clip(s)", format_report(self.problems), len(bad))
+            log.warning("%s\nskipped %d clip(s)", format_report(self.problems, ON_SCREEN), len(bad))
         for split in required_splits:
             if not corpus.split(split):
                 raise CorpusError(f"no usable clips left in the {split} split")

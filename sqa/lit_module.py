@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from sqa import metrics
 from sqa.artefacts import score_columns
+from sqa.data.corpus import ROLES
 from sqa.models.predictor import MOSPredictor
 from sqa.prediction import OVERALL, Prediction
 from sqa.selection import SelectionRule
@@ -23,6 +24,8 @@ OptimizerFactory = Callable[..., torch.optim.Optimizer]
 class MOSModule(L.LightningModule):
     """Trains a predictor with a configurable loss and optimizer; scores every eval set.
 
+    The loss compares the predictor's internal 1-5 scores with the labels mapped onto that scale
+    (`MOSPredictor.to_internal`); predictions and metrics are on the corpus's own scale.
     Validation logs `val/loss` and `val/selection`, the score of the `selection` rule
     (default: system-level SRCC of the overall MOS averaged over the validation sets weighted by
     their system counts), the quantity checkpoints are selected on.
@@ -88,7 +91,7 @@ class MOSModule(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         """One optimisation step on a padded batch."""
         out = self(batch)
-        loss = self.loss(out, batch["target"], mask=batch["mask"])
+        loss = self.loss(out, self.predictor.to_internal(batch["target"]), mask=batch["mask"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["mos"]))
         if self.selection.metric == "train_loss":
             # Read (a device sync) only when selecting on it.
@@ -106,7 +109,8 @@ class MOSModule(L.LightningModule):
 
     def _collect(self, batch: dict[str, Any], dataloader_idx: int) -> Prediction:
         out = self(batch)
-        scores = out.scores.float().cpu()
+        # Predictions leave the model on the corpus's scale, as its labels are.
+        scores = self.predictor.to_scale(out.scores.float()).cpu()
         rows = self._outputs.setdefault(dataloader_idx, [])
         for i, sample_id in enumerate(batch["sample_id"]):
             # Labels as read, not their float32 copies: metrics and predictions.csv use the
@@ -130,7 +134,8 @@ class MOSModule(L.LightningModule):
         out = self._collect(batch, dataloader_idx)
         if self.loss is not None:
             size = len(batch["mos"])
-            self._val_loss[0] += float(self.loss(out, batch["target"], mask=batch["mask"])) * size
+            target = self.predictor.to_internal(batch["target"])
+            self._val_loss[0] += float(self.loss(out, target, mask=batch["mask"])) * size
             self._val_loss[1] += size
 
     def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -217,15 +222,16 @@ class MOSModule(L.LightningModule):
             name = self.test_names[idx] if idx < len(self.test_names) else str(idx)
             rows.extend({**r, "test_set": name} for r in batch_rows)
         self.test_predictions = rows
+        # A listening test's references and anchors are scored on their own rows, outside `avg`.
         self.test_results = metrics.evaluate_sets(
-            *labelled(rows, OVERALL), bootstrap=self.bootstrap, seed=self.seed
+            *labelled(rows, OVERALL), bootstrap=self.bootstrap, seed=self.seed, apart=ROLES
         )
         self.dimension_results = {}
         for dim in self.extra_dimensions:
             pred, true, systems, sets = labelled(rows, dim)
             if pred:
                 self.dimension_results[dim] = metrics.evaluate_sets(
-                    pred, true, systems, sets, bootstrap=self.bootstrap, seed=self.seed
+                    pred, true, systems, sets, bootstrap=self.bootstrap, seed=self.seed, apart=ROLES
                 )
         for dim, results in {OVERALL: self.test_results, **self.dimension_results}.items():
             prefix = "test" if dim == OVERALL else f"test/{dim}"

@@ -17,7 +17,7 @@ JSON (`sqa.atomic`), NaN becomes null.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -271,8 +271,12 @@ def evaluate_sets(
     test_sets: Sequence[str],
     bootstrap: int = 0,
     seed: int = 0,
+    apart: Collection[str] = (),
 ) -> dict[str, dict[str, dict]]:
     """Metric blocks for every test set (sorted by name) plus their weighted average under `avg`.
+
+    Sets named in `apart` (a listening test's references and anchors) get their blocks but are
+    left out of the average.
 
     With `bootstrap` resamples (0: none), every block also holds `ci`: {utt|sys: {metric: [lo, hi]}},
     percentile 95 % intervals (None where one cannot exist, see `intervals`); the average's
@@ -287,13 +291,15 @@ def evaluate_sets(
         if bootstrap:
             draws[name] = bootstrap_metrics(p, t, s, rng, bootstrap)
             result[name][CI_KEY] = intervals(draws[name], result[name])
-    average = weighted_average(result)
+    headline = {name: block for name, block in result.items() if name not in apart}
+    average = weighted_average(headline)
     if bootstrap:
         over = average[AVERAGED_OVER_KEY]
         points = {
             level: {m: sum(int(result[s][level]["n"]) for s in sets) for m, sets in over[level].items()}
             for level in LEVELS
         }
-        average[CI_KEY] = intervals(weighted_average(draws, over=over), average, points)
+        headline_draws = {name: d for name, d in draws.items() if name not in apart}
+        average[CI_KEY] = intervals(weighted_average(headline_draws, over=over), average, points)
     result[AVERAGE_KEY] = average
     return result

@@ -39,6 +39,8 @@ TRAINING_KEYS = {
     ),
 }
 SYNTHETIC_READER = "sqa.data.synthetic.load_synthetic"
+# The built-in synthetic corpora: its SingMOS-Pro layout and its MUSHRA-style ratings.
+SYNTHETIC_READERS = frozenset({SYNTHETIC_READER, "sqa.data.synthetic.load_synthetic_mushra"})
 
 
 def metrics_table(results: Mapping[str, Any]) -> list[str]:
@@ -94,6 +96,18 @@ def training_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _scale_note(model: Mapping[str, Any]) -> list[str]:
+    """A sentence on the scale map for a model trained on a scale other than 1-5 (none on 1-5)."""
+    low, high = model.get("score_range") or (1.0, 5.0)
+    if (low, high) == (1.0, 5.0):
+        return []
+    return [
+        "",
+        f"Its head predicts on 1–5 inside (the `range_clip` below is of that scale); every score it"
+        f" gives is mapped linearly onto {low:g}–{high:g} (`score_range`), as the metrics below are.",
+    ]
+
+
 def _yaml_block(value: Any) -> list[str]:
     return ["```yaml", OmegaConf.to_yaml(OmegaConf.create(value)).rstrip(), "```"]
 
@@ -119,6 +133,7 @@ def render(
         "An exported sqa predictor of the mean opinion score (MOS) of singing clips,"
         f" on the {low:g}–{high:g} scale of"
         f" its training ratings. Score dimensions: {', '.join(dimensions)}.",
+        *_scale_note(model),
         "",
         "```sh",
         "python -m sqa.score --checkpoint <this folder> --output scores.csv clip.wav more/clips/",
@@ -132,7 +147,7 @@ def render(
         " the listeners and systems of the training corpus. Audio unlike that corpus (speech, instruments,"
         " other recording conditions) is outside what the test results cover.",
     ]
-    if reader == SYNTHETIC_READER:
+    if reader in SYNTHETIC_READERS:
         lines += [
             "",
             "**Trained on sqa's built-in synthetic corpus**: a demonstration model whose scores follow"

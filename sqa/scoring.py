@@ -242,6 +242,6 @@ class Scorer:
                 f0 = pad_batch([torch.from_numpy(pieces[i][1]) for i in idx])[0].to(self.device)
             domain = torch.full((len(idx),), self.domain, device=self.device)
             out = self.predictor(wav.to(self.device), lengths.to(self.device), domain, f0)
-            scores[idx] = out.scores.float().cpu().numpy()
+            scores[idx] = self.predictor.to_scale(out.scores.float()).cpu().numpy()
             frames[idx] = out.frame_lengths.cpu().numpy()
         return scores, frames

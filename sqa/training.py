@@ -88,8 +88,12 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         if isinstance(err.__cause__, CorpusError):
             raise err.__cause__ from None
         raise
+    # The predictor learns on its internal 1-5 scale and maps its scores onto the corpus's.
     predictor = instantiate(
-        cfg.model, num_domains=len(datamodule.corpus.domains), num_judges=datamodule.num_judges
+        cfg.model,
+        num_domains=len(datamodule.corpus.domains),
+        num_judges=datamodule.num_judges,
+        score_range=list(datamodule.corpus.score_range),
     )
     if settings.init_from:
         init_from(predictor, settings.init_from["checkpoint"], list(settings.init_from["modules"]))

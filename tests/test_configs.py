@@ -152,11 +152,15 @@ def corpora(synthetic_root, tmp_path_factory) -> dict[str, list[str]]:
                 rows.append(f"wav/{sample_id}.wav,{score},sys{system},{sample_id},{split}")
         (root / "sets" / f"{list_name}_mos_list.txt").write_text("\n".join(lines) + "\n")
     (root / "manifest.csv").write_text("\n".join(rows) + "\n")
+    # The MUSHRA-style corpus rates the synthetic corpus's audio, found under <root>/audio.
+    (root / "mushra").mkdir()
+    (root / "mushra" / "audio").symlink_to(synthetic_root)
     return {
         "csv": [f"data.corpus.path={root / 'manifest.csv'}"],
         "singmos_pro": [f"data.corpus.root={synthetic_root}"],
         "singmos_vmc24": [f"data.corpus.root={root}"],
         "synthetic": [f"data.corpus.root={synthetic_root}"],
+        "synthetic_mushra": [f"data.corpus.root={root / 'mushra'}"],
     }
 
 
@@ -271,6 +275,9 @@ EXPECTED_DATA = {
             "sample_rate_filter": None,
             "score_range": [1.0, 5.0],
             "encoding": None,
+            "replicates": "per_listener",
+            "reference_systems": [],
+            "anchor_systems": [],
         }
     },
     "singmos_pro": {
@@ -297,6 +304,19 @@ EXPECTED_DATA = {
             "seed": 0,
             "clips_per_system": 14,
             "sample_rate_filter": None,
+        },
+        "batch_size": 8,
+        "eval_batch_size": 16,
+        "num_workers": 0,
+        "preload": True,
+    },
+    "synthetic_mushra": {
+        "corpus": {
+            "_target_": "sqa.data.synthetic.load_synthetic_mushra",
+            "root": "${oc.env:SQA_DATA_DIR,data}/synthetic-mushra-seed${.seed}-clips${.clips_per_system}",
+            "seed": 0,
+            "clips_per_system": 14,
+            "replicates": "per_listener",
         },
         "batch_size": 8,
         "eval_batch_size": 16,

@@ -165,7 +165,57 @@ def test_csv_manifest_keeps_listener_ratings(tmp_path):
         "x.wav,4,A,x,l1,train\nx.wav,2,A,x,l2,train\nx.wav,3,A,x,l2,train\n"
     )
     clip = read_csv_manifest(tmp_path / "m.csv").clips[0]
-    assert clip.mos == pytest.approx(3.0) and clip.ratings == {"l1": 4.0, "l2": 2.5}
+    # l2's two replicates count once: (4 + (2 + 3) / 2) / 2.
+    assert clip.mos == pytest.approx(3.25) and clip.ratings == {"l1": 4.0, "l2": 2.5}
+
+
+def test_replicates_are_averaged_per_listener_first_or_pooled(tmp_path):
+    write_wav(tmp_path / "x.wav")
+    write_wav(tmp_path / "y.wav")
+    # Clip x: listener a rates 80 and 60 (a replicate), b 30, c 50; one unnamed row of 90.
+    # Clip y: no listener column values, so every row is its own listener.
+    (tmp_path / "m.csv").write_text(
+        "wav_path,score,system_id,sample_id,listener_id,split\n"
+        "x.wav,80,A,x,a,train\nx.wav,60,A,x,a,train\nx.wav,30,A,x,b,train\n"
+        "x.wav,50,A,x,c,train\nx.wav,90,A,x,,train\ny.wav,10,A,y,,train\ny.wav,20,A,y,,train\n"
+    )
+    per_listener = {c.sample_id: c for c in read_csv_manifest(tmp_path / "m.csv", score_range=[0, 100]).clips}
+    pooled = {
+        c.sample_id: c.mos
+        for c in read_csv_manifest(tmp_path / "m.csv", score_range=[0, 100], replicates="pooled").clips
+    }
+    # Per listener: a's mean 70, b 30, c 50, the unnamed row 90 -> (70 + 30 + 50 + 90) / 4 = 60.
+    assert per_listener["x"].mos == pytest.approx(60.0)
+    # Pooled: (80 + 60 + 30 + 50 + 90) / 5 = 62.
+    assert pooled["x"] == pytest.approx(62.0)
+    assert per_listener["y"].mos == pooled["y"] == pytest.approx(15.0)
+    assert per_listener["x"].ratings == {"a": 70.0, "b": 30.0, "c": 50.0}
+    with pytest.raises(ValueError, match="replicates must be one of"):
+        read_csv_manifest(tmp_path / "m.csv", replicates="mean")
+
+
+def test_references_and_anchors_come_from_a_column_or_the_config(tmp_path):
+    for name in ("r", "a", "s", "t"):
+        write_wav(tmp_path / f"{name}.wav")
+    (tmp_path / "m.csv").write_text(
+        "wav_path,score,system_id,sample_id,split,role\n"
+        "r.wav,98,ref,r,test,Reference\na.wav,20,lp35,a,test,\ns.wav,60,S,s,test,\nt.wav,70,T,t,valid,anchor\n"
+    )
+    corpus = read_csv_manifest(tmp_path / "m.csv", score_range=[0, 100], anchor_systems=["lp35"])
+    roles = {c.sample_id: c.role for c in corpus.clips}
+    assert roles == {"r": "reference", "a": "anchor", "s": None, "t": "anchor"}
+    # Test sets put them on their own rows; validation leaves them out.
+    assert {name: [c.sample_id for c in clips] for name, clips in corpus.test_sets().items()} == {
+        "anchor": ["a"],
+        "reference": ["r"],
+        "test": ["s"],
+    }
+    assert corpus.valid_sets() == {}
+    (tmp_path / "bad.csv").write_text(
+        "wav_path,score,system_id,sample_id,split,role\nr.wav,98,ref,r,test,hidden\n"
+    )
+    with pytest.raises(CorpusError, match=r"bad.csv:2: role 'hidden' of sample 'r'"):
+        read_csv_manifest(tmp_path / "bad.csv", score_range=[0, 100])
 
 
 MANIFEST = "wav_path,score,system_id,sample_id,split\nx.wav,4,Sängerin,clé,train\n"

@@ -165,8 +165,14 @@ def test_cli_writes_predictions_and_metrics(tmp_path, capsys):
         [float(r["mos"]) for r in rows],
         [r["system_id"] for r in rows],
         [r["test_set"] for r in rows],
+        bootstrap=1000,
     )
     saved = json.loads((run_dir / "metrics.json").read_text())
+    # The same intervals and plots as a training run's.
+    assert saved["avg"]["ci"]["utt"]["rmse"] is not None
+    assert {p.name for p in (run_dir / "plots").iterdir()} == {
+        f"{s}_{level}.png" for s in ("setA", "setB") for level in ("utt", "sys")
+    }
     assert set(saved) == {"setA", "setB", "avg"}
     assert saved == json.loads(json_text(expected))
     # Two systems per set: no correlations (null), but the one pair, noisy below clean, is
@@ -184,3 +190,49 @@ def test_cli_names_unreadable_audio(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "broken.wav" in err and "[broken]" in err
     assert not run_dir.exists()
+
+
+def test_on_another_scale_errors_follow_a_line_fitted_on_the_training_clips(tmp_path):
+    # The corpus of `write_corpus` on 0-100 (y -> 25 (y - 1)), with its setB clips as training clips.
+    manifest = write_corpus(tmp_path)
+    with manifest.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        r["score"] = repr(25.0 * (float(r["score"]) - 1.0))
+        if r["test_set"] == "setB":
+            r["split"], r["test_set"] = "train", ""
+    wide = tmp_path / "wide.csv"
+    with wide.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    run_dir = tmp_path / "run"
+    argv = [
+        "--corpus",
+        "csv",
+        "--manifest",
+        str(wide),
+        "--score-range",
+        "0",
+        "100",
+        "--run-dir",
+        str(run_dir),
+    ]
+    assert main([*argv, "--bootstrap", "0"]) == 0
+    scorer = DNSMOS()
+    train = [r for r in rows if r["split"] == "train"]
+    raw_train = [scorer.score_file(tmp_path / r["wav_path"])["ovrl"] for r in train]
+    b, a = np.polyfit(raw_train, [float(r["score"]) for r in train], 1)
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert info["scale_map"]["a"] == pytest.approx(a) and info["scale_map"]["b"] == pytest.approx(b)
+    assert info["score_range"] == [0.0, 100.0]
+    with (run_dir / "predictions.csv").open(newline="") as fh:
+        predicted = list(csv.DictReader(fh))
+    raw = [scorer.score_file(tmp_path / f"{r['sample_id']}.wav")["ovrl"] for r in predicted]
+    true = [float(r["mos"]) for r in predicted]
+    # `pred` is on the corpus's scale; errors are of the mapped scores, correlations of DNSMOS's own.
+    np.testing.assert_allclose([float(r["pred"]) for r in predicted], [a + b * v for v in raw], rtol=1e-6)
+    saved = json.loads((run_dir / "metrics.json").read_text())["setA"]
+    mapped = np.array([a + b * v for v in raw])
+    assert saved["utt"]["rmse"] == pytest.approx(float(np.sqrt(np.mean((mapped - np.array(true)) ** 2))))
+    assert saved["utt"]["pair_acc"] == pytest.approx(metrics.pair_acc(np.array(raw), np.array(true)))

@@ -67,6 +67,36 @@ def test_export_round_trip_reproduces_outputs(tmp_path):
     assert torch.load(tmp_path / "exp" / "model.pt", weights_only=True).keys() == model.state_dict().keys()
 
 
+def test_the_scale_maps_linearly_onto_the_internal_mos_scale_and_back():
+    torch.manual_seed(0)
+    mushra = MOSPredictor(LogMelBackbone(n_mels=16, channels=8), head_dim=8, score_range=[0, 100])
+    # 0 -> 1, 50 -> 3, 100 -> 5 (slope 4/100), and back.
+    labels = torch.tensor([0.0, 25.0, 50.0, 100.0])
+    torch.testing.assert_close(mushra.to_internal(labels), torch.tensor([1.0, 2.0, 3.0, 5.0]))
+    torch.testing.assert_close(mushra.to_scale(torch.tensor([1.0, 2.0, 3.0, 5.0])), labels)
+    # The MOS scale is the identity: the same tensor, so MOS runs are what they were.
+    mos = MOSPredictor(LogMelBackbone(n_mels=16, channels=8), head_dim=8)
+    assert mos.to_internal(labels) is labels and mos.to_scale(labels) is labels
+    assert mos.score_range == (1.0, 5.0) and mushra.score_range == (0.0, 100.0)
+    with pytest.raises(ValueError, match="score_range must be"):
+        MOSPredictor(LogMelBackbone(n_mels=16, channels=8), score_range=[5, 1])
+
+
+def test_export_records_the_scale_and_the_scorer_returns_scores_on_it(tmp_path):
+    from sqa.scoring import Scorer
+
+    torch.manual_seed(0)
+    model = MOSPredictor(LogMelBackbone(n_mels=16, channels=8), head_dim=8, score_range=[0, 100]).eval()
+    export_predictor(model, tmp_path / "exp", sample_rate=16000, domains=["a"])
+    assert yaml.safe_load((tmp_path / "exp" / "config.yaml").read_text())["model"]["score_range"] == [0, 100]
+    wav = 0.1 * torch.randn(9000)
+    with torch.no_grad():
+        internal = model(wav[None], torch.tensor([9000])).score.item()
+    scored = Scorer(tmp_path / "exp").score(wav.numpy(), 16000)
+    assert scored == pytest.approx((internal - 1.0) * 25.0, abs=1e-3)
+    assert 0.0 <= scored <= 100.0
+
+
 def test_compiled_predictor_exports_and_loads_like_an_eager_one(tmp_path):
     model = logmel_predictor(n_mels=32, channels=16)
     keys = list(model.state_dict())
@@ -198,11 +228,14 @@ def test_exports_from_before_the_ssl_package_load_score_and_reexport_the_same(na
     with torch.no_grad():
         scores = loaded(*golden_batch(), domain=domain).scores.flatten()
     torch.testing.assert_close(scores, torch.tensor(OLD_SCORES[name]), atol=1e-5, rtol=0)
-    # The same model exported again writes the same config.yaml, byte for byte.
+    # The same model exported again writes the same config.yaml, byte for byte, plus the rating
+    # scale that exports record since (an old export's is the MOS scale).
     export_predictor(loaded, tmp_path / "again", config["sample_rate"], config["domains"])
-    assert (tmp_path / "again" / "config.yaml").read_text() == (
-        OLD_EXPORTS / name / "config.yaml"
-    ).read_text()
+    old = (OLD_EXPORTS / name / "config.yaml").read_text()
+    scale = "  score_range:\n  - 1.0\n  - 5.0\n"
+    assert (tmp_path / "again" / "config.yaml").read_text() == old.replace(
+        "  judge_dim: null\n", "  judge_dim: null\n" + scale
+    )
 
 
 def test_export_config_comes_from_the_typed_configs():

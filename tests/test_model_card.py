@@ -83,3 +83,17 @@ def test_an_export_without_run_records_still_gets_a_card_and_loads(tmp_path):
     assert card.count("Not recorded") == 2 and "| test1 | utterance |" in card
     assert not (export / "run_info.json").exists()
     load_export(export)
+
+
+def test_a_card_on_another_scale_says_so_and_how_the_head_maps_onto_it():
+    model = {**CONFIG["model"], "range_clip": True, "score_range": [0.0, 100.0]}
+    corpus = {
+        **RUN_INFO["corpus"],
+        "reader": "sqa.data.synthetic.load_synthetic_mushra",
+        "score_range": [0, 100],
+    }
+    card = model_card.render({**CONFIG, "model": model}, METRICS, run_info={**RUN_INFO, "corpus": corpus})
+    assert "on the 0–100 scale of its training ratings" in card
+    assert "mapped linearly onto 0–100 (`score_range`)" in card and "synthetic corpus" in card
+    # On 1-5 (recorded or not) nothing is said about a map.
+    assert "mapped linearly" not in model_card.render(CONFIG, METRICS, run_info=RUN_INFO)

@@ -139,6 +139,25 @@ def test_label_counts_and_worker_cap(tmp_path):
     assert list(dm.label_counts()) == ["train", "valid/default", "test/test"]
 
 
+def test_the_corpus_table_counts_the_listeners_of_each_group(tmp_path):
+    from sqa.data.corpus import Clip, format_counts
+
+    def rated(sample_id: str, *listeners: str) -> Clip:
+        return Clip(
+            sample_id, tmp_path / "x.wav", 3.0, "A", "d", "train", ratings=dict.fromkeys(listeners, 3.0)
+        )
+
+    counts = {
+        "train": count_labels([rated("a", "l1", "l2"), rated("b", "l2", "l3")]),
+        "test/t": count_labels([rated("c")]),
+    }
+    assert counts["train"].listeners == 3 and counts["test/t"].listeners == 0
+    lines = format_counts(counts).splitlines()
+    assert lines[0].split() == ["split", "clips", "systems", "labels", "sys-means", "listeners"]
+    assert lines[1].split() == ["train", "2", "1", "1", "1", "3"]
+    assert lines[2].split() == ["test/t", "1", "1", "1", "1", "0"]
+
+
 def test_singmos_pro_without_valid_parts_gets_a_carved_split_per_batch(synthetic_root, tmp_path):
     (tmp_path / "info").mkdir()
     (tmp_path / "wav").symlink_to(synthetic_root / "wav")

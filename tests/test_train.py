@@ -249,3 +249,111 @@ def test_callbacks_come_from_the_config_with_the_runs_mode_folder_and_patience(t
         del cfg.callbacks["history"]
     with pytest.raises(ValueError, match="needs history"):
         instantiate_callbacks(cfg, tmp_path, "max", 5, patience=None)
+
+
+def mushra_overrides(root: Path) -> list[str]:
+    """A short run (the default model, loss and optimiser) on a MUSHRA-style corpus at `root`."""
+    return [
+        "trainer.max_steps=150",
+        "trainer.val_check_interval=25",
+        "trainer.enable_progress_bar=false",
+        "bootstrap=200",
+        "early_stopping_patience=null",
+    ]
+
+
+@pytest.fixture(scope="module")
+def mushra_runs(synthetic_root, tmp_path_factory, monkeypatch_module):
+    """The MUSHRA-style corpus (0-100) and the same ratings rescaled to 1-5, each trained alike.
+
+    Returns (run dir, results, training-mean label, score ranges the scatters were drawn on) per scale.
+    """
+    from sqa import plots
+    from sqa.data.synthetic import MUSHRA_MANIFEST, load_synthetic_mushra
+
+    root = tmp_path_factory.mktemp("mushra")
+    (root / "audio").symlink_to(synthetic_root)
+    corpus = load_synthetic_mushra(root)
+    with (root / MUSHRA_MANIFEST).open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    with (root / "rescaled.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({**r, "score": repr(1.0 + 4.0 * float(r["score"]) / 100.0)} for r in rows)
+    drawn: list[tuple[float, float]] = []
+    scatter = plots.scatter
+    monkeypatch_module.setattr(
+        plots, "scatter", lambda *a, **k: drawn.append(tuple(a[3])) or scatter(*a, **k)
+    )
+    train_mean = float(np.mean([c.mos for c in corpus.split("train")]))
+    same_data = ["data.batch_size=8", "data.eval_batch_size=16", "data.num_workers=0", "data.preload=true"]
+    out = {}
+    for name, data, mean in (
+        ("0-100", ["data=synthetic_mushra", f"data.corpus.root={root}"], train_mean),
+        ("1-5", ["data=csv", f"data.corpus.path={root / 'rescaled.csv'}", *same_data], 1 + train_mean / 25),
+    ):
+        drawn.clear()
+        run_dir = tmp_path_factory.mktemp(f"run-{name}")
+        results = run(compose_train([*data, *mushra_overrides(root)]), run_dir).test
+        out[name] = (run_dir, results, mean, set(drawn))
+    return out
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def headline_labels(run_dir: Path) -> np.ndarray:
+    rows = read_predictions(run_dir / "predictions.csv")
+    return np.array([float(r["mos"]) for r in rows if r["test_set"] not in ("reference", "anchor")])
+
+
+@pytest.mark.slow
+def test_a_0_to_100_run_beats_the_constant_predictor_and_ranks_as_well_as_on_1_to_5(mushra_runs):
+    run_dir, results, train_mean, _ = mushra_runs["0-100"]
+    labels = headline_labels(run_dir)
+    constant_rmse = float(np.sqrt(np.mean((labels - train_mean) ** 2)))
+    assert results["avg"]["utt"]["rmse"] < constant_rmse
+    _, rescaled, _, _ = mushra_runs["1-5"]
+    for level in ("utt", "sys"):
+        low, _ = rescaled["avg"]["ci"][level]["srcc"]
+        assert results["avg"][level]["srcc"] >= low
+    # The two runs learn the same thing: errors scale by 25, correlations agree.
+    assert results["avg"]["utt"]["rmse"] == pytest.approx(25 * rescaled["avg"]["utt"]["rmse"], rel=0.02)
+    assert results["avg"]["sys"]["srcc"] == pytest.approx(rescaled["avg"]["sys"]["srcc"], abs=0.02)
+
+
+@pytest.mark.slow
+def test_a_0_to_100_run_reports_on_0_to_100_and_sets_references_and_anchors_apart(mushra_runs):
+    run_dir, results, _, drawn = mushra_runs["0-100"]
+    predictions = np.array([float(r["pred"]) for r in read_predictions(run_dir / "predictions.csv")])
+    # Predictions on the corpus's scale: far beyond 1-5, inside 0-100 (the head's range clip mapped).
+    assert predictions.max() > 20 and predictions.min() >= 0 and predictions.max() <= 100
+    saved = json.loads((run_dir / "metrics.json").read_text())
+    assert (
+        saved["avg"]["utt"]["rmse"] == pytest.approx(results["avg"]["utt"]["rmse"])
+        and saved["avg"]["utt"]["rmse"] > 5
+    )
+    # Every scatter drawn on the 0-100 axes.
+    assert drawn == {(0.0, 100.0)} and mushra_runs["1-5"][3] == {(1.0, 5.0)}
+    card = (run_dir / "export" / "README.md").read_text()
+    assert "on the 0–100 scale" in card and "score_range:\n  - 0.0\n  - 100.0" in card
+    # References and anchors have rows of their own, outside the average.
+    assert {"reference", "anchor", "test1", "test2", "test3", "avg"} == set(results)
+    assert set(saved["avg"]["averaged_over"]["utt"]["rmse"]) == {"test1", "test2", "test3"}
+    assert results["avg"]["utt"]["n"] == sum(results[s]["utt"]["n"] for s in ("test1", "test2", "test3"))
+    assert json.loads((run_dir / "run_info.json").read_text())["corpus"]["score_range"] == [0.0, 100.0]
+
+
+@pytest.mark.slow
+def test_sqa_score_scores_a_0_to_100_export_on_0_to_100(mushra_runs, synthetic_root, tmp_path):
+    run_dir = mushra_runs["0-100"][0]
+    rows = read_predictions(run_dir / "predictions.csv")[:6]
+    paths = [str(synthetic_root / "wav" / f"{r['sample_id']}.wav") for r in rows]
+    out = tmp_path / "scores.csv"
+    assert score.main(["--checkpoint", str(run_dir / "export"), "--output", str(out), *paths]) == 0
+    scored = {r["path"]: float(r["score"]) for r in read_predictions(out)}
+    for path, row in zip(paths, rows, strict=True):
+        assert scored[path] == pytest.approx(float(row["pred"]), abs=1e-3)

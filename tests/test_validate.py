@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 
 from sqa.data.corpus import Clip, Corpus, CorpusError
-from sqa.data.validate import CorpusProblems, format_report, validate_corpus
+from sqa.data.validate import ON_SCREEN, CorpusProblems, format_report, scale_diagnosis, validate_corpus
 from sqa.datamodule import MOSDataModule
 
 
@@ -106,6 +106,49 @@ def test_ratings_outside_the_scale_are_problems_even_when_their_mean_is_inside(t
     # On a 0-10 scale the same ratings are fine.
     wide = Corpus([mixed, fine], ["d1"], (0.0, 10.0), frozenset({"s1"}))
     assert not [p for p in validate_corpus(wide, 16000, 400) if p.sample_id is not None]
+
+
+def scaled_corpus(folder: Path, scores: list[float], scale=(1.0, 5.0)) -> Corpus:
+    """Clips rated `scores` (train, valid and test in turn), one audio file shared."""
+    wav = tone(folder / "a.wav")
+    splits = ["train", "valid", "test"]
+    clips = [clip(f"c{i}", wav, splits[i % 3], mos=v, system=f"s{i % 4}") for i, v in enumerate(scores)]
+    return Corpus(clips, ["d1"], scale)
+
+
+def test_a_wrong_scale_is_one_line_naming_the_setting_first_and_skipping_cannot_hide_it(tmp_path):
+    # A 0-100 test under the default 1-5 scale: all but the clip rated 3 out of it.
+    corpus = scaled_corpus(tmp_path, [3.0 * i for i in range(33)])
+    assert scale_diagnosis(corpus) == (
+        "the ratings of 32 of 33 clips lie outside the scale [1, 5]; all ratings lie in [0, 100] "
+        "(from 0 to 96): set data.corpus.score_range=[0,100]"
+    )
+    for on_error in ("raise", "skip"):
+        with pytest.raises(CorpusProblems) as err:
+            MOSDataModule(corpus, on_error=on_error)
+        lines = str(err.value).splitlines()
+        assert lines[0] == scale_diagnosis(corpus) and "on_error=skip" not in str(err.value)
+        # The on-screen list is capped; the error keeps every problem for data_problems.txt.
+        assert lines[1] == "32 problem(s) in the corpus:" and len(lines) == 2 + ON_SCREEN + 1
+        assert lines[-1] == "  ... and 12 more (all of them: data_problems.txt in the run directory)"
+        assert len(err.value.problems) == 32
+    assert len(format_report(err.value.problems).splitlines()) == 33
+    # The scale named is the narrowest common one holding every rating; else the ratings' range.
+    assert scale_diagnosis(scaled_corpus(tmp_path, [0.5, 7.0, 9.5, 2.0])).endswith("score_range=[0,10]")
+    assert scale_diagnosis(scaled_corpus(tmp_path, [-3.0, 7.0, 150.0])).endswith("score_range=[-3,150]")
+
+
+def test_a_few_ratings_outside_the_scale_are_problems_of_their_clips_only(tmp_path):
+    # Half the clips outside: per-clip problems, the usual hint, no diagnosis.
+    corpus = scaled_corpus(tmp_path, [2.0, 3.0, 40.0, 60.0])
+    assert scale_diagnosis(corpus) is None
+    with pytest.raises(CorpusProblems, match=r"\(set data.on_error=skip") as err:
+        MOSDataModule(corpus)
+    assert err.value.diagnosis is None
+    # Just over half: the diagnosis.
+    assert scale_diagnosis(scaled_corpus(tmp_path, [2.0, 30.0, 40.0, 60.0])) is not None
+    # On the right scale nothing is said.
+    assert scale_diagnosis(scaled_corpus(tmp_path, [2.0, 30.0, 40.0, 60.0], (0.0, 100.0))) is None
 
 
 def write_manifest(folder: Path, bad_rating: bool = False) -> Path:

@@ -33,10 +33,17 @@ CORPUS_READERS = frozenset(
         "sqa.data.corpus.read_vmc24",
         "sqa.data.corpus.read_csv_manifest",
         "sqa.data.synthetic.load_synthetic",
+        "sqa.data.synthetic.load_synthetic_mushra",
     }
 )
 
 _READER_NAMES = frozenset(n.rpartition(".")[2] for n in CORPUS_READERS if n.startswith(f"{__name__}."))
+
+
+# Listening-test conditions that are rated but are not systems under test (a MUSHRA hidden
+# reference and its anchors): their clips are scored on their own, outside the headline metrics.
+ROLE_REFERENCE, ROLE_ANCHOR = "reference", "anchor"
+ROLES = (ROLE_REFERENCE, ROLE_ANCHOR)
 
 
 class CorpusError(ValueError):
@@ -67,7 +74,8 @@ class Clip:
     """One rated clip: where its audio is, its MOS and where it belongs.
 
     `extra_scores` holds other score dimensions (e.g. lyrics, melody) where the corpus has them;
-    `ratings` the individual ratings of the overall quality by judge (empty if not published).
+    `ratings` the individual ratings of the overall quality by judge (empty if not published);
+    `role` is `reference` or `anchor` for a listening test's reference and anchor conditions.
     """
 
     sample_id: str
@@ -79,6 +87,7 @@ class Clip:
     test_set: str | None = None
     extra_scores: Mapping[str, float] = field(default_factory=dict)
     ratings: Mapping[str, float] = field(default_factory=dict)
+    role: str | None = None
 
 
 @dataclass
@@ -102,16 +111,27 @@ class Corpus:
         return [c for c in self.clips if c.split == name]
 
     def valid_sets(self) -> dict[str, list[Clip]]:
-        """Validation clips grouped by domain, in domain order, empty groups left out."""
-        groups = {d: [c for c in self.clips if c.split == "valid" and c.domain == d] for d in self.domains}
+        """Validation clips grouped by domain, in domain order, empty groups left out.
+
+        References and anchors are left out: their extreme scores would inflate the correlations
+        checkpoints are selected on.
+        """
+        groups = {
+            d: [c for c in self.clips if c.split == "valid" and c.domain == d and not c.role]
+            for d in self.domains
+        }
         return {d: clips for d, clips in groups.items() if clips}
 
     def test_sets(self) -> dict[str, list[Clip]]:
-        """Test clips grouped by test-set name, sorted by name."""
+        """Test clips grouped by test-set name, sorted by name; references and anchors by role.
+
+        The sets named `reference` and `anchor` (ROLES) are reported on their own rows and left
+        out of the average over test sets.
+        """
         groups: dict[str, list[Clip]] = {}
         for c in self.clips:
             if c.split == "test":
-                groups.setdefault(c.test_set or "test", []).append(c)
+                groups.setdefault(c.role or c.test_set or "test", []).append(c)
         return dict(sorted(groups.items()))
 
     def filter_sample_rate(self, sample_rate: int) -> Corpus:
@@ -127,6 +147,8 @@ class Corpus:
             if c.ratings:
                 # Appended only when present: corpora without ratings keep their fingerprints.
                 row.append(dict(c.ratings))
+            if c.role:
+                row.append(c.role)
             digest.update(json.dumps(row).encode())
             if c.path.is_file():
                 digest.update(hashlib.sha256(c.path.read_bytes()).digest())
@@ -165,12 +187,16 @@ def _file_sample_rate(path: Path) -> int | None:
 
 @dataclass(frozen=True)
 class LabelCounts:
-    """Clips, systems and distinct MOS labels of a group of clips (and distinct system means)."""
+    """Clips, systems and distinct MOS labels of a group of clips (and distinct system means).
+
+    `listeners` counts the distinct listeners of the clips' ratings (0 where none are published).
+    """
 
     clips: int
     systems: int
     labels: int
     system_labels: int
+    listeners: int = 0
 
     def describe(self) -> str:
         """`N clips, S systems, L distinct labels (M distinct system means)`."""
@@ -190,15 +216,20 @@ def count_labels(clips: Sequence[Clip]) -> LabelCounts:
         systems=len(by_system),
         labels=len({round(c.mos, 9) for c in clips}),
         system_labels=len({round(sum(v) / len(v), 9) for v in by_system.values()}),
+        listeners=len({j for c in clips for j in c.ratings}),
     )
 
 
 def format_counts(counts: Mapping[str, LabelCounts]) -> str:
-    """A table with one line per named group: clips, systems, distinct labels, distinct system means."""
+    """A table with one line per named group: clips, systems, labels, system means, listeners."""
     width = max([len(name) for name in counts] + [5])
-    lines = [f"{'split':<{width}} {'clips':>6} {'systems':>8} {'labels':>7} {'sys-means':>9}"]
+    lines = [
+        f"{'split':<{width}} {'clips':>6} {'systems':>8} {'labels':>7} {'sys-means':>9} {'listeners':>9}"
+    ]
     for name, c in counts.items():
-        lines.append(f"{name:<{width}} {c.clips:>6} {c.systems:>8} {c.labels:>7} {c.system_labels:>9}")
+        lines.append(
+            f"{name:<{width}} {c.clips:>6} {c.systems:>8} {c.labels:>7} {c.system_labels:>9} {c.listeners:>9}"
+        )
     return "\n".join(lines)
 
 

@@ -15,7 +15,16 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sqa.data.corpus import SPLITS, Clip, Corpus, CorpusError, accepted_split_names, canonical_split
+from sqa.data.corpus import (
+    ROLE_ANCHOR,
+    ROLE_REFERENCE,
+    SPLITS,
+    Clip,
+    Corpus,
+    CorpusError,
+    accepted_split_names,
+    canonical_split,
+)
 from sqa.metrics import AVERAGE_KEY
 
 log = logging.getLogger(__name__)
@@ -228,6 +237,22 @@ def read_vmc24(
 
 
 REQUIRED_CSV_COLUMNS = ("wav_path", "score", "system_id", "sample_id")
+# How a clip's replicate ratings (a listener's repeated rows) enter its score.
+REPLICATE_MODES = ("per_listener", "pooled")
+
+
+def _clip_score(group: list[tuple[int, dict[str, str]]], path: Path, replicates: str) -> float:
+    """A clip's score from its rows: per listener first, then across listeners, or all rows pooled."""
+    values = [
+        (r.get("listener_id") or f"row {n}", _number(r["score"], path, f"line {n} score")) for n, r in group
+    ]
+    if replicates == "pooled":
+        return sum(v for _, v in values) / len(values)
+    by_listener: dict[str, list[float]] = {}
+    for listener, value in values:
+        by_listener.setdefault(listener, []).append(value)
+    means = [sum(v) / len(v) for v in by_listener.values()]
+    return sum(means) / len(means)
 
 
 def read_csv_manifest(
@@ -236,18 +261,28 @@ def read_csv_manifest(
     sample_rate_filter: int | None = None,
     score_range: Sequence[float] = (1.0, 5.0),
     encoding: str | None = None,
+    replicates: str = "per_listener",
+    reference_systems: Sequence[str] = (),
+    anchor_systems: Sequence[str] = (),
 ) -> Corpus:
     """Read a SHEET-style CSV manifest; rows of one sample from several listeners are averaged.
 
     Required columns: wav_path, score, system_id, sample_id. Optional: listener_id, domain_id,
     split (else `default_split` for every row; aliases such as `dev` or `eval` accepted), test_set,
-    and extra score columns `score_<name>`.
+    role (`reference`, `anchor` or empty) and extra score columns `score_<name>`.
     Relative paths resolve against the CSV's folder. The rows' scores by `listener_id` (where
-    given; a listener's repeated rows averaged) are kept in `Clip.ratings`. The file is UTF-8
-    (a byte-order mark is fine) unless `encoding` names another (e.g. "latin-1"); `score_range`
-    is the rating scale that scores and ratings are checked against.
+    given; a listener's repeated rows averaged) are kept in `Clip.ratings`. A clip's score is
+    the mean over its listeners of each listener's mean rating (`replicates="per_listener"`: a
+    listener who rated a clip twice counts once; rows without a listener count as one listener
+    each) or the mean of all its rows (`"pooled"`). The clips of `reference_systems` and
+    `anchor_systems` (or of rows whose `role` says so) are listening-test references and anchors.
+    The file is UTF-8 (a byte-order mark is fine) unless `encoding` names another (e.g.
+    "latin-1"); `score_range` is the rating scale that scores and ratings are checked against.
     """
     scale = _scale(score_range)
+    if replicates not in REPLICATE_MODES:
+        raise ValueError(f"replicates must be one of {list(REPLICATE_MODES)}, got {replicates!r}")
+    roles = {**{s: ROLE_ANCHOR for s in anchor_systems}, **{s: ROLE_REFERENCE for s in reference_systems}}
     path = Path(path)
     text = read_text(path, encoding, " or set data.corpus.encoding (e.g. latin-1)")
     reader = csv.DictReader(io.StringIO(text, newline=""))
@@ -266,12 +301,12 @@ def read_csv_manifest(
     for sample_id, group in grouped.items():
         lineno, first = group[0]
         for other_line, other in group[1:]:
-            for key in ("wav_path", "system_id", "domain_id", "split", "test_set"):
+            for key in ("wav_path", "system_id", "domain_id", "split", "test_set", "role"):
                 if other.get(key) != first.get(key):
                     raise CorpusError(
                         f"{path}:{other_line}: {key} of sample {sample_id!r} differs from line {lineno}"
                     )
-        mos = sum(_number(r["score"], path, f"line {n} score") for n, r in group) / len(group)
+        mos = _clip_score(group, path, replicates)
         extra = {}
         for col in extra_cols:
             values = [_number(r[col], path, f"line {n} {col}") for n, r in group if r[col] not in ("", None)]
@@ -286,6 +321,12 @@ def read_csv_manifest(
         if not (first.get("split") or default_split):
             raise CorpusError(f"{path}:{lineno}: empty split of sample {sample_id!r} and no default_split")
         split = canonical_split(str(first.get("split") or default_split), f"{path}:{lineno}")
+        role = (first.get("role") or "").strip().lower() or roles.get(first["system_id"])
+        if role not in (None, ROLE_REFERENCE, ROLE_ANCHOR):
+            raise CorpusError(
+                f"{path}:{lineno}: role {first['role']!r} of sample {sample_id!r} is not "
+                f"{ROLE_REFERENCE!r}, {ROLE_ANCHOR!r} or empty"
+            )
         clips.append(
             Clip(
                 sample_id=sample_id,
@@ -297,6 +338,7 @@ def read_csv_manifest(
                 test_set=_test_set(first, split, f"{path}:{lineno}"),
                 extra_scores=extra,
                 ratings={k: sum(v) / len(v) for k, v in by_listener.items()},
+                role=role,
             )
         )
     domains = sorted({c.domain for c in clips}, key=_natural_key)

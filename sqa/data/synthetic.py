@@ -19,20 +19,25 @@ of another system per test batch; systems have unequal clip counts (0.6-1.4 time
 `clips_per_system`). So training crops (and the f0 slice that follows them), whole-clip scoring
 of long clips and the clip- versus system-weighted averages over test sets are all exercised.
 The clip counts and long-clip lengths come from a random stream of their own.
+
+`load_synthetic_mushra` rates the same clips as a MUSHRA-style listening test: 0-100, a hidden
+reference and an anchor per batch, replicate ratings, one CSV row per listener rating.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
-from sqa.atomic import atomic_dir
+from sqa.atomic import atomic_dir, atomic_write_text
 from sqa.data.audio import resample
 from sqa.data.corpus import Corpus, CorpusError
-from sqa.data.readers import read_singmos_pro
+from sqa.data.readers import read_csv_manifest, read_singmos_pro
 from sqa.data.singing import SYNTH_RATE, SystemRecipe, degrade, melody, recipe_pool, sing
 
 BATCHES = ("singmospro-p1", "singmospro-p2", "singmospro-p3", "singmospro-p4", "singmospro-p5")
@@ -229,3 +234,121 @@ def load_synthetic(
             "choose another root, or delete it to regenerate (a corpus of an older format)"
         )
     return read_singmos_pro(root, TEST_BATCHES, sample_rate_filter)
+
+
+# The MUSHRA-style variant: the same clips rated 0-100 by listeners, one CSV row per rating.
+MUSHRA_FORMAT_VERSION = 1
+MUSHRA_RANGE = (0.0, 100.0)
+MUSHRA_MANIFEST = "mushra.csv"
+# Listeners per batch pool, listeners rating each clip, the share of its clips that a listener
+# rates a second time (a replicate), and the spreads of listener bias and rating noise (points).
+MUSHRA_LISTENERS = 10
+MUSHRA_LISTENERS_PER_CLIP = 4
+MUSHRA_REPLICATE_SHARE = 0.2
+MUSHRA_BIAS_STD = 8.0
+MUSHRA_NOISE_STD = 8.0
+MUSHRA_STREAM = 4
+MUSHRA_COLUMNS = (
+    "wav_path",
+    "score",
+    "system_id",
+    "sample_id",
+    "listener_id",
+    "domain_id",
+    "split",
+    "test_set",
+    "role",
+    "replicate",
+)
+
+
+def _mushra_rows(corpus: Corpus, kinds: dict[str, str], seed: int) -> list[dict[str, object]]:
+    """Per-listener 0-100 rating rows of the clips of `corpus` (systems' degradation `kinds`).
+
+    A clip's latent MUSHRA quality is its MOS mapped linearly from 1-5 onto 0-100. Each batch
+    has a pool of listeners with biases of their own; four of them rate each clip, and a fifth
+    of those ratings are repeated by the same listener (`replicate` 1). The clean system of
+    each batch is the hidden reference (rated near 100), the system with the lowest mean MOS the
+    anchor.
+    """
+    rng = np.random.default_rng([seed, MUSHRA_STREAM])
+    rows: list[dict[str, object]] = []
+    for batch in corpus.domains:
+        clips = [c for c in corpus.clips if c.domain == batch]
+        means: dict[str, list[float]] = {}
+        for c in clips:
+            means.setdefault(c.system_id, []).append(c.mos)
+        anchor = min(means, key=lambda s: (np.mean(means[s]), s))
+        listeners = [f"{batch}-l{j:02d}" for j in range(MUSHRA_LISTENERS)]
+        bias = rng.normal(0, MUSHRA_BIAS_STD, MUSHRA_LISTENERS)
+        for clip in clips:
+            role = (
+                "reference"
+                if kinds[clip.system_id] == "clean"
+                else ("anchor" if clip.system_id == anchor else "")
+            )
+            latent = 100.0 if role == "reference" else 25.0 * (clip.mos - 1.0)
+            for j in rng.choice(MUSHRA_LISTENERS, MUSHRA_LISTENERS_PER_CLIP, replace=False):
+                repeats = 2 if rng.random() < MUSHRA_REPLICATE_SHARE else 1
+                for replicate in range(repeats):
+                    # References: listeners find the hidden reference and rate it near 100.
+                    noise = (
+                        -abs(rng.normal(0, 3.0))
+                        if role == "reference"
+                        else bias[j] + rng.normal(0, MUSHRA_NOISE_STD)
+                    )
+                    score = int(np.clip(np.rint(latent + noise), *MUSHRA_RANGE))
+                    rows.append(
+                        {
+                            "wav_path": clip.path.relative_to(clip.path.parents[2]).as_posix(),
+                            "score": score,
+                            "system_id": clip.system_id,
+                            "sample_id": clip.sample_id,
+                            "listener_id": listeners[j],
+                            "domain_id": batch,
+                            "split": clip.split,
+                            "test_set": clip.test_set or "",
+                            "role": role,
+                            "replicate": replicate,
+                        }
+                    )
+    return rows
+
+
+def load_synthetic_mushra(
+    root: str | Path,
+    seed: int = 0,
+    clips_per_system: int = 14,
+    systems_per_batch: tuple[int, ...] = (12, 12, 10, 8, 8),
+    replicates: str = "per_listener",
+) -> Corpus:
+    """The synthetic corpus as a MUSHRA-style listening test: 0-100 ratings, one row per rating.
+
+    The audio is the default synthetic corpus's, under `<root>/audio` (generated there first if
+    missing); `<root>/mushra.csv` holds a row per listener rating with `listener_id`, `role`
+    (`reference` for each batch's clean system, `anchor` for its worst one) and `replicate`
+    (1 for a listener's second rating of a clip), and is read as a CSV manifest on the 0-100
+    scale, replicates averaged as `replicates` says.
+    """
+    root = Path(root)
+    audio = load_synthetic(root / "audio", seed, clips_per_system, systems_per_batch)
+    manifest = root / MUSHRA_MANIFEST
+    marker = root / "mushra.json"
+    expected = {"format": MUSHRA_FORMAT_VERSION, **_signature(seed, clips_per_system, systems_per_batch)}
+    if not manifest.is_file():
+        kinds = {
+            s: v["type"]
+            for s, v in json.loads((root / "audio" / "info" / "sys_info.json").read_text()).items()
+        }
+        text = io.StringIO()
+        writer = csv.DictWriter(text, MUSHRA_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(_mushra_rows(audio, kinds, seed))
+        atomic_write_text(manifest, text.getvalue())
+        atomic_write_text(marker, json.dumps(expected))
+    if not marker.is_file() or json.loads(marker.read_text()) != expected:
+        raise CorpusError(
+            f"{marker}: {root} holds another MUSHRA-style corpus than seed={seed}, clips_per_system="
+            f"{clips_per_system}, systems_per_batch={list(systems_per_batch)}; choose another root"
+        )
+    return read_csv_manifest(manifest, score_range=MUSHRA_RANGE, replicates=replicates)

@@ -12,6 +12,21 @@ import numpy as np
 from sqa.data.audio import AudioError, load_audio
 from sqa.data.corpus import SPLITS, Corpus, CorpusError
 
+# Rating scales of listening tests, narrowest first: a corpus's ratings are matched to the first
+# that holds them all.
+KNOWN_SCALES = (
+    (0.0, 1.0),
+    (1.0, 5.0),
+    (0.0, 5.0),
+    (1.0, 7.0),
+    (1.0, 9.0),
+    (0.0, 10.0),
+    (1.0, 10.0),
+    (0.0, 100.0),
+)
+# Problems listed in an error message; the run's data_problems.txt has every one.
+ON_SCREEN = 20
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -82,16 +97,52 @@ def validate_corpus(
     return problems
 
 
-def format_report(problems: list[Problem]) -> str:
-    """A readable report: the number of problems, then one line each."""
+def format_report(problems: list[Problem], limit: int | None = None) -> str:
+    """A readable report: the number of problems, then one line each (the first `limit` only)."""
     lines = [f"{len(problems)} problem(s) in the corpus:"]
-    lines += [f"  {p}" for p in problems]
+    lines += [f"  {p}" for p in problems[:limit]]
+    if limit is not None and len(problems) > limit:
+        lines.append(
+            f"  ... and {len(problems) - limit} more (all of them: data_problems.txt in the run directory)"
+        )
     return "\n".join(lines)
 
 
-class CorpusProblems(CorpusError):
-    """Clips of the corpus have problems: `problems` lists them, the message is the report."""
+def scale_diagnosis(corpus: Corpus) -> str | None:
+    """One line naming `data.corpus.score_range` when most clips' ratings lie outside the scale.
 
-    def __init__(self, problems: list[Problem], hint: str = "") -> None:
+    None when at most half of the clips have a score or rating outside it (those are problems
+    of single clips). Otherwise the line names the smallest common rating scale (`KNOWN_SCALES`)
+    that holds every rating, or the ratings' own range where none does.
+    """
+    low, high = corpus.score_range
+    values, outside = [], 0
+    for clip in corpus.clips:
+        own = [v for v in (clip.mos, *clip.ratings.values()) if math.isfinite(v)]
+        values += own
+        outside += any(not low <= v <= high for v in own)
+    if not values or outside * 2 <= len(corpus.clips):
+        return None
+    seen = (min(values), max(values))
+    fits = [scale for scale in KNOWN_SCALES if scale[0] <= seen[0] and seen[1] <= scale[1]]
+    scale = fits[0] if fits else seen
+    return (
+        f"the ratings of {outside} of {len(corpus.clips)} clips lie outside the scale [{low:g}, {high:g}]; "
+        f"all ratings lie in [{scale[0]:g}, {scale[1]:g}] (from {seen[0]:g} to {seen[1]:g}): "
+        f"set data.corpus.score_range=[{scale[0]:g},{scale[1]:g}]"
+    )
+
+
+class CorpusProblems(CorpusError):
+    """Clips of the corpus have problems: `problems` lists them, the message is the report.
+
+    The message lists at most `ON_SCREEN` problems (the run writes all to data_problems.txt);
+    a `diagnosis` (one line, e.g. `scale_diagnosis`) comes first.
+    """
+
+    def __init__(self, problems: list[Problem], hint: str = "", diagnosis: str | None = None) -> None:
         self.problems = list(problems)
-        super().__init__(format_report(self.problems) + (f"\n{hint}" if hint else ""))
+        self.diagnosis = diagnosis
+        lines = [diagnosis] if diagnosis else []
+        lines += [format_report(self.problems, ON_SCREEN), *([hint] if hint else [])]
+        super().__init__("\n".join(lines))

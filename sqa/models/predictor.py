@@ -1,4 +1,10 @@
-"""MOSPredictor: backbone frames -> per-frame SSL-MOS head -> masked mean -> clip scores."""
+"""MOSPredictor: backbone frames -> per-frame SSL-MOS head -> masked mean -> clip scores.
+
+The head works on the paper's 1-5 MOS scale (its `2·tanh+3` range clip, the losses' margins and
+the optimiser's learning rate are set for it). A corpus rated on another scale (`score_range`,
+e.g. MUSHRA's 0-100) is mapped linearly onto 1-5 for training (`to_internal`) and predictions
+are mapped back (`to_scale`) wherever they leave the model; on 1-5 both maps are the identity.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +34,11 @@ class PredictorConfig:
     dimensions: list[str]
     num_judges: int
     judge_dim: int | None
+    score_range: list[float]
+
+
+# The scale the head predicts on: the paper's MOS scale.
+INTERNAL_RANGE = (1.0, 5.0)
 
 
 class MOSPredictor(Exportable, nn.Module):
@@ -38,7 +49,8 @@ class MOSPredictor(Exportable, nn.Module):
     `dimensions` names the scores predicted by one output each of the head's last layer (the
     overall "mos" first, then e.g. "lyrics", "melody"). `judge_dim` (None: off) embeds the
     judge ID (one of `num_judges`, plus a learned mean judge at index `num_judges`, the one used
-    when no judge is given) and concatenates it to every frame.
+    when no judge is given) and concatenates it to every frame. `score_range` is the corpus's
+    rating scale: `forward` scores on the internal 1-5 scale, `to_scale` maps them onto it.
     """
 
     exported_children = ("backbone",)
@@ -56,9 +68,13 @@ class MOSPredictor(Exportable, nn.Module):
         dimensions: Sequence[str] = (OVERALL,),
         num_judges: int = 0,
         judge_dim: int | None = None,
+        score_range: Sequence[float] = INTERNAL_RANGE,
     ) -> None:
         super().__init__()
         dimensions = list(dimensions)
+        low, high = (float(v) for v in score_range)
+        if not low < high:
+            raise ValueError(f"score_range must be [low, high] with low < high, got {list(score_range)}")
         if not dimensions or dimensions[0] != OVERALL or len(set(dimensions)) != len(dimensions):
             raise ValueError(
                 f"dimensions must be distinct and start with {OVERALL!r} (the overall score that "
@@ -79,7 +95,11 @@ class MOSPredictor(Exportable, nn.Module):
             dimensions,
             num_judges,
             judge_dim,
+            [low, high],
         )
+        # y_internal = offset + gain · y on the user's scale.
+        self.scale_gain = (INTERNAL_RANGE[1] - INTERNAL_RANGE[0]) / (high - low)
+        self.scale_offset = INTERNAL_RANGE[0] - low * self.scale_gain
         self.dimensions = dimensions
         self.num_judges = num_judges
         self.domain = DomainEmbedding(num_domains, domain_dim) if domain_dim else None
@@ -95,6 +115,24 @@ class MOSPredictor(Exportable, nn.Module):
             nn.Linear(head_dim, len(dimensions)),
         )
 
+    @property
+    def score_range(self) -> tuple[float, float]:
+        """The rating scale (low, high) that `to_scale` maps predictions onto."""
+        low, high = self.config.score_range
+        return low, high
+
+    def to_internal(self, values: torch.Tensor) -> torch.Tensor:
+        """Labels (any shape) on `score_range` mapped linearly onto the head's 1-5 scale."""
+        if self.scale_gain == 1.0 and self.scale_offset == 0.0:
+            return values
+        return values * self.scale_gain + self.scale_offset
+
+    def to_scale(self, values: torch.Tensor) -> torch.Tensor:
+        """Scores (any shape) of the head's 1-5 scale mapped linearly onto `score_range`."""
+        if self.scale_gain == 1.0 and self.scale_offset == 0.0:
+            return values
+        return (values - self.scale_offset) / self.scale_gain
+
     def forward(
         self,
         wav: torch.Tensor,
@@ -106,6 +144,7 @@ class MOSPredictor(Exportable, nn.Module):
         """Score a padded batch: wav (B, N), lengths (B,), domain (B,) IDs, f0 (B, T') in Hz.
 
         judge (B,) IDs in [0, num_judges]; None scores as the mean judge (index num_judges).
+        Scores are on the internal 1-5 scale: `to_scale` maps them onto `score_range`.
         """
         frames, frame_lengths = self.backbone(wav, lengths)
         parts = [frames]
@@ -123,7 +162,7 @@ class MOSPredictor(Exportable, nn.Module):
             parts.append(self.judge(judge, frames.shape[1]).to(frames.dtype))
         frame_scores = self.head(torch.cat(parts, dim=-1))
         if self.range_clip:
-            # Keeps every frame inside the 1..5 MOS scale.
+            # Keeps every frame inside the internal 1..5 scale (`score_range` once mapped back).
             frame_scores = 2.0 * torch.tanh(frame_scores) + 3.0
         mask = frame_mask(frame_lengths, frame_scores.shape[1])
         frame_scores = frame_scores.masked_fill(~mask[:, :, None], 0.0)
