@@ -29,16 +29,24 @@ def load(
     batch_size: int = 8,
     domain: str | int | None = None,
     chunk_seconds: float | None = None,
+    pooling: str | None = None,
 ) -> Scorer:
     """Load an export (its directory, a run directory holding export/, or its model.pt) for scoring.
 
     The result's `.score(audio, sample_rate)` scores numpy arrays or torch tensors; see
-    `sqa.scoring.Scorer` for `domain` and `chunk_seconds`. An export is read as data only: a
+    `sqa.scoring.Scorer` for `domain`, `chunk_seconds` and `pooling`. An export is read as data only: a
     hostile one raises `sqa.export.ExportError` before anything is built.
     """
     from sqa.scoring import Scorer
 
-    return Scorer(path, device=device, batch_size=batch_size, domain=domain, chunk_seconds=chunk_seconds)
+    return Scorer(
+        path,
+        device=device,
+        batch_size=batch_size,
+        domain=domain,
+        chunk_seconds=chunk_seconds,
+        pooling=pooling,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -65,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
         help="score clips longer than this in windows of about this length, combined weighted by frames",
     )
     parser.add_argument(
+        "--pooling",
+        help="masked_mean or s3prl_padded_mean: how frame scores become a clip's score (default: the "
+        "export's own; imports record their authors' s3prl_padded_mean; masked_mean: a clip's frames)",
+    )
+    parser.add_argument(
         "--by-system",
         action="store_true",
         help="also write per-system means to <output>.systems.csv|json (system: the manifest's "
@@ -120,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     from sqa.scoring import Scorer
 
     try:
-        scorer = Scorer(args.checkpoint, args.device, args.batch_size, args.domain, args.chunk_seconds)
+        scorer = Scorer(
+            args.checkpoint, args.device, args.batch_size, args.domain, args.chunk_seconds, args.pooling
+        )
     except (ExportError, ValueError, MissingExtraError) as err:
         return _fail([str(err)], 2)
     if not inputs.paths:

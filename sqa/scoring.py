@@ -2,8 +2,9 @@
 
 Arrays and files take one path: float32 samples (N, C) -> `downmix_resample` (channel mean,
 soxr resampling to the export's rate) -> optional windows of `chunk_seconds` -> length-sorted
-batches -> the predictor's masked mean over each clip's frames. Batches give the scores of
-one-by-one calls (masked pooling), so batch size and order never change a score. Files are
+batches -> the predictor's pooling of each clip's frame scores (the export's `pooling`, or the
+one asked for). Batches give the scores of one-by-one calls (per-clip pooling; GroupNorm front
+ends run each length on its own), so batch size and order never change a score. Files are
 decoded in DataLoader workers in batches sorted by their header's length, so decoded audio held
 at once is bounded by the batch, never by the number of inputs. Scoring imports neither
 Lightning nor Hydra; a backbone library is imported only when the export uses it.
@@ -34,6 +35,7 @@ from sqa.data.audio import AudioError, audio_info, downmix_resample
 from sqa.data.batching import pad_batch
 from sqa.export import load_export
 from sqa.models.backbone import W2V_HOP
+from sqa.models.predictor import POOLINGS
 
 
 def resolve_domain(domain: str | int | None, domains: list[str]) -> int:
@@ -88,6 +90,9 @@ class Scorer:
     judge. `dimensions` are the export's score dimensions, the overall "mos" first. With
     `chunk_seconds`, longer clips are scored in windows of about that length and their scores
     averaged weighted by frames, which bounds memory (attention is quadratic in length).
+    `pooling` (one of `sqa.models.predictor.POOLINGS`; None: the export's own) chooses how frame
+    scores become a clip's score, e.g. "masked_mean" for an imported predictor that records
+    its authors' "s3prl_padded_mean".
     """
 
     def __init__(
@@ -97,13 +102,18 @@ class Scorer:
         batch_size: int = 8,
         domain: str | int | None = None,
         chunk_seconds: float | None = None,
+        pooling: str | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if chunk_seconds is not None and not chunk_seconds > 0:
             raise ValueError(f"chunk_seconds must be positive, got {chunk_seconds}")
+        if pooling is not None and pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         self.device = resolve_device(device)
         self.predictor, self.config, self.f0_extractor = load_export(export)
+        if pooling is not None:
+            self.predictor.pooling = pooling
         self.predictor.to(self.device)
         self.dimensions = list(self.predictor.dimensions)
         self.domain = resolve_domain(domain, self.config.get("domains", []))
