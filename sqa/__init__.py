@@ -30,19 +30,28 @@ def load(
     domain: str | int | None = None,
     chunk_seconds: float | None = None,
     max_samples: int | None = None,
+    pooling: str | None = None,
 ) -> Scorer:
     """Load an export (its directory, a run directory holding export/, or its model.pt) for scoring.
 
     The result's `.score(audio, sample_rate)` scores numpy arrays or torch tensors; see
-    `sqa.scoring.Scorer` for `domain`, `chunk_seconds` and `max_samples` (None: the default
-    limit, `sqa.data.audio.MAX_AUDIO_SAMPLES`). An export is read as data only: a hostile one
-    raises `sqa.export.ExportError` before anything is built.
+    `sqa.scoring.Scorer` for `domain`, `chunk_seconds`, `max_samples` (None: the default limit,
+    `sqa.data.audio.MAX_AUDIO_SAMPLES`) and `pooling`. An export is read as data only: a hostile
+    one raises `sqa.export.ExportError` before anything is built.
     """
     from sqa.data.audio import MAX_AUDIO_SAMPLES
     from sqa.scoring import Scorer
 
     limit = MAX_AUDIO_SAMPLES if max_samples is None else max_samples
-    return Scorer(path, device, batch_size, domain, chunk_seconds, limit)
+    return Scorer(
+        path,
+        device=device,
+        batch_size=batch_size,
+        domain=domain,
+        chunk_seconds=chunk_seconds,
+        max_samples=limit,
+        pooling=pooling,
+    )
 
 
 def __getattr__(name: str) -> Any:

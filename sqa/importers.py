@@ -17,7 +17,9 @@ Layouts, read from the public code that loads these files:
 The released files hold the fine-tuned wav2vec2 weights but not its architecture: that comes from
 the s3prl-converted upstream checkpoint (model_cfg, task_cfg) that s3prl keeps in its cache when
 the predictor was used through torch.hub, or from `--upstream-checkpoint FILE`. Nothing is
-downloaded. The input normalisation follows that task_cfg, as s3prl's own expert does.
+downloaded. The input normalisation follows that task_cfg, as s3prl's own expert does. Every
+import pools frame scores as these predictors do (`pooling: s3prl_padded_mean`: the mean over
+s3prl's ceil(N/320) output frames, the last one repeated), so it scores as its authors' code.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ SHEET_SSL = "ssl_model.upstream.model."
 SINGMOS_UPSTREAMS = {"singmos_pro": "wav2vec2_large_ll60k", "singmos_v1": "wav2vec2_base_960"}
 # torch.hub's singmos_pro scores every clip with domain ID 1 unless told otherwise.
 SINGMOS_PRO_DEFAULT_DOMAIN = 1
+# singmos_pro.py, singmos_v1.py and SHEET's SSLMOS all take torch.mean over S3PRLUpstream's output.
+SOURCE_POOLING = "s3prl_padded_mean"
 
 
 class LayoutError(ValueError):
@@ -207,6 +211,7 @@ def build_predictor(converted: Converted, upstream_checkpoint: str | None, sourc
         range_clip=converted.range_clip,
         num_domains=max(len(converted.domains), 1),
         domain_dim=converted.domain_dim,
+        pooling=SOURCE_POOLING,
     )
     state = {f"backbone.model.{k}": v for k, v in converted.ssl.items()} | converted.other
     own = predictor.state_dict()

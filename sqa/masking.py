@@ -32,3 +32,16 @@ def masked_standardize(x: torch.Tensor, lengths: torch.Tensor, eps: float = 1e-5
     mean = (x * mask).sum(dim=dims, keepdim=True) / count
     var = (((x - mean) * mask) ** 2).sum(dim=dims, keepdim=True) / count
     return (x - mean) / torch.sqrt(var + eps) * mask
+
+
+def repeat_last_mean(x: torch.Tensor, lengths: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Mean of x (B, T, ...) over `counts[b]` steps whose steps past `lengths[b]` repeat the last valid one.
+
+    s3prl's `S3PRLUpstream` pads (or cuts) a clip's frames to a fixed count this way, and models
+    that average its output count the repeated frame several times. Row b uses only its own first
+    `lengths[b]` steps, so the result does not depend on the batch. -> (B, ...)
+    """
+    steps = torch.arange(int(counts.max()), device=x.device)
+    index = torch.minimum(steps[None, :], (lengths.clamp_min(1) - 1)[:, None])
+    gathered = x.gather(1, index.reshape(index.shape + (1,) * (x.dim() - 2)).expand(-1, -1, *x.shape[2:]))
+    return masked_mean(gathered, counts)

@@ -41,6 +41,15 @@ TRAINING_KEYS = {
 SYNTHETIC_READER = "sqa.data.synthetic.load_synthetic"
 # The built-in synthetic corpora: its SingMOS-Pro layout and its MUSHRA-style ratings.
 SYNTHETIC_READERS = frozenset({SYNTHETIC_READER, "sqa.data.synthetic.load_synthetic_mushra"})
+# What each `pooling` of the predictor does, in the card's words.
+POOLING_TEXT = {
+    "masked_mean": "the mean of the clip's own frame scores (sqa's default)",
+    "s3prl_padded_mean": (
+        "the mean over s3prl's ceil(N/320) output frames, the last real frame repeated, as the"
+        " SingMOS and SHEET predictors compute it (`sqa-score --pooling masked_mean` averages the"
+        " clip's own frames instead)"
+    ),
+}
 
 
 def metrics_table(results: Mapping[str, Any]) -> list[str]:
@@ -126,6 +135,7 @@ def render(
     reader = corpus.get("reader", "an unrecorded corpus")
     low, high = corpus.get("score_range", (1, 5))
     dimensions = list(model.get("dimensions") or ["mos"])
+    pooling = str(model.get("pooling", "masked_mean"))
     version = (run_info or {}).get("sqa")
     lines = [
         f"# MOS predictor for singing: {backbone}" + (f", trained with sqa {version}" if version else ""),
@@ -134,6 +144,8 @@ def render(
         f" on the {low:g}–{high:g} scale of"
         f" its training ratings. Score dimensions: {', '.join(dimensions)}.",
         *_scale_note(model),
+        "",
+        f"A clip's score pools its frame scores by `{pooling}`: {POOLING_TEXT.get(pooling, pooling)}.",
         "",
         "```sh",
         "python -m sqa.score --checkpoint <this folder> --output scores.csv clip.wav more/clips/",

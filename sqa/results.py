@@ -6,7 +6,9 @@
 Each cell is a label and a glob of run directories (one per seed) holding `metrics.json`. Rows
 are cells; columns are utterance- and system-level RMSE, LCC and SRCC, each as `R1/R2|R3|Avg`.
 A value undefined in some runs (null in metrics.json) is summarised over the others and marked
-`(n=k)`, as is a value of a single run (no ±); `n/a` where no run defines it.
+`(n=k)`, as is a value of a single run (no ±); `n/a` where no run defines it. `--paper-rows`
+prints the paper's published rows first and, under each cell labelled like one of them, the
+difference run − paper.
 """
 
 from __future__ import annotations
@@ -97,14 +99,9 @@ def paper_means(runs: list[dict], level: str, name: str) -> list[float | None]:
     return means
 
 
-def build_paper_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the SingMOS-Pro paper's layout (`--paper`), means over seeds.
-
-    Columns are utterance and system MSE, LCC and SRCC (the paper's "RMSE" column is an MSE),
-    each `R1/R2|R3|Avg` with 2 decimals.
-    """
-    header = ["setting", "runs"] + [f"{level.upper()} {name.upper()}" for level, name in PAPER_COLUMNS]
-    rows = []
+def paper_values(cells: list[tuple[str, str]]) -> list[tuple[str, int, list[list[float | None]]]]:
+    """(label, number of runs, per paper column the means over seeds `[t1, t2, t3, avg]`) per cell."""
+    out = []
     for label, pattern in cells:
         run_dirs = artefacts.runs_with_metrics(pattern)
         if not run_dirs:
@@ -116,14 +113,56 @@ def build_paper_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[lis
                     f"{artefacts.metrics_file(run_dir)} has no 'mse' (written before sqa recorded "
                     "it); re-evaluate the run to print the paper's layout"
                 )
-        rows.append(
-            [label, str(len(runs))] + [paper_layout_cell(paper_means(runs, *c)) for c in PAPER_COLUMNS]
-        )
-    return header, rows
+        out.append((label, len(runs), [paper_means(runs, *c) for c in PAPER_COLUMNS]))
+    return out
 
 
-def load_paper_rows(spec: str) -> tuple[list[list[str]], str]:
-    """Rows `FILE:TABLE` of published results (label "paper: <setting>") and the file's source note.
+def paper_header() -> list[str]:
+    """Header of the paper's layout: setting, runs, utterance and system MSE, LCC, SRCC."""
+    return ["setting", "runs"] + [f"{level.upper()} {name.upper()}" for level, name in PAPER_COLUMNS]
+
+
+def build_paper_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the SingMOS-Pro paper's layout (`--paper`), means over seeds.
+
+    Columns are utterance and system MSE, LCC and SRCC (the paper's "RMSE" column is an MSE),
+    each `R1/R2|R3|Avg` with 2 decimals.
+    """
+    rows = [
+        [label, str(runs)] + [paper_layout_cell(column) for column in columns]
+        for label, runs, columns in paper_values(cells)
+    ]
+    return paper_header(), rows
+
+
+def difference_cell(run: list[float | None], paper: list[float | None]) -> str:
+    """`R1/R2|R3|Avg` of run − paper with a sign and 2 decimals; "?" where either is missing."""
+    return paper_layout(
+        ["?" if r is None or p is None else f"{r - p:+.2f}" for r, p in zip(run, paper, strict=True)]
+    )
+
+
+def paper_comparison(cells: list[tuple[str, str]], spec: str) -> tuple[list[str], list[list[str]], str]:
+    """The paper's rows of `spec` (FILE:TABLE), then each run's row followed by run − paper.
+
+    A run's cell is compared with the paper's row of the same setting (its label, e.g. "SSL");
+    a label the paper has no row for gets no difference row.
+    """
+    published, source = read_paper_rows(spec)
+    by_setting = {setting: columns for setting, columns in published}
+    rows = [
+        [f"paper: {setting}", "-"] + [paper_layout_cell(c) for c in columns] for setting, columns in published
+    ]
+    for label, runs, columns in paper_values(cells):
+        rows.append([label, str(runs)] + [paper_layout_cell(column) for column in columns])
+        if label in by_setting:
+            diffs = [difference_cell(r, p) for r, p in zip(columns, by_setting[label], strict=True)]
+            rows.append([f"{label} − paper", "-"] + diffs)
+    return paper_header(), rows, source
+
+
+def read_paper_rows(spec: str) -> tuple[list[tuple[str, list[list[float | None]]]], str]:
+    """Published rows `FILE:TABLE`: (setting, per paper column `[t1, t2, t3, avg]`), and the source note.
 
     FILE is JSON: {"source": str, "<table>": [{"setting": str, "utt": {"mse": [t1, t2, t3, avg],
     "lcc": [...], "srcc": [...]}, "sys": {...}}, ...]}; a value not filled in is null.
@@ -140,15 +179,15 @@ def load_paper_rows(spec: str) -> tuple[list[list[str]], str]:
     rows = []
     for i, row in enumerate(data[table]):
         where = f"{path}: {table}[{i}]"
-        cells = []
+        columns = []
         for level, name in PAPER_COLUMNS:
             values = row.get(level, {}).get(name) if isinstance(row, dict) else None
             if not (isinstance(values, list) and len(values) == 4):
                 raise ValueError(f"{where}: {level}.{name} must be a list [test1, test2, test3, avg]")
-            if not all(v is None or isinstance(v, int | float) for v in values):
+            if not all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in values):
                 raise ValueError(f"{where}: {level}.{name} holds something other than numbers or null")
-            cells.append(paper_layout_cell(values))
-        rows.append([f"paper: {row.get('setting', '?')}", "-"] + cells)
+            columns.append(values)
+        rows.append((str(row.get("setting", "?")), columns))
     return rows, str(data.get("source", ""))
 
 
@@ -161,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         "--paper", action="store_true", help="the paper's layout: utt/sys MSE, LCC, SRCC, 2 decimals"
     )
     parser.add_argument(
-        "--paper-rows", metavar="FILE:TABLE", help="with --paper: add the paper's own rows of TABLE from FILE"
+        "--paper-rows",
+        metavar="FILE:TABLE",
+        help="with --paper: the paper's own rows of TABLE from FILE above the runs', and each run − paper",
     )
     args = parser.parse_args(argv)
     if args.paper_rows and not args.paper:
@@ -173,11 +214,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--cell needs LABEL=GLOB, got {item!r}")
         cells.append((label, pattern))
     try:
-        header, rows = build_paper_table(cells) if args.paper else build_table(cells)
         source = ""
         if args.paper_rows:
-            paper_rows, source = load_paper_rows(args.paper_rows)
-            rows = paper_rows + rows
+            header, rows, source = paper_comparison(cells, args.paper_rows)
+        else:
+            header, rows = build_paper_table(cells) if args.paper else build_table(cells)
     except (FileNotFoundError, ValueError) as err:
         print(f"sqa-table: {err}", file=sys.stderr)
         return 1

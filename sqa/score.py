@@ -66,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
         help="score clips longer than this in windows of about this length, combined weighted by frames",
     )
     parser.add_argument(
+        "--pooling",
+        help="masked_mean or s3prl_padded_mean: how frame scores become a clip's score (default: the "
+        "export's own; imports record their authors' s3prl_padded_mean; masked_mean: a clip's frames)",
+    )
+    parser.add_argument(
         "--by-system",
         action="store_true",
         help="also write per-system means to <output>.systems.csv|json (system: the manifest's "
@@ -131,7 +136,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         scorer = Scorer(
-            args.checkpoint, args.device, args.batch_size, args.domain, args.chunk_seconds, args.max_samples
+            args.checkpoint,
+            args.device,
+            args.batch_size,
+            args.domain,
+            args.chunk_seconds,
+            max_samples=args.max_samples,
+            pooling=args.pooling,
         )
     except (ExportError, ValueError, MissingExtraError) as err:
         return _fail([str(err)], 2)

@@ -2,8 +2,9 @@
 
 Arrays and files take one path: float32 samples (N, C) -> `downmix_resample` (channel mean,
 soxr resampling to the export's rate) -> optional windows of `chunk_seconds` -> length-sorted
-batches -> the predictor's masked mean over each clip's frames. Batches give the scores of
-one-by-one calls (masked pooling), so batch size and order never change a score. Files are
+batches -> the predictor's pooling of each clip's frame scores (the export's `pooling`, or the
+one asked for). Batches give the scores of one-by-one calls (per-clip pooling; GroupNorm front
+ends run each length on its own), so batch size and order never change a score. Files are
 decoded in DataLoader workers in batches sorted by their header's length, so decoded audio held
 at once is bounded by the batch, never by the number of inputs. Scoring imports neither
 Lightning nor Hydra; a backbone library is imported only when the export uses it.
@@ -41,6 +42,7 @@ from sqa.data.audio import (
 from sqa.data.batching import pad_batch
 from sqa.export import load_export
 from sqa.models.backbone import W2V_HOP
+from sqa.models.predictor import POOLINGS
 
 
 def resolve_domain(domain: str | int | None, domains: list[str]) -> int:
@@ -97,6 +99,9 @@ class Scorer:
     averaged weighted by frames, which bounds memory (attention is quadratic in length). An input
     whose header declares more than `max_samples` samples (frames x channels, or resampled to
     the export's rate) is refused before it is decoded, like an unreadable file.
+    `pooling` (one of `sqa.models.predictor.POOLINGS`; None: the export's own) chooses how frame
+    scores become a clip's score, e.g. "masked_mean" for an imported predictor that records
+    its authors' "s3prl_padded_mean".
     """
 
     def __init__(
@@ -107,6 +112,7 @@ class Scorer:
         domain: str | int | None = None,
         chunk_seconds: float | None = None,
         max_samples: int = MAX_AUDIO_SAMPLES,
+        pooling: str | None = None,
     ) -> None:
         if max_samples < 1:
             raise ValueError(f"max_samples must be at least 1, got {max_samples}")
@@ -114,8 +120,12 @@ class Scorer:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if chunk_seconds is not None and not chunk_seconds > 0:
             raise ValueError(f"chunk_seconds must be positive, got {chunk_seconds}")
+        if pooling is not None and pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         self.device = resolve_device(device)
         self.predictor, self.config, self.f0_extractor = load_export(export)
+        if pooling is not None:
+            self.predictor.pooling = pooling
         self.predictor.to(self.device)
         self.dimensions = list(self.predictor.dimensions)
         self.domain = resolve_domain(domain, self.config.get("domains", []))

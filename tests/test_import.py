@@ -3,14 +3,14 @@
 Each test builds the released model's module tree as its public code defines it (the SingMOS-Pro
 authors' singmos_pro.py / singmos_v1.py, SHEET's sslmos.py: an s3prl `S3PRLUpstream` plus their
 heads) at tiny size, saves its state_dict as the release does, imports it, and compares sqa's
-score of a clip with that module's own forward. s3prl's `S3PRLUpstream` repeats the last frame to
-pad the output to ceil(N / 320) frames and those predictors average all of them; sqa averages the
-model's real frames, so the reference score is the mean over those (the frame scores are compared
-one by one).
+score of a clip with that module's own forward: the mean over s3prl's `S3PRLUpstream` output of
+ceil(N / 320) frames, whose last real frame repeats, which the import records as its pooling. The
+frame scores are compared one by one as well.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -98,6 +98,10 @@ class SingMOSPro(nn.Module):
         domain = self.domain_emb(torch.tensor([domain_id]))[:, None, :].expand(-1, x.shape[1], -1)
         return self.decoder(torch.cat((x, domain), dim=-1)).squeeze(-1)
 
+    def forward(self, wav: torch.Tensor, domain_id: int = 1) -> torch.Tensor:
+        """`MOS_Predictor.forward` of one clip (1, N): torch.mean of the frame scores, dim 1."""
+        return torch.mean(self.frame_scores(wav, domain_id), dim=1)
+
 
 class SingMOSv1(nn.Module):
     """singmos_v1.py `MOS_Predictor` with use_lstm=False: Linear(D, 1) per frame."""
@@ -109,6 +113,10 @@ class SingMOSv1(nn.Module):
 
     def frame_scores(self, wav: torch.Tensor) -> torch.Tensor:
         return self.linear(self.ssl_model(wav, torch.tensor([wav.shape[1]]))).squeeze(-1)
+
+    def forward(self, wav: torch.Tensor) -> torch.Tensor:
+        """`MOS_Predictor.forward` of one clip (1, N): torch.mean of the frame scores, dim 1."""
+        return torch.mean(self.frame_scores(wav), dim=1)
 
 
 class SheetSSLMOS(nn.Module):
@@ -123,6 +131,10 @@ class SheetSSLMOS(nn.Module):
         hidden, _ = self.ssl_model(wav, torch.tensor([wav.shape[1]]))
         return self.mean_net_dnn(hidden[-1]).squeeze(-1)
 
+    def forward(self, wav: torch.Tensor) -> torch.Tensor:
+        """`SSLMOS.mean_net_inference` of one clip (1, N): torch.mean of the frame scores, dim 1."""
+        return torch.mean(self.frame_scores(wav), dim=1)
+
 
 def clip() -> np.ndarray:
     rng = np.random.default_rng(0)
@@ -131,11 +143,11 @@ def clip() -> np.ndarray:
 
 
 def reference_score(frame_scores: torch.Tensor) -> tuple[float, torch.Tensor]:
-    """Mean over the model's real frames (the s3prl output adds one repeated last frame)."""
+    """The authors' clip score (torch.mean over s3prl's padded output) and the model's real frames."""
     real = (SAMPLES - 400) // 320 + 1
     assert frame_scores.shape[1] == -(-SAMPLES // 320) == real + 1
-    assert torch.equal(frame_scores[:, -1], frame_scores[:, -2])
-    return float(frame_scores[0, :real].mean()), frame_scores[0, :real]
+    torch.testing.assert_close(frame_scores[:, -1], frame_scores[:, -2], atol=1e-6, rtol=0)
+    return float(frame_scores[0].mean()), frame_scores[0, :real]
 
 
 def check_export(
@@ -317,3 +329,123 @@ def test_import_errors_name_the_file_and_the_problem(tmp_path: Path, capsys: pyt
     )
     assert json.loads((tmp_path / "e" / "metrics.json").read_text()) == {}
     assert isinstance(load_export(tmp_path / "e")[0].backbone, S3prlWav2Vec2)
+
+
+# Clips of 1-4 s at 16 kHz: N mod 320 of 40 gives s3prl two repeated frames, the others one.
+REFERENCE_SAMPLES = (16_040, 27_200, 40_321, 64_000)
+# And one clip at 44.1 kHz, which sqa resamples (soxr) before the model sees it.
+HIGH_RATE, HIGH_RATE_SAMPLES = 44_100, 97_020
+SHEET_CONFIG = {
+    "model_type": "SSLMOS",
+    "sampling_rate": 16000,
+    "model_params": {
+        "ssl_module": "s3prl",
+        "ssl_model_layer_idx": -1,
+        "mean_net_output_type": "scalar",
+        "mean_net_range_clipping": True,
+    },
+}
+# layout: (sqa-import kind, upstream model_cfg, its task_cfg normalize, SHEET's s3prl_name).
+LAYOUTS = {
+    "singmos_pro": ("singmos_pro", FAIRSEQ_TINY, True, None),
+    "singmos_v1": ("singmos_v1", FAIRSEQ_TINY_BASE, False, None),
+    "sheet_wav2vec2_large": ("sheet", FAIRSEQ_TINY, True, "wav2vec2_large_ll60k"),
+    "sheet_wav2vec2_base": ("sheet", FAIRSEQ_TINY_BASE, False, "wav2vec2"),
+}
+
+
+def reference_clips() -> list[tuple[np.ndarray, int]]:
+    """Sung-like tones with noise, (samples, rate): four at 16 kHz and one at 44.1 kHz."""
+    rng = np.random.default_rng(11)
+    clips = []
+    for n, rate in [*((n, 16000) for n in REFERENCE_SAMPLES), (HIGH_RATE_SAMPLES, HIGH_RATE)]:
+        t = np.arange(n) / rate
+        tone = 0.3 * np.sin(2 * np.pi * (200 + 40 * len(clips)) * t * (1 + 0.01 * np.sin(2 * np.pi * 5 * t)))
+        clips.append(((tone + 0.03 * rng.standard_normal(n)).astype(np.float32), rate))
+    return clips
+
+
+def released_model(layout: str, tmp_path: Path) -> tuple[nn.Module, Path, list[str]]:
+    """The authors' model of `layout`, perturbed from its init, saved as released; the import args."""
+    kind, model_cfg, normalize, s3prl_name = LAYOUTS[layout]
+    upstream = upstream_file(tmp_path / "upstream.pt", model_cfg, normalize)
+    torch.manual_seed(21)
+    model = {"singmos_pro": SingMOSPro, "singmos_v1": SingMOSv1, "sheet": SheetSSLMOS}[kind](
+        upstream, ssl_dim=256
+    )
+    with torch.no_grad():
+        # Fine-tuned weights differ from the upstream's: every tensor moves by about 1 %.
+        for tensor in model.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(0.01 * tensor.std().nan_to_num() * torch.randn_like(tensor))
+        if kind == "singmos_v1":
+            model.linear.bias.fill_(3.0)
+    model.eval()
+    weights = tmp_path / "released.pt"
+    torch.save(model.state_dict(), weights)
+    args = [kind, str(weights), str(tmp_path / "export"), "--upstream-checkpoint", str(upstream)]
+    if kind == "sheet":
+        config = {**SHEET_CONFIG, "model_params": {**SHEET_CONFIG["model_params"], "s3prl_name": s3prl_name}}
+        config["model_params"]["ssl_model_output_dim"] = 256
+        (tmp_path / "config.yml").write_text(yaml.safe_dump(config))
+        args += ["--sheet-config", str(tmp_path / "config.yml")]
+    return model, tmp_path / "export", args
+
+
+def sqa_scores(export: Path, clips: list, batch_size: int, tmp_path: Path, domain: str | None, pooling=None):
+    """Each clip's score through `sqa.load(...).score` and through `sqa-score`'s files, in order."""
+    import soundfile as sf
+
+    import sqa
+    from sqa import score
+
+    scorer = sqa.load(export, batch_size=batch_size, domain=domain, pooling=pooling)
+    api = scorer.score([wav for wav, rate in clips if rate == 16000], 16000)
+    api += [scorer.score(wav, rate) for wav, rate in clips if rate != 16000]
+    paths = []
+    for i, (wav, rate) in enumerate(clips):
+        paths.append(tmp_path / f"clip{i}.wav")
+        sf.write(paths[-1], wav, rate, subtype="FLOAT")  # float samples: the file holds the array
+    out = tmp_path / f"scores_{batch_size}_{pooling}.csv"
+    args = ["--checkpoint", str(export), "--batch-size", str(batch_size), "--num-workers", "0"]
+    args += ["--output", str(out), "--overwrite", "--device", "cpu"]
+    args += [*(["--domain", domain] if domain else []), *(["--pooling", pooling] if pooling else [])]
+    assert score.main([*args, *map(str, paths)]) == 0
+    by_path = {row["path"]: float(row["score"]) for row in csv.DictReader(out.open())}
+    return np.array(api), np.array([by_path[str(p)] for p in paths])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("layout", "domain_id"),
+    [("singmos_pro", 1), ("singmos_pro", 3), ("singmos_v1", None), ("sheet_wav2vec2_large", None)]
+    + [("sheet_wav2vec2_base", None)],
+)
+@torch.no_grad()
+def test_imported_predictors_score_every_clip_as_their_authors_forward(
+    layout: str, domain_id: int | None, tmp_path: Path
+) -> None:
+    from sqa.data.audio import downmix_resample
+
+    model, export, args = released_model(layout, tmp_path)
+    assert importers.main(args) == 0
+    assert yaml.safe_load((export / "config.yaml").read_text())["model"]["pooling"] == "s3prl_padded_mean"
+    assert "s3prl_padded_mean" in (export / "README.md").read_text()
+    clips = reference_clips()
+    expected = []
+    for wav, rate in clips:
+        # The authors' models take 16 kHz input: the 44.1 kHz clip as sqa resamples it.
+        wav16 = downmix_resample(wav[:, None], rate, 16000, "clip")
+        extra = {} if domain_id is None else {"domain_id": domain_id}
+        expected.append(float(model(torch.from_numpy(wav16)[None], **extra)))
+    domain = None if domain_id is None else f"domain_id_{domain_id}"
+    worst = {}
+    for batch_size in (1, 8):
+        api, cli = sqa_scores(export, clips, batch_size, tmp_path, domain)
+        worst[batch_size] = float(max(np.abs(api - expected).max(), np.abs(cli - expected).max()))
+    print(f"max |sqa - source| {layout} domain {domain_id}: batch 1 {worst[1]:.1e}, batch 8 {worst[8]:.1e}")
+    assert max(worst.values()) <= 1e-4, worst
+    # sqa's masked mean, still available, averages only the real frames: a different score.
+    api, cli = sqa_scores(export, clips, 8, tmp_path, domain, pooling="masked_mean")
+    assert np.abs(api - expected).max() > 1e-3
+    np.testing.assert_allclose(api, cli, atol=1e-5, rtol=0)

@@ -228,14 +228,14 @@ def test_exports_from_before_the_ssl_package_load_score_and_reexport_the_same(na
     with torch.no_grad():
         scores = loaded(*golden_batch(), domain=domain).scores.flatten()
     torch.testing.assert_close(scores, torch.tensor(OLD_SCORES[name]), atol=1e-5, rtol=0)
-    # The same model exported again writes the same config.yaml, byte for byte, plus the rating
-    # scale that exports record since (an old export's is the MOS scale).
+    # The same model exported again writes the same config.yaml, plus the rating scale and the
+    # pooling that exports record since (an old export's are the MOS scale and the masked mean).
     export_predictor(loaded, tmp_path / "again", config["sample_rate"], config["domains"])
-    old = (OLD_EXPORTS / name / "config.yaml").read_text()
-    scale = "  score_range:\n  - 1.0\n  - 5.0\n"
-    assert (tmp_path / "again" / "config.yaml").read_text() == old.replace(
-        "  judge_dim: null\n", "  judge_dim: null\n" + scale
-    )
+    old = yaml.safe_load((OLD_EXPORTS / name / "config.yaml").read_text())
+    assert "pooling" not in old["model"] and "score_range" not in old["model"]
+    old["model"]["score_range"] = [1.0, 5.0]
+    old["model"]["pooling"] = "masked_mean"
+    assert yaml.safe_load((tmp_path / "again" / "config.yaml").read_text()) == old
 
 
 def test_export_config_comes_from_the_typed_configs():
@@ -283,3 +283,34 @@ def test_models_import_no_lightning_hydra_or_data_module():
                 continue
             for name in names:
                 assert not name.startswith(FORBIDDEN_IN_MODELS), f"{path} imports {name}"
+
+
+@torch.no_grad()
+def test_s3prl_padded_mean_pools_ceil_n_over_320_frames_with_the_last_repeated(tmp_path):
+    torch.manual_seed(0)
+    model = MOSPredictor(
+        LogMelBackbone(n_mels=16, channels=8), head_dim=8, pooling="s3prl_padded_mean"
+    ).eval()
+    # N mod 320 = 40: s3prl has two frames more than the model; 6400 + 200: one more.
+    lengths = torch.tensor([6440, 6600, 3000])
+    wav = 0.1 * torch.randn(3, 6600) * (torch.arange(6600) < lengths[:, None])
+    out = model(wav, lengths)
+    for row, n in enumerate(lengths.tolist()):
+        frames = out.frame_scores[row, : int(out.frame_lengths[row])]
+        count = -(-n // 320)
+        assert count - len(frames) == (2 if n % 320 in range(1, 80) else 1)
+        by_hand = (frames.sum() + (count - len(frames)) * frames[-1]) / count
+        assert float(out.score[row]) == pytest.approx(float(by_hand), abs=1e-6)
+        assert float(out.score[row]) != pytest.approx(float(frames.mean()), abs=1e-6)
+        # Per clip: the same score alone.
+        alone = model(wav[row : row + 1, :n], lengths[row : row + 1]).score
+        assert float(alone) == pytest.approx(float(out.score[row]), abs=1e-6)
+    # Recorded in the export and stated in its model card; an unknown pooling is refused.
+    export_predictor(model, tmp_path / "export", 16000, [])
+    assert yaml.safe_load((tmp_path / "export" / "config.yaml").read_text())["model"]["pooling"] == (
+        "s3prl_padded_mean"
+    )
+    assert "pools its frame scores by `s3prl_padded_mean`" in (tmp_path / "export" / "README.md").read_text()
+    assert load_export(tmp_path / "export")[0].pooling == "s3prl_padded_mean"
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        MOSPredictor(LogMelBackbone(n_mels=16, channels=8), pooling="max")

@@ -1,6 +1,9 @@
 """sqa-table --paper: the SingMOS-Pro paper's layout and its published rows beside a run's."""
 
 import json
+import re
+
+import pytest
 
 from sqa import metrics, results
 
@@ -86,9 +89,20 @@ def test_paper_rows_are_printed_before_the_runs_with_their_source(tmp_path, caps
         "paper: SSL + MIDI pitch",
         "paper: SSL + pitch histogram",
         "SSL",
+        "SSL − paper",
     ]
-    # Values nobody has filled in print as "?", never as numbers.
-    assert "?/?\\|?\\|?" in out and "arXiv:2510.01812" in out
+    assert "arXiv:2510.01812" in out
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[2:] for line in out.splitlines()}
+    # The paper's SSL row with its real numbers, the run's row, and run − paper cell by cell.
+    paper_ssl = next(r for r in shipped_rows()["table3"] if r["setting"] == "SSL")
+    assert rows["paper: SSL"][0] == "0.54/0.47\\|0.42\\|0.49"
+    for i, (level, name) in enumerate(results.PAPER_COLUMNS):
+        run = [float(v) for v in re.split(r"\\\||/", rows["SSL"][i].rstrip(" |"))]
+        diff = [float(v) for v in re.split(r"\\\||/", rows["SSL − paper"][i].rstrip(" |"))]
+        expected = [run_value - paper for run_value, paper in zip(run, paper_ssl[level][name], strict=True)]
+        # Differences of the unrounded run means: within half a unit of the printed run values.
+        assert diff == pytest.approx(expected, abs=0.0051)
+        assert rows["SSL − paper"][i].startswith(("+", "-"))
     filled = {
         "source": "test values",
         "t": [
@@ -117,3 +131,93 @@ def test_bad_paper_rows_name_the_file_and_key(tmp_path, capsys):
     assert f"{tmp_path}/rows.json: t[0]: utt.mse" in capsys.readouterr().err
     assert results.main([*args, f"{tmp_path}/rows.json:table9"]) == 1
     assert "table9" in capsys.readouterr().err
+
+
+def paper_text():
+    """The SingMOS-Pro paper's text, from a `shared/papers/` folder beside the repository or above it."""
+    from .conftest import REPO
+
+    for parent in REPO.parents:
+        path = parent / "shared" / "papers" / "SingMOS-Pro.txt"
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    pytest.skip("the SingMOS-Pro paper's text (shared/papers/SingMOS-Pro.txt) is not beside this checkout")
+
+
+def table_rows(text, number):
+    """The rows of Table `number`: (leading cells, six [test1, test2, test3, avg] lists) per row."""
+    # A cell is four numbers joined by "|", LaTeX-escaped as "$|$" in the text: 0.54$|$0.47$|$0.42$|$0.49.
+    cell = re.compile(r"\d+\.\d+(?:\s*\$?\\?\|\$?\s*\d+\.\d+){3}")
+    start = text.index(f"Table {number}:")
+    rows = []
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("Table ") or re.match(r"^\d+(\.\d+)* [A-Z]", line):
+            break
+        cells = cell.findall(line)
+        if not cells:
+            continue
+        assert len(cells) == 6, line
+        lead = line[: line.index(cells[0])].split("\t")
+        rows.append(
+            (
+                [c.strip() for c in lead if c.strip()],
+                [[float(x) for x in re.findall(r"\d+\.\d+", c)] for c in cells],
+            )
+        )
+    return rows
+
+
+def shipped_rows():
+    from .conftest import REPO
+
+    return json.loads((REPO / "recipes" / "singmos_pro" / "paper_rows.json").read_text())
+
+
+def as_columns(row):
+    return [row[level][name] for level, name in results.PAPER_COLUMNS]
+
+
+def test_paper_rows_json_holds_every_number_of_the_papers_tables_2_and_3():
+    text = paper_text()
+    shipped = shipped_rows()
+    # Table 2's rows are marked by two columns, domain ID and MDF (a check mark or a cross).
+    table2 = {}
+    for lead, cells in table_rows(text, 2):
+        marks = tuple("checkmark" in mark for mark in lead)
+        setting = "SSL" + (" + domain ID" if marks[0] else "") + (" + MDF" if marks[1] else "")
+        table2[setting] = cells
+    names = {"SSL+PM": "SSL + MIDI pitch", "SSL+PH": "SSL + pitch histogram"}
+    table3 = {names.get(lead[0], lead[0]): cells for lead, cells in table_rows(text, 3)}
+    assert len(table2) == 4 and len(table3) == 7
+    for table, parsed in (("table2", table2), ("table3", table3)):
+        assert [row["setting"] for row in shipped[table]] == list(parsed)
+        for row in shipped[table]:
+            assert as_columns(row) == parsed[row["setting"]], (table, row["setting"])
+
+
+def test_sqas_avg_is_the_papers_weighting_of_its_test_sets():
+    """Section 4.1: Avg weights test1-3 by their clips (utterance) and systems (system level)."""
+    clips, systems = (2091, 1540, 376), (31, 41, 15)
+    gaps = []
+    for table in ("table2", "table3"):
+        for row in shipped_rows()[table]:
+            blocks = {
+                name: {
+                    level: {
+                        "n": (clips if level == "utt" else systems)[i],
+                        **{m: row[level][m][i] for m in row[level]},
+                    }
+                    for level in ("utt", "sys")
+                }
+                for i, name in enumerate(("test1", "test2", "test3"))
+            }
+            average = metrics.weighted_average(blocks, names=("mse", "lcc", "srcc"))
+            for level, name in results.PAPER_COLUMNS:
+                weights = clips if level == "utt" else systems
+                values = row[level][name]
+                by_hand = sum(w * v for w, v in zip(weights, values[:3], strict=True)) / sum(weights)
+                assert average[level][name] == pytest.approx(by_hand, abs=1e-12)
+                gaps.append(abs(by_hand - values[3]))
+    # The paper's printed Avg is of unrounded values; from its 2-decimal cells it is recomputed
+    # to within 0.031 (docs/paper.md), so a mistyped Avg of 0.05 or more would show here too.
+    assert max(gaps) < 0.031

@@ -312,8 +312,7 @@ SOURCES = {
     "fairseq2": fairseq2_source,
     "transformers": transformers_source,
 }
-# More native formats that must match their library, including the GroupNorm base layout, which
-# is not batch-invariant and so stays out of the tests that need invariance.
+# More native formats that must match their library, including the GroupNorm base layout.
 EXTRA_SOURCES = {
     "torchaudio-post-ln": lambda tmp_path: torchaudio_source(tmp_path, layer_norm_first=False),
     "fairseq-original-pt": fairseq_original_source,
@@ -334,11 +333,28 @@ def assert_frames_close(
         torch.testing.assert_close(frames[row, :n], expected[row, :n], atol=atol, rtol=0)
 
 
+def library_frames(source: Source, wav: torch.Tensor, lengths: torch.Tensor, alone: bool) -> tuple:
+    """The library's (final output, frame lengths) for the batch, or for each clip on its own."""
+    if not alone:
+        final, _, frame_lengths = source.reference(wav, lengths)
+        return final, frame_lengths
+    outputs = [
+        # A clip shorter than the receptive field keeps the zeros the batch padded it with.
+        source.reference(wav[i : i + 1, : max(n, 400)], lengths[i : i + 1])
+        for i, n in enumerate(lengths.tolist())
+    ]
+    final = torch.zeros(len(outputs), max(out[0].shape[1] for out in outputs), outputs[0][0].shape[-1])
+    for row, (clip_final, _, _) in enumerate(outputs):
+        final[row, : clip_final.shape[1]] = clip_final[0]
+    return final, torch.cat([out[2] for out in outputs])
+
+
 def check_reproduces_library(source: Source, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
     backbone = source.cls(**source.kwargs).eval()
     wav, lengths = batch
     frames, frame_lengths = backbone(wav, lengths)
-    final, _, expected_lengths = source.reference(wav, lengths)
+    # A GroupNorm front end scores each clip as the library does on that clip alone.
+    final, expected_lengths = library_frames(source, wav, lengths, alone=backbone.padding_sensitive)
     assert torch.equal(frame_lengths, expected_lengths.long())
     assert torch.equal(frame_lengths, conv_frame_lengths(lengths.clamp_min(backbone.min_samples)))
     assert backbone.min_samples == 400 and frames.shape[-1] == backbone.output_dim == 256
@@ -362,6 +378,73 @@ def test_fairseq2_single_file_checkpoint(tmp_path: Path, batch: tuple) -> None:
     kwargs = {**source.kwargs, "checkpoint": str(tmp_path / "fairseq2_single.pt")}
     frames, frame_lengths = Fairseq2Wav2Vec2(**kwargs).eval()(*batch)
     assert_frames_close(frames, source.reference(*batch)[0], frame_lengths, atol=1e-5)
+
+
+def group_norm_backbones(tmp_path: Path) -> dict[str, nn.Module]:
+    """Every source's GroupNorm front end (the wav2vec2 base layout), tiny and random-init."""
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    from sqa.models.ssl.torchaudio_wav2vec2 import tiny
+
+    torch.manual_seed(0)
+    torch.save(tiny(extractor_mode="group_norm").state_dict(), tmp_path / "torchaudio_base.pt")
+    base_cfg = {**FAIRSEQ_TINY, "extractor_mode": "default", "conv_bias": False, "layer_norm_first": False}
+    state = {"task_cfg": {"normalize": False}, "model_cfg": base_cfg}
+    torch.save(
+        {**state, "model_weight": fairseq_reference_model(base_cfg).state_dict()}, tmp_path / "s3prl.pt"
+    )
+    hf = {
+        **TRANSFORMERS_TINY,
+        "feat_extract_norm": "group",
+        "do_stable_layer_norm": False,
+        "conv_bias": False,
+    }
+    Wav2Vec2Model(Wav2Vec2Config(**hf)).save_pretrained(tmp_path / "hf")
+    return {
+        "torchaudio-group-norm": TorchaudioWav2Vec2(
+            checkpoint=str(tmp_path / "torchaudio_base.pt"), arch_kwargs={"extractor_mode": "group_norm"}
+        ),
+        "s3prl-group-norm": S3prlWav2Vec2(checkpoint=str(tmp_path / "s3prl.pt")),
+        "fairseq2-group-norm": Fairseq2Wav2Vec2(**fairseq_original_source(tmp_path, post_ln=True).kwargs),
+        "transformers-group-norm": TransformersWav2Vec2(path=str(tmp_path / "hf"), normalize=False),
+    }
+
+
+def every_backbone(tmp_path: Path) -> dict[str, nn.Module]:
+    """One tiny backbone of every kind sqa builds or imports: log-mel, each source, both front ends."""
+    from sqa.models.backbone import LogMelBackbone
+
+    kinds: dict[str, nn.Module] = {"logmel": LogMelBackbone(channels=32, transformer_layers=1)}
+    for name, make in {**SOURCES, **EXTRA_SOURCES}.items():
+        (tmp_path / name).mkdir()
+        source = make(tmp_path / name)
+        kinds[name] = source.cls(**source.kwargs)
+    (tmp_path / "group-norm").mkdir()
+    return {**kinds, **group_norm_backbones(tmp_path / "group-norm")}
+
+
+@torch.no_grad()
+def test_every_backbone_scores_a_clip_alone_as_beside_a_three_times_longer_clip(tmp_path: Path) -> None:
+    generator = torch.Generator().manual_seed(7)
+    short, long = 4321, 3 * 4321
+    wav = 0.1 * torch.randn(2, long, generator=generator)
+    wav[0, short:] = 0
+    lengths = torch.tensor([short, long])
+    kinds = every_backbone(tmp_path)
+    sensitive = sorted(
+        name for name, backbone in kinds.items() if getattr(backbone, "padding_sensitive", False)
+    )
+    # The GroupNorm front ends, and only they, are run clip by clip out of training.
+    groups = ["fairseq2-group-norm", "s3prl-group-norm", "torchaudio-group-norm", "transformers-group-norm"]
+    assert sensitive == ["fairseq-original-pt-base", *groups]
+    for name, backbone in kinds.items():
+        backbone.eval()
+        alone, alone_lengths = backbone(wav[:1, :short], lengths[:1])
+        frames, frame_lengths = backbone(wav, lengths)
+        valid = int(alone_lengths[0])
+        assert int(frame_lengths[0]) == valid, name
+        torch.testing.assert_close(frames[0, :valid], alone[0, :valid], atol=1e-5, rtol=0, msg=name)
+        assert torch.all(frames[0, valid:] == 0), name
 
 
 @torch.no_grad()

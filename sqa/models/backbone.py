@@ -1,7 +1,8 @@
 """Frame-level feature extractors behind one interface.
 
 Every backbone maps `(wav (B, N), lengths (B,)) -> (frames (B, T, D), frame_lengths (B,))`, has
-`output_dim` (D) and `min_samples` (its receptive field: shorter clips are zero-padded to it), and
+`output_dim` (D), `min_samples` (its receptive field: shorter clips are zero-padded to it),
+`hop_length` (samples per frame) and
 `export_config()` returns a Hydra config that rebuilds its architecture without the pretrained
 weights it started from (the export carries those in its state_dict).
 """
@@ -62,6 +63,7 @@ class LogMelBackbone(Exportable, nn.Module):
         super().__init__()
         self.output_dim = channels
         self.min_samples = W2V_WINDOW
+        self.hop_length = W2V_HOP
         self.config = LogMelConfig(
             sample_rate, n_mels, channels, conv_layers, kernel_size, transformer_layers, heads
         )

@@ -1,4 +1,4 @@
-"""MOSPredictor: backbone frames -> per-frame SSL-MOS head -> masked mean -> clip scores.
+"""MOSPredictor: backbone frames -> per-frame SSL-MOS head -> pooling -> clip scores.
 
 The head works on the paper's 1-5 MOS scale (its `2·tanh+3` range clip, the losses' margins and
 the optimiser's learning rate are set for it). A corpus rated on another scale (`score_range`,
@@ -14,10 +14,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from sqa.masking import frame_mask, masked_mean
+from sqa.masking import frame_mask, masked_mean, repeat_last_mean
 from sqa.models.branches import PITCH_BRANCHES, DomainEmbedding
 from sqa.models.config import Exportable
 from sqa.prediction import OVERALL, Prediction
+
+# How frame scores become a clip score. "masked_mean": the mean over the clip's own frames (sqa's
+# default). "s3prl_padded_mean": the mean over s3prl's `S3PRLUpstream` output, ceil(N / hop)
+# frames where the last real frame repeats, as the SingMOS and SHEET predictors average it
+# (their imports use it, so they score as their authors' code does). Both are per clip.
+POOLINGS = ("masked_mean", "s3prl_padded_mean")
 
 
 @dataclass
@@ -35,6 +41,7 @@ class PredictorConfig:
     num_judges: int
     judge_dim: int | None
     score_range: list[float]
+    pooling: str
 
 
 # The scale the head predicts on: the paper's MOS scale.
@@ -51,6 +58,7 @@ class MOSPredictor(Exportable, nn.Module):
     judge ID (one of `num_judges`, plus a learned mean judge at index `num_judges`, the one used
     when no judge is given) and concatenates it to every frame. `score_range` is the corpus's
     rating scale: `forward` scores on the internal 1-5 scale, `to_scale` maps them onto it.
+    `pooling` (one of `POOLINGS`) turns frame scores into the clip's scores.
     """
 
     exported_children = ("backbone",)
@@ -69,6 +77,7 @@ class MOSPredictor(Exportable, nn.Module):
         num_judges: int = 0,
         judge_dim: int | None = None,
         score_range: Sequence[float] = INTERNAL_RANGE,
+        pooling: str = "masked_mean",
     ) -> None:
         super().__init__()
         dimensions = list(dimensions)
@@ -82,8 +91,11 @@ class MOSPredictor(Exportable, nn.Module):
             )
         if pitch is not None and pitch not in PITCH_BRANCHES:
             raise ValueError(f"pitch must be null or one of {sorted(PITCH_BRANCHES)}, got {pitch!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         self.backbone = backbone
         self.range_clip = range_clip
+        self.pooling = pooling
         self.config = PredictorConfig(
             head_dim,
             dropout,
@@ -96,6 +108,7 @@ class MOSPredictor(Exportable, nn.Module):
             num_judges,
             judge_dim,
             [low, high],
+            pooling,
         )
         # y_internal = offset + gain · y on the user's scale.
         self.scale_gain = (INTERNAL_RANGE[1] - INTERNAL_RANGE[0]) / (high - low)
@@ -166,5 +179,11 @@ class MOSPredictor(Exportable, nn.Module):
             frame_scores = 2.0 * torch.tanh(frame_scores) + 3.0
         mask = frame_mask(frame_lengths, frame_scores.shape[1])
         frame_scores = frame_scores.masked_fill(~mask[:, :, None], 0.0)
-        scores = masked_mean(frame_scores, frame_lengths)
+        if self.pooling == "s3prl_padded_mean":
+            # s3prl's frame count for a clip of N samples: ceil(N / hop), from the clip's samples.
+            hop = self.backbone.hop_length
+            counts = torch.div(lengths.to(frame_lengths.device) + hop - 1, hop, rounding_mode="floor")
+            scores = repeat_last_mean(frame_scores, frame_lengths, counts.clamp_min(1))
+        else:
+            scores = masked_mean(frame_scores, frame_lengths)
         return Prediction(scores[:, 0], frame_scores[:, :, 0], frame_lengths, scores, frame_scores)

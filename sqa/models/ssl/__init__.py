@@ -3,9 +3,11 @@
 Every class follows the interface of `sqa.models.backbone`: `(wav (B, N), lengths (B,)) ->
 (frames (B, T, D), frame_lengths (B,))`, `output_dim`, `min_samples` and `export_config()`. Weights
 load from local files only; nothing here downloads. Each library's own padding mask is used, so a
-clip's frames are the same alone and inside a zero-padded batch, except for archs whose first
-convolution is followed by GroupNorm over time (wav2vec2 base and large, not large-lv60k): that
-norm sees the padding by construction. Every library's LayerDrop and SpecAugment-style masking
+clip's frames are the same alone and inside a zero-padded batch. Archs whose first convolution is
+followed by GroupNorm over time (wav2vec2 base and large, not large-lv60k) see the padding by
+construction: out of training they run each group of equal-length clips as its own unpadded
+batch (`Wav2Vec2Backbone.padding_sensitive`), so scoring and evaluation stay batch-invariant;
+training keeps padded batches. Every library's LayerDrop and SpecAugment-style masking
 are off: a dropped layer would make the layer selection random, and the SSL-MOS recipe fine-tunes
 without masking.
 

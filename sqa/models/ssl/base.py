@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -151,8 +152,11 @@ class Wav2Vec2Backbone(Exportable, nn.Module):
     model: nn.Module
     output_dim: int
     min_samples: int
+    hop_length: int
     normalize: bool
     select: LayerSelect
+    # Whether the feature encoder normalises over time (GroupNorm), which sees a clip's padding.
+    padding_sensitive: bool
     # The variance floor of the library's own input normalisation (fairseq: F.layer_norm's).
     normalize_eps: float = 1e-5
 
@@ -162,6 +166,10 @@ class Wav2Vec2Backbone(Exportable, nn.Module):
         self.model = parts.model
         self.output_dim = parts.output_dim
         self.min_samples = receptive_field(parts.conv_layers)
+        self.hop_length = math.prod(stride for _, stride in parts.conv_layers)
+        # wav2vec2 base and large (not large-lv60k, not XLS-R) normalise the first convolution's
+        # output over time with GroupNorm: its statistics include any padding after the clip.
+        self.padding_sensitive = any(isinstance(m, nn.GroupNorm) for m in parts.feature_encoder.modules())
         self.normalize = config.normalize
         self.select = LayerSelect(config.layer, len(parts.transformer_layers))
         # Libraries hand models back in different modes (from_pretrained: eval); follow ours.
@@ -176,7 +184,26 @@ class Wav2Vec2Backbone(Exportable, nn.Module):
         raise NotImplementedError
 
     def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Map wav (B, N), lengths (B,) to frames (B, T, output_dim), frame_lengths (B,)."""
+        """Map wav (B, N), lengths (B,) to frames (B, T, output_dim), frame_lengths (B,).
+
+        Out of training, a padding-sensitive encoder (`padding_sensitive`) runs each group of
+        equal-length clips as its own batch, without padding, so a clip's frames are those it gets
+        alone whatever its batch. Training keeps the padded batch (one forward pass).
+        """
+        if self.training or not self.padding_sensitive:
+            return self._forward_padded(wav, lengths)
+        groups = [(int(n), torch.nonzero(lengths == n).flatten()) for n in torch.unique(lengths)]
+        outputs = [(rows, *self._forward_padded(wav[rows, :n], lengths[rows])) for n, rows in groups]
+        frames = wav.new_zeros(wav.shape[0], max(f.shape[1] for _, f, _ in outputs), self.output_dim)
+        frame_lengths = torch.zeros_like(lengths)
+        for rows, group_frames, group_lengths in outputs:
+            frames = frames.to(group_frames.dtype)
+            frames[rows, : group_frames.shape[1]] = group_frames
+            frame_lengths[rows] = group_lengths.to(frame_lengths.dtype)
+        return frames, frame_lengths
+
+    def _forward_padded(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The library's forward on one zero-padded batch: frames (B, T, D), frame_lengths (B,)."""
         if self.normalize:
             wav = normalize_waveform(wav, lengths, self.normalize_eps)
         # A clip shorter than the receptive field is zero-padded to it, so it still gets a frame.
