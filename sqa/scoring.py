@@ -25,6 +25,7 @@ from sqa.clip_input import (
     ClipPreparer,
     ClipWarning,
     FileClips,
+    Piece,
     PreparedClip,
     as_list,
     as_samples,
@@ -112,7 +113,8 @@ class Scorer:
         self.batch_size = batch_size
         chunk = None
         if chunk_seconds is not None:
-            chunk = max(self.min_samples, round(chunk_seconds * self.sample_rate / W2V_HOP) * W2V_HOP)
+            hops = max(4, round(chunk_seconds * self.sample_rate / W2V_HOP))
+            chunk = max(self.min_samples, hops * W2V_HOP)
         self.prepare = ClipPreparer(self.sample_rate, self.min_samples, chunk, self.f0_extractor)
 
     def to(self, device: str | torch.device) -> Scorer:
@@ -190,8 +192,8 @@ class Scorer:
                 yield ScoreResult(paths[item.index], row[0], None, extra, item.warning, item.index)
 
     def _score_prepared(self, clips: list[PreparedClip]) -> list[tuple[PreparedClip, list[float]]]:
-        """Each clip's scores (K,): its pieces' scores weighted by their frame counts."""
-        scores, frames = self._forward([piece for clip in clips for piece in clip.pieces])
+        """Each clip's scores (K,): the mean over its pieces' kept frames (a whole clip: its score)."""
+        scores, sums, counts = self._forward([piece for clip in clips for piece in clip.pieces])
         out = []
         start = 0
         for clip in clips:
@@ -200,16 +202,18 @@ class Scorer:
             if len(clip.pieces) == 1:
                 out.append((clip, scores[rows.start].tolist()))
                 continue
-            weights = frames[rows].astype(np.float64)
-            combined = (scores[rows].astype(np.float64) * weights[:, None]).sum(axis=0) / weights.sum()
-            out.append((clip, combined.tolist()))
+            out.append((clip, (sums[rows].sum(axis=0) / counts[rows].sum()).tolist()))
         return out
 
     @torch.inference_mode()
-    def _forward(self, pieces: list[tuple[np.ndarray, np.ndarray | None]]) -> tuple[np.ndarray, np.ndarray]:
-        """Scores (P, K) and frame counts (P,) of pieces, in length-sorted batches of `batch_size`."""
+    def _forward(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Scores (P, K), sums of kept frame scores (P, K) and kept frame counts (P,) of pieces.
+
+        Pieces go in length-sorted batches of `batch_size`.
+        """
         scores = np.zeros((len(pieces), len(self.dimensions)), dtype=np.float32)
-        frames = np.zeros(len(pieces), dtype=np.int64)
+        sums = np.zeros((len(pieces), len(self.dimensions)), dtype=np.float64)
+        counts = np.zeros(len(pieces), dtype=np.int64)
         order = sorted(range(len(pieces)), key=lambda i: pieces[i][0].shape[0])
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
@@ -220,5 +224,9 @@ class Scorer:
             domain = torch.full((len(idx),), self.domain, device=self.device)
             out = self.predictor(wav.to(self.device), lengths.to(self.device), domain, f0)
             scores[idx] = out.scores.float().cpu().numpy()
-            frames[idx] = out.frame_lengths.cpu().numpy()
-        return scores, frames
+            frame_scores = out.dim_frame_scores.double().cpu().numpy()
+            for row, i in enumerate(idx):
+                lo, hi = pieces[i][2] or (0, int(out.frame_lengths[row]))
+                sums[i] = frame_scores[row, lo:hi].sum(axis=0)
+                counts[i] = hi - lo
+        return scores, sums, counts
