@@ -239,8 +239,9 @@ def read_csv_manifest(
     """Read a SHEET-style CSV manifest; rows of one sample from several listeners are averaged.
 
     Required columns: wav_path, score, system_id, sample_id. Optional: listener_id, domain_id,
-    split (else `default_split` for every row; aliases such as `dev` or `eval` accepted), test_set,
-    and extra score columns `score_<name>`.
+    split (else `default_split`, by default "train", for every row; aliases such as `dev` or
+    `eval` accepted), test_set, and extra score columns `score_<name>`. A manifest of training
+    rows only gets its test and validation splits carved by the data module.
     Relative paths resolve against the CSV's folder. The rows' scores by `listener_id` (where
     given; a listener's repeated rows averaged) are kept in `Clip.ratings`. The file is UTF-8
     (a byte-order mark is fine) unless `encoding` names another (e.g. "latin-1"); `score_range`
@@ -255,7 +256,7 @@ def read_csv_manifest(
     if missing:
         raise CorpusError(f"{path}: missing column(s) {missing}; found {columns}")
     if "split" not in columns and default_split is None:
-        raise CorpusError(f"{path}: no 'split' column; add one or set default_split")
+        default_split = "train"
     rows = list(reader)
     grouped: dict[str, list[tuple[int, dict[str, str]]]] = {}
     for lineno, row in enumerate(rows, start=2):
@@ -283,7 +284,10 @@ def read_csv_manifest(
                 by_listener.setdefault(r["listener_id"], []).append(rating)
         wav = Path(first["wav_path"])
         if not (first.get("split") or default_split):
-            raise CorpusError(f"{path}:{lineno}: empty split of sample {sample_id!r} and no default_split")
+            raise CorpusError(
+                f"{path}:{lineno}: empty split of sample {sample_id!r}; fill it in or set "
+                "data.corpus.default_split=train"
+            )
         split = canonical_split(str(first.get("split") or default_split), f"{path}:{lineno}")
         clips.append(
             Clip(
