@@ -19,10 +19,13 @@ from sqa.models.backbone import W2V_HOP, W2V_WINDOW, conv_frame_lengths
 
 # Peak amplitude below which a clip counts as silent (-80 dBFS).
 SILENCE_PEAK = 1e-4
+# Peak amplitude above which float samples are far outside [-1, 1] (+6 dBFS): a float file or
+# array may overshoot full scale a little, but not by this much unless it holds integer PCM values.
+LOUD_PEAK = 2.0
 
 
 class ClipWarning(UserWarning):
-    """A clip was scored, but its score says little (too short, or silent)."""
+    """A clip was scored, but its score says little (too short, silent, or far above full scale)."""
 
 
 def as_samples(audio: Any, name: str) -> np.ndarray:
@@ -54,13 +57,19 @@ def as_samples(audio: Any, name: str) -> np.ndarray:
 
 
 def clip_warning(wav: np.ndarray, sample_rate: int, min_samples: int) -> str | None:
-    """Why a waveform's score says little (shorter than the receptive field, or silent), or None."""
+    """Why a waveform's score says little (too short, far above full scale, or silent), or None."""
     if wav.shape[0] < min_samples:
         return (
             f"only {wav.shape[0]} samples ({1000 * wav.shape[0] / sample_rate:.1f} ms), shorter than the "
             f"model's {min_samples}-sample receptive field: padded with silence before scoring"
         )
-    if max(float(wav.max()), -float(wav.min())) < SILENCE_PEAK:  # no |wav| copy of a long clip
+    peak = max(float(wav.max()), -float(wav.min()))  # no |wav| copy of a long clip
+    if peak > LOUD_PEAK:
+        return (
+            f"peak {peak:g} is far above full scale (1.0): the samples look like integer PCM values "
+            "stored as floats (int16 scale: divide by 32768); scored as given, the score is unreliable"
+        )
+    if peak < SILENCE_PEAK:
         return "silent (peak below -80 dBFS): scored, but the score says nothing about singing"
     return None
 
