@@ -36,6 +36,24 @@ from sqa.data.batching import pad_batch
 from sqa.export import load_export
 from sqa.models.backbone import W2V_HOP
 
+# The shortest window (seconds) whose chunked scores stayed within 0.02 MOS of whole-clip scores
+# on 3-minute varied songs, by backbone class (benchmarks/chunking.py; docs/scoring.md). Shorter
+# windows, and backbones not measured, warn when a clip is chunked.
+CHUNK_SECONDS_WITHIN_0_02 = {"LogMelBackbone": 10.0, "TorchaudioWav2Vec2": 5.0}
+
+
+def chunk_warning(backbone: str, chunk_seconds: float) -> str | None:
+    """Why chunked scores of `backbone` (a class name) in `chunk_seconds` windows may move, or None."""
+    bound = CHUNK_SECONDS_WITHIN_0_02.get(backbone)
+    if bound is None:
+        return f"chunked scoring of a {backbone} backbone was not measured against whole-clip scoring"
+    if chunk_seconds < bound:
+        return (
+            f"{backbone} windows shorter than {bound:g} s moved scores of long songs by more than 0.02 MOS "
+            "against whole-clip scoring (docs/scoring.md); use longer windows where memory allows"
+        )
+    return None
+
 
 def resolve_domain(domain: str | int | None, domains: list[str]) -> int:
     """Index of `domain` (a name or an index) in `domains`; None means the first one."""
@@ -66,6 +84,10 @@ def resolve_device(device: str | torch.device) -> torch.device:
     elif resolved.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {str(device)!r} is not available on this machine")
     return resolved
+
+
+class ChunkWarning(UserWarning):
+    """Chunked scores of this backbone and window length may differ from whole-clip scores."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +134,9 @@ class Scorer:
         self.min_samples = int(self.predictor.backbone.min_samples)
         self.batch_size = batch_size
         chunk = None
+        self.chunk_warning = None
         if chunk_seconds is not None:
+            self.chunk_warning = chunk_warning(type(self.predictor.backbone).__name__, chunk_seconds)
             hops = max(4, round(chunk_seconds * self.sample_rate / W2V_HOP))
             chunk = max(self.min_samples, hops * W2V_HOP)
         self.prepare = ClipPreparer(self.sample_rate, self.min_samples, chunk, self.f0_extractor)
@@ -193,6 +217,9 @@ class Scorer:
 
     def _score_prepared(self, clips: list[PreparedClip]) -> list[tuple[PreparedClip, list[float]]]:
         """Each clip's scores (K,): the mean over its pieces' kept frames (a whole clip: its score)."""
+        if self.chunk_warning and any(len(clip.pieces) > 1 for clip in clips):
+            warnings.warn(self.chunk_warning, ChunkWarning, stacklevel=3)
+            self.chunk_warning = None  # once per Scorer
         scores, sums, counts = self._forward([piece for clip in clips for piece in clip.pieces])
         out = []
         start = 0

@@ -381,3 +381,21 @@ def test_chunked_scoring_bounds_peak_memory(default_export, tmp_path):
     # Measured: 170-240 MB whole (the 38 MB input is float32 at 16 kHz), 32 MB in 10 s windows,
     # two per forward pass.
     assert growth["10"] < 0.3 * growth["none"], growth
+
+
+def test_chunking_in_windows_shorter_than_the_measured_bound_warns_once(default_export):
+    import warnings
+
+    from sqa.scoring import ChunkWarning
+
+    wav = sung_phrase(25, seed=3)
+    short = Scorer(default_export, chunk_seconds=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ChunkWarning)
+        short.score(wav[:16000], 16000)  # shorter than a window: scored whole, no warning
+        Scorer(default_export, chunk_seconds=10).score(wav, 16000)
+    with pytest.warns(ChunkWarning, match=r"LogMelBackbone windows shorter than 10 s .* 0.02 MOS"):
+        short.score(wav, 16000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ChunkWarning)
+        short.score(wav, 16000)
