@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import sys
 
+from sqa.extras import exit_without
+
+# Without the `train` extra: one line naming it, not a traceback.
+exit_without("train.py", ("hydra", "omegaconf", "lightning"))
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig

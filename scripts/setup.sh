@@ -26,5 +26,6 @@ fi
 extra="${1-all}"
 target="."
 [ -n "$extra" ] && target=".[$extra]"
-# The constraint reaches pyworld's isolated build through the environment.
+# pyproject.toml declares ranges; scripts/constraints.txt pins the exact versions installed here
+# (through the environment, so the constraint also reaches pyworld's isolated build).
 PIP_CONSTRAINT="$PWD/scripts/constraints.txt" .venv/bin/python -m pip install -q -e "$target"

@@ -5,7 +5,6 @@ Shared by arrays (`Scorer.score`) and files (`FileClips`, decoded in DataLoader 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,14 +15,17 @@ from torch.utils.data import Dataset
 
 from sqa.data.audio import MAX_AUDIO_SAMPLES, AudioError, load_audio, pad_to
 from sqa.data.pitch import F0Extractor
-from sqa.models.backbone import W2V_HOP
+from sqa.models.backbone import W2V_HOP, W2V_WINDOW, conv_frame_lengths
 
 # Peak amplitude below which a clip counts as silent (-80 dBFS).
 SILENCE_PEAK = 1e-4
+# Peak amplitude above which float samples are far outside [-1, 1] (+6 dBFS): a float file or
+# array may overshoot full scale a little, but not by this much unless it holds integer PCM values.
+LOUD_PEAK = 2.0
 
 
 class ClipWarning(UserWarning):
-    """A clip was scored, but its score says little (too short, or silent)."""
+    """A clip was scored, but its score says little (too short, silent, or far above full scale)."""
 
 
 def as_samples(audio: Any, name: str) -> np.ndarray:
@@ -55,23 +57,65 @@ def as_samples(audio: Any, name: str) -> np.ndarray:
 
 
 def clip_warning(wav: np.ndarray, sample_rate: int, min_samples: int) -> str | None:
-    """Why a waveform's score says little (shorter than the receptive field, or silent), or None."""
+    """Why a waveform's score says little (too short, far above full scale, or silent), or None."""
     if wav.shape[0] < min_samples:
         return (
             f"only {wav.shape[0]} samples ({1000 * wav.shape[0] / sample_rate:.1f} ms), shorter than the "
             f"model's {min_samples}-sample receptive field: padded with silence before scoring"
         )
-    if max(float(wav.max()), -float(wav.min())) < SILENCE_PEAK:  # no |wav| copy of a long clip
+    peak = max(float(wav.max()), -float(wav.min()))  # no |wav| copy of a long clip
+    if peak > LOUD_PEAK:
+        return (
+            f"peak {peak:g} is far above full scale (1.0): the samples look like integer PCM values "
+            "stored as floats (int16 scale: divide by 32768); scored as given, the score is unreliable"
+        )
+    if peak < SILENCE_PEAK:
         return "silent (peak below -80 dBFS): scored, but the score says nothing about singing"
     return None
+
+
+# A piece of a clip: waveform (n,), its f0 track (T',) or None, and the frames [lo, hi) of its
+# output that count towards the clip's score (None: all of them).
+Piece = tuple[np.ndarray, np.ndarray | None, tuple[int, int] | None]
+
+
+def clip_frames(samples: int) -> int:
+    """Frames a clip of `samples` samples yields (the 400/320 front end; 1 for a padded short clip)."""
+    return int(conv_frame_lengths(torch.tensor(max(samples, W2V_WINDOW))))
+
+
+def windows(samples: int, window: int) -> list[tuple[int, int, int, int]]:
+    """Overlapping windows (start, stop, lo, hi) over `samples` samples whose kept frames tile the clip.
+
+    `window` is a multiple of the 320-sample hop. Each window sees a quarter of its length of
+    context on either side of the frames it keeps (its centre half), so every frame of the clip
+    is kept by exactly one window and scored with context around it; the first window keeps its
+    start and the last, aligned to end with the clip, keeps its end. `lo`, `hi` index the
+    window's own frames.
+    """
+    margin = max(W2V_HOP, window // 4 // W2V_HOP * W2V_HOP)
+    hop = window - 2 * margin
+    total = clip_frames(samples)
+    out = []
+    kept = 0
+    start = 0
+    while start + window < samples and (end := (start + window - margin) // W2V_HOP) < total:
+        out.append((start, start + window, kept - start // W2V_HOP, end - start // W2V_HOP))
+        kept = end
+        start += hop
+    # The last window ends with the clip, so it is full length and keeps the clip's last frames.
+    start = (samples - window) // W2V_HOP * W2V_HOP
+    out.append((start, samples, kept - start // W2V_HOP, total - start // W2V_HOP))
+    return out
 
 
 @dataclass(frozen=True)
 class ClipPreparer:
     """Turns a waveform (N,) at the model's rate into the pieces the predictor scores.
 
-    A clip longer than `chunk_samples` (None: never) is cut into equal windows (multiples of the
-    20 ms frame hop); each piece is padded to `min_samples` and carries its f0 track when the
+    A clip longer than `chunk_samples` (None: never) is cut into overlapping windows of that
+    length (a multiple of the 20 ms frame hop, at least 4 hops), and each window's centre frames
+    count (`windows`); each piece is padded to `min_samples` and carries its f0 track when the
     model has a pitch branch.
     """
 
@@ -80,17 +124,16 @@ class ClipPreparer:
     chunk_samples: int | None
     f0_extractor: F0Extractor | None
 
-    def __call__(self, wav: np.ndarray) -> list[tuple[np.ndarray, np.ndarray | None]]:
-        """Pieces [(waveform (n,), f0 (T',) or None)] of `wav`, in time order."""
-        pieces = [wav]
+    def __call__(self, wav: np.ndarray) -> list[Piece]:
+        """Pieces [(waveform (n,), f0 (T',) or None, kept frames or None)] of `wav`, in time order."""
+        pieces: list[tuple[np.ndarray, tuple[int, int] | None]] = [(wav, None)]
         if self.chunk_samples is not None and wav.shape[0] > self.chunk_samples:
-            count = math.ceil(wav.shape[0] / self.chunk_samples)
-            size = math.ceil(wav.shape[0] / count / W2V_HOP) * W2V_HOP
-            pieces = [wav[start : start + size] for start in range(0, wav.shape[0], size)]
-        padded = [pad_to(piece, self.min_samples) for piece in pieces]
+            spans = windows(wav.shape[0], self.chunk_samples)
+            pieces = [(wav[start:stop], (lo, hi)) for start, stop, lo, hi in spans]
+        padded = [(pad_to(piece, self.min_samples), keep) for piece, keep in pieces]
         if self.f0_extractor is None:
-            return [(piece, None) for piece in padded]
-        return [(piece, self.f0_extractor(piece, self.sample_rate)) for piece in padded]
+            return [(piece, None, keep) for piece, keep in padded]
+        return [(piece, self.f0_extractor(piece, self.sample_rate), keep) for piece, keep in padded]
 
 
 @dataclass(frozen=True)
@@ -98,7 +141,7 @@ class PreparedClip:
     """One input after decoding: its pieces, or why it could not be read, and any warning."""
 
     index: int
-    pieces: list[tuple[np.ndarray, np.ndarray | None]]
+    pieces: list[Piece]
     error: str | None = None
     warning: str | None = None
 

@@ -20,7 +20,7 @@ from sqa.data.corpus import SPLITS, Clip, Corpus, CorpusError, LabelCounts, coun
 from sqa.data.dataset import MIN_SAMPLES, ClipDataset
 from sqa.data.pitch import F0Extractor
 from sqa.data.samplers import BucketBatchSampler, EpochSampler, eval_batches
-from sqa.data.valid_split import carve_valid, read_valid_split
+from sqa.data.valid_split import carve_test, carve_valid, read_valid_split
 from sqa.data.validate import ON_SCREEN, CorpusProblems, format_report, scale_diagnosis, validate_corpus
 from sqa.prediction import OVERALL
 
@@ -35,9 +35,12 @@ def available_cpus() -> int:
 class MOSDataModule(L.LightningDataModule):
     """Loaders over a `Corpus`: shuffled training clips, per-domain validation, per-set test.
 
-    A corpus without validation clips gets a seeded validation split of `valid_share` of every
-    system's training clips (`carve_valid`); `valid_split_csv` (a run's `valid_split.csv`)
-    reuses one instead. The clips moved to validation are `carved_valid`. Only
+    A corpus without test clips gets a seeded test split of `test_share` of its training clips
+    (`carve_test`), then one without validation clips a validation split of `valid_share`
+    (`carve_valid`): by clip (a share of every system's clips) or by system (system-disjoint),
+    as `split_by` says. `test_split_csv` and `valid_split_csv` (a run's `test_split.csv` and
+    `valid_split.csv`) reuse earlier splits instead. The moved clips are `carved_test` and
+    `carved_valid`. Only
     `required_splits` must have clips (evaluation needs only `test`). `num_workers` is capped
     at the available CPU cores.
     """
@@ -62,14 +65,22 @@ class MOSDataModule(L.LightningDataModule):
         judges: bool = False,
         valid_share: float = 0.1,
         valid_split_csv: str | None = None,
+        test_share: float = 0.2,
+        test_split_csv: str | None = None,
+        split_by: str = "clip",
         required_splits: Sequence[str] = SPLITS,
     ) -> None:
         super().__init__()
         # Arguments first: a typo in the config must not wait for every clip to be decoded.
         check_arguments(corpus, locals())
         self.carved_valid: list[Clip] = []
+        self.carved_test: list[Clip] = []
+        if "test" in required_splits:
+            corpus = self._with_test_split(corpus, test_share, test_split_csv, seed, split_by)
+            if not corpus.split("test"):
+                raise CorpusError("the corpus has no test clips; set data.test_share > 0 to carve some")
         if "valid" in required_splits:
-            corpus = self._with_valid_split(corpus, valid_share, valid_split_csv, seed)
+            corpus = self._with_valid_split(corpus, valid_share, valid_split_csv, seed, split_by)
             if not corpus.split("valid"):
                 raise CorpusError(
                     "the corpus has no validation clips; set data.valid_share > 0 to carve some"
@@ -117,13 +128,36 @@ class MOSDataModule(L.LightningDataModule):
         )
         self._datasets: dict[str, ClipDataset] = {}
 
-    def _with_valid_split(self, corpus: Corpus, share: float, split_csv: str | None, seed: int) -> Corpus:
+    def _with_test_split(
+        self, corpus: Corpus, share: float, split_csv: str | None, seed: int, by: str
+    ) -> Corpus:
+        """The corpus with its test split read from `split_csv` or carved where it has none."""
+        if corpus.split("test"):
+            return corpus
+        if split_csv:
+            corpus = corpus.with_test(read_valid_split(split_csv), split_csv)
+        elif share:
+            corpus = carve_test(corpus, share, seed, by)
+        else:
+            return corpus
+        self.carved_test = corpus.split("test")
+        log.info(
+            "test split: %d training clip(s) of %d systems moved to test (%s)",
+            len(self.carved_test),
+            len({c.system_id for c in self.carved_test}),
+            f"from {split_csv}" if split_csv else f"carved by {by}: {share:g}, seed {seed}",
+        )
+        return corpus
+
+    def _with_valid_split(
+        self, corpus: Corpus, share: float, split_csv: str | None, seed: int, by: str
+    ) -> Corpus:
         """The corpus with its validation split read from `split_csv` or carved where it has none."""
         before = {c.sample_id for c in corpus.split("valid")}
         if split_csv:
             corpus = corpus.with_valid(read_valid_split(split_csv), split_csv)
         elif not before and share:
-            corpus = carve_valid(corpus, share, seed)
+            corpus = carve_valid(corpus, share, seed, by)
         else:
             return corpus
         self.carved_valid = [c for c in corpus.split("valid") if c.sample_id not in before]
@@ -131,7 +165,7 @@ class MOSDataModule(L.LightningDataModule):
             "validation split: %d training clip(s) of %d systems moved to validation (%s)",
             len(self.carved_valid),
             len({c.system_id for c in self.carved_valid}),
-            f"from {split_csv}" if split_csv else f"carved: {share:g} of each system, seed {seed}",
+            f"from {split_csv}" if split_csv else f"carved by {by}: {share:g}, seed {seed}",
         )
         return corpus
 

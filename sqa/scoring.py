@@ -26,6 +26,7 @@ from sqa.clip_input import (
     ClipPreparer,
     ClipWarning,
     FileClips,
+    Piece,
     PreparedClip,
     as_list,
     as_samples,
@@ -43,6 +44,24 @@ from sqa.data.batching import pad_batch
 from sqa.export import load_export
 from sqa.models.backbone import W2V_HOP
 from sqa.models.predictor import POOLINGS
+
+# The shortest window (seconds) whose chunked scores stayed within 0.02 MOS of whole-clip scores
+# on 3-minute varied songs, by backbone class (benchmarks/chunking.py; docs/scoring.md). Shorter
+# windows, and backbones not measured, warn when a clip is chunked.
+CHUNK_SECONDS_WITHIN_0_02 = {"LogMelBackbone": 10.0, "TorchaudioWav2Vec2": 5.0}
+
+
+def chunk_warning(backbone: str, chunk_seconds: float) -> str | None:
+    """Why chunked scores of `backbone` (a class name) in `chunk_seconds` windows may move, or None."""
+    bound = CHUNK_SECONDS_WITHIN_0_02.get(backbone)
+    if bound is None:
+        return f"chunked scoring of a {backbone} backbone was not measured against whole-clip scoring"
+    if chunk_seconds < bound:
+        return (
+            f"{backbone} windows shorter than {bound:g} s moved scores of long songs by more than 0.02 MOS "
+            "against whole-clip scoring (docs/scoring.md); use longer windows where memory allows"
+        )
+    return None
 
 
 def resolve_domain(domain: str | int | None, domains: list[str]) -> int:
@@ -74,6 +93,10 @@ def resolve_device(device: str | torch.device) -> torch.device:
     elif resolved.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {str(device)!r} is not available on this machine")
     return resolved
+
+
+class ChunkWarning(UserWarning):
+    """Chunked scores of this backbone and window length may differ from whole-clip scores."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +157,11 @@ class Scorer:
         self.batch_size = batch_size
         self.max_samples = max_samples
         chunk = None
+        self.chunk_warning = None
         if chunk_seconds is not None:
-            chunk = max(self.min_samples, round(chunk_seconds * self.sample_rate / W2V_HOP) * W2V_HOP)
+            self.chunk_warning = chunk_warning(type(self.predictor.backbone).__name__, chunk_seconds)
+            hops = max(4, round(chunk_seconds * self.sample_rate / W2V_HOP))
+            chunk = max(self.min_samples, hops * W2V_HOP)
         self.prepare = ClipPreparer(self.sample_rate, self.min_samples, chunk, self.f0_extractor)
 
     def to(self, device: str | torch.device) -> Scorer:
@@ -223,8 +249,11 @@ class Scorer:
                 yield ScoreResult(paths[item.index], row[0], None, extra, item.warning, item.index)
 
     def _score_prepared(self, clips: list[PreparedClip]) -> list[tuple[PreparedClip, list[float]]]:
-        """Each clip's scores (K,): its pieces' scores weighted by their frame counts."""
-        scores, frames = self._forward([piece for clip in clips for piece in clip.pieces])
+        """Each clip's scores (K,): the mean over its pieces' kept frames (a whole clip: its score)."""
+        if self.chunk_warning and any(len(clip.pieces) > 1 for clip in clips):
+            warnings.warn(self.chunk_warning, ChunkWarning, stacklevel=3)
+            self.chunk_warning = None  # once per Scorer
+        scores, sums, counts = self._forward([piece for clip in clips for piece in clip.pieces])
         out = []
         start = 0
         for clip in clips:
@@ -233,16 +262,20 @@ class Scorer:
             if len(clip.pieces) == 1:
                 out.append((clip, scores[rows.start].tolist()))
                 continue
-            weights = frames[rows].astype(np.float64)
-            combined = (scores[rows].astype(np.float64) * weights[:, None]).sum(axis=0) / weights.sum()
-            out.append((clip, combined.tolist()))
+            # Frame scores are on the head's 1-5 scale; the map to the user's scale is linear.
+            mean = torch.from_numpy(sums[rows].sum(axis=0) / counts[rows].sum())
+            out.append((clip, self.predictor.to_scale(mean).tolist()))
         return out
 
     @torch.inference_mode()
-    def _forward(self, pieces: list[tuple[np.ndarray, np.ndarray | None]]) -> tuple[np.ndarray, np.ndarray]:
-        """Scores (P, K) and frame counts (P,) of pieces, in length-sorted batches of `batch_size`."""
+    def _forward(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Scores (P, K), sums of kept frame scores (P, K) and kept frame counts (P,) of pieces.
+
+        Pieces go in length-sorted batches of `batch_size`.
+        """
         scores = np.zeros((len(pieces), len(self.dimensions)), dtype=np.float32)
-        frames = np.zeros(len(pieces), dtype=np.int64)
+        sums = np.zeros((len(pieces), len(self.dimensions)), dtype=np.float64)
+        counts = np.zeros(len(pieces), dtype=np.int64)
         order = sorted(range(len(pieces)), key=lambda i: pieces[i][0].shape[0])
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
@@ -253,5 +286,9 @@ class Scorer:
             domain = torch.full((len(idx),), self.domain, device=self.device)
             out = self.predictor(wav.to(self.device), lengths.to(self.device), domain, f0)
             scores[idx] = self.predictor.to_scale(out.scores.float()).cpu().numpy()
-            frames[idx] = out.frame_lengths.cpu().numpy()
-        return scores, frames
+            frame_scores = out.dim_frame_scores.double().cpu().numpy()
+            for row, i in enumerate(idx):
+                lo, hi = pieces[i][2] or (0, int(out.frame_lengths[row]))
+                sums[i] = frame_scores[row, lo:hi].sum(axis=0)
+                counts[i] = hi - lo
+        return scores, sums, counts

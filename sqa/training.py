@@ -223,6 +223,9 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         if datamodule.carved_valid:
             write_valid_split(datamodule.carved_valid, run_dir / "valid_split.csv")
             info["valid_split_csv"] = str(run_dir / "valid_split.csv")
+        if datamodule.carved_test:
+            write_valid_split(datamodule.carved_test, run_dir / "test_split.csv")
+            info["test_split_csv"] = str(run_dir / "test_split.csv")
         atomic_write_json(run_dir / "run_info.json", info)
         if datamodule.problems:
             atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -106,6 +107,21 @@ def test_silent_and_tiny_clips_warn(predictor):
         predictor.score(np.zeros(16000), 16000)
     with pytest.warns(ClipWarning, match="only 1 samples"):
         predictor.score(np.ones(1) * 0.1, 16000)
+
+
+def test_float_audio_far_above_full_scale_warns_in_the_api_and_for_files(predictor, tmp_path):
+    t = np.arange(16000) / 16000
+    pcm_scale = (20000 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    with pytest.warns(ClipWarning, match=r"peak 20000 is far above full scale.*divide by 32768"):
+        predictor.score(pcm_scale, 16000)
+    # Just above full scale (a float file may overshoot a little) and the rescaled clip: no warning.
+    for clip in (pcm_scale / 32768, pcm_scale / 20000 * 1.9):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ClipWarning)
+            predictor.score(clip, 16000)
+    sf.write(tmp_path / "loud.wav", pcm_scale, 16000, subtype="FLOAT")
+    (result,) = predictor.score_files([tmp_path / "loud.wav"])
+    assert result.score is not None and "far above full scale" in result.warning
 
 
 def test_to_moves_and_refuses_an_unavailable_device(default_export):

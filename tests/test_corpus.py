@@ -138,10 +138,15 @@ def test_csv_manifest_errors(tmp_path):
     with pytest.raises(CorpusError, match=r"missing column\(s\) \['system_id'\]"):
         read_csv_manifest(tmp_path / "m.csv")
     write_wav(tmp_path / "x.wav")
+    # Without a split column every row is a training clip, unless default_split says otherwise.
     (tmp_path / "m.csv").write_text("wav_path,score,system_id,sample_id\nx.wav,3,A,x\n")
-    with pytest.raises(CorpusError, match="no 'split' column"):
-        read_csv_manifest(tmp_path / "m.csv")
+    assert read_csv_manifest(tmp_path / "m.csv").clips[0].split == "train"
     assert read_csv_manifest(tmp_path / "m.csv", default_split="test").clips[0].split == "test"
+    # An empty split cell: the error's fix (default_split=train) reads it.
+    (tmp_path / "m.csv").write_text("wav_path,score,system_id,sample_id,split\nx.wav,3,A,x,\n")
+    with pytest.raises(CorpusError, match=r"m.csv:2: empty split.*data.corpus.default_split=train"):
+        read_csv_manifest(tmp_path / "m.csv")
+    assert read_csv_manifest(tmp_path / "m.csv", default_split="train").clips[0].split == "train"
 
 
 def test_singmos_pro_keeps_per_judge_ratings(tmp_path, caplog):

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from sqa.export import ExportError, export_predictor, load_export
-from sqa.models.backbone import LogMelBackbone, conv_frame_lengths
+from sqa.models.backbone import LogMelBackbone, conv_frame_lengths, mel_filterbank
 from sqa.models.predictor import MOSPredictor
 
 
@@ -314,3 +314,14 @@ def test_s3prl_padded_mean_pools_ceil_n_over_320_frames_with_the_last_repeated(t
     assert load_export(tmp_path / "export")[0].pooling == "s3prl_padded_mean"
     with pytest.raises(ValueError, match="pooling must be one of"):
         MOSPredictor(LogMelBackbone(n_mels=16, channels=8), pooling="max")
+
+
+@pytest.mark.parametrize(("sample_rate", "n_mels"), [(16000, 64), (16000, 80), (8000, 40), (44100, 32)])
+def test_mel_filterbank_is_torchaudios_slaney_filterbank(sample_rate, n_mels):
+    torchaudio = pytest.importorskip("torchaudio")
+    ours = mel_filterbank(201, sample_rate / 2, n_mels, sample_rate)
+    reference = torchaudio.functional.melscale_fbanks(
+        201, 0.0, sample_rate / 2, n_mels, sample_rate, norm="slaney", mel_scale="slaney"
+    )
+    # Peaks are about 0.02: float32 rounding of the band edges differs below 1e-6.
+    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)

@@ -260,8 +260,8 @@ def sung_phrase(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:
 
 
 # Windows are normalised on their own (one mean/variance per window instead of per clip), so a
-# chunked score differs slightly from the whole-clip score; measured: 1e-4 (10 s windows) to 1e-3
-# (5 s windows) on this clip, where adding noise to it moves the score by 0.07.
+# chunked score differs slightly from the whole-clip score; measured: under 1e-3 on this clip, where
+# adding noise to it moves the score by 0.07 (benchmarks/chunking.py measures long varied songs).
 CHUNK_TOLERANCE = 0.005
 
 
@@ -280,17 +280,45 @@ def test_chunked_scoring_of_a_long_clip_matches_whole_clip_scoring_with_bounded_
     score_chunked = chunked.score(wav, 16000)
     score_whole = whole.score(wav, 16000)
     assert score_chunked == pytest.approx(score_whole, abs=CHUNK_TOLERANCE)
-    # 12 equal windows of 9.6 s (a multiple of the 320-sample hop) and a shorter last one, 2 per forward.
-    size = 153600
-    assert len(seen) == 6 and max(seen) <= 2 * size
-    # The combination is the frame-weighted mean of the windows' own scores.
-    windows = [wav[i : i + size] for i in range(0, wav.size, size)]
-    assert len(windows) == 12 and windows[-1].size < size
-    scores = whole.score(windows, 16000)
-    frames = [(w.size - 400) // 320 + 1 for w in windows]
-    assert score_chunked == pytest.approx(np.average(scores, weights=frames), abs=1e-5)
+    # 10 s windows (500 frames) keep their centre 250 frames: 21 windows 5 s apart, and a last one
+    # ending with the clip, over its 5749 frames, 2 per forward.
+    size = 160000
+    assert len(seen) == 11 and max(seen) <= 2 * size
+    # The combination is the mean over every frame of the song, each from the window that keeps it.
+    kept = []
+    for start in range(0, 21 * 80000, 80000):
+        frames = whole.predictor(torch.from_numpy(wav[start : start + size])[None], torch.tensor([size]))
+        lo = 0 if start == 0 else 125
+        kept.append(frames.frame_scores[0, lo:375])
+    last = (wav.size - size) // 320 * 320
+    frames = whole.predictor(torch.from_numpy(wav[last:])[None], torch.tensor([wav.size - last]))
+    kept.append(frames.frame_scores[0, (20 * 80000 + 120000 - last) // 320 :])
+    kept = torch.cat(kept)
+    assert kept.numel() == (wav.size - 400) // 320 + 1
+    assert score_chunked == pytest.approx(float(kept.double().mean()), abs=1e-5)
     noisy = wav + 0.2 * np.random.default_rng(1).standard_normal(wav.size).astype(np.float32)
     assert abs(whole.score(noisy, 16000) - score_whole) > 10 * CHUNK_TOLERANCE
+
+
+def test_windows_keep_every_frame_of_the_clip_once_with_context_around_it():
+    from sqa.clip_input import clip_frames, windows
+
+    for samples in range(1300, 120000, 997):
+        for window in (1280, 1600, 16000, 48000):
+            if samples <= window:
+                continue
+            spans = windows(samples, window)
+            kept = []
+            for start, stop, lo, hi in spans:
+                assert start % 320 == 0 and stop <= samples and stop - start >= window
+                assert 0 <= lo < hi <= clip_frames(stop - start)
+                kept += range(start // 320 + lo, start // 320 + hi)
+            assert kept == list(range(clip_frames(samples)))
+            # Every kept frame but the song's first and last quarter-window has a quarter-window of
+            # context on each side.
+            margin = max(1, window // 4 // 320)
+            for start, stop, lo, hi in spans[1:-1]:
+                assert lo >= margin and clip_frames(stop - start) - hi >= margin - 1
 
 
 def test_chunk_seconds_on_the_command_line_equals_the_api(default_export, tmp_path):
@@ -353,3 +381,21 @@ def test_chunked_scoring_bounds_peak_memory(default_export, tmp_path):
     # Measured: 170-240 MB whole (the 38 MB input is float32 at 16 kHz), 32 MB in 10 s windows,
     # two per forward pass.
     assert growth["10"] < 0.3 * growth["none"], growth
+
+
+def test_chunking_in_windows_shorter_than_the_measured_bound_warns_once(default_export):
+    import warnings
+
+    from sqa.scoring import ChunkWarning
+
+    wav = sung_phrase(25, seed=3)
+    short = Scorer(default_export, chunk_seconds=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ChunkWarning)
+        short.score(wav[:16000], 16000)  # shorter than a window: scored whole, no warning
+        Scorer(default_export, chunk_seconds=10).score(wav, 16000)
+    with pytest.warns(ChunkWarning, match=r"LogMelBackbone windows shorter than 10 s .* 0.02 MOS"):
+        short.score(wav, 16000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ChunkWarning)
+        short.score(wav, 16000)

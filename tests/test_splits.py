@@ -11,7 +11,7 @@ import soundfile as sf
 
 from sqa.data.corpus import CorpusError, count_labels
 from sqa.data.readers import read_csv_manifest, read_singmos_pro
-from sqa.data.valid_split import carve_valid, read_valid_split, write_valid_split
+from sqa.data.valid_split import carve_test, carve_valid, read_valid_split, write_valid_split
 from sqa.datamodule import MOSDataModule
 from sqa.training import run
 
@@ -20,14 +20,18 @@ from .test_selection import compose_train, tiny_run_overrides, write_per_system_
 
 
 def write_manifest(root: Path, clips_per_system: dict[str, int], splits=("train",), seconds=0.1) -> Path:
-    """Write one short wav per clip and a CSV manifest; clip k of a system gets splits[k % len]."""
-    rows = ["wav_path,score,system_id,sample_id,split"]
+    """Write one short wav per clip and a CSV manifest; clip k of a system gets splits[k % len].
+
+    splits=None writes no split column (one table of ratings).
+    """
+    rows = ["wav_path,score,system_id,sample_id" + (",split" if splits else "")]
     t = np.arange(int(16000 * seconds)) / 16000
     for s, (system, n) in enumerate(clips_per_system.items()):
         for k in range(n):
             name = f"{system}-u{k:02d}"
             sf.write(root / f"{name}.wav", 0.1 * np.sin(2 * np.pi * (200 + 30 * s + k) * t), 16000)
-            rows.append(f"{name}.wav,{1 + (s + k) % 5},{system},{name},{splits[k % len(splits)]}")
+            split = f",{splits[k % len(splits)]}" if splits else ""
+            rows.append(f"{name}.wav,{1 + (s + k) % 5},{system},{name}{split}")
     (root / "m.csv").write_text("\n".join(rows) + "\n")
     return root / "m.csv"
 
@@ -192,3 +196,71 @@ def test_a_run_writes_its_carved_split_and_a_rerun_reuses_it(tmp_path):
     info = [json.loads((tmp_path / n / "run_info.json").read_text()) for n in ("a", "b")]
     assert info[0]["corpus_fingerprint"] == info[1]["corpus_fingerprint"]
     assert read_valid_split(tmp_path / "b" / "valid_split.csv") == carved
+
+
+def test_carved_test_split_by_clip_or_by_system(tmp_path):
+    corpus = read_csv_manifest(write_manifest(tmp_path, {"A": 20, "B": 10, "C": 3, "D": 2, "E": 1}, None))
+    by_clip = carve_test(corpus, 0.2, seed=0)
+    assert Counter(c.system_id for c in by_clip.split("test")) == {"A": 4, "B": 2, "C": 1, "D": 1}
+    assert {c.test_set for c in by_clip.split("test")} == {"test"}
+    # The test draw is not the validation draw of the same seed.
+    assert {c.sample_id for c in by_clip.split("test")} != {
+        c.sample_id for c in carve_valid(corpus, 0.2, seed=0).split("valid")
+    }
+    by_system = carve_test(corpus, 0.4, seed=0, by="system")
+    test_systems = {c.system_id for c in by_system.split("test")}
+    # round(0.4 * 5) = 2 systems, with all their clips; no system on both sides.
+    assert len(test_systems) == 2 and not test_systems & {c.system_id for c in by_system.split("train")}
+    sizes = {"A": 20, "B": 10, "C": 3, "D": 2, "E": 1}
+    assert len(by_system.split("test")) == sum(sizes[s] for s in test_systems)
+    ids = lambda c: sorted(x.sample_id for x in c.split("test"))  # noqa: E731
+    assert ids(carve_test(corpus, 0.4, seed=0, by="system")) == ids(by_system)
+    assert any(ids(carve_test(corpus, 0.4, seed=s, by="system")) != ids(by_system) for s in range(1, 5))
+    # One system: nothing to hold out by system (it must stay in training).
+    one = read_csv_manifest(write_manifest(tmp_path, {"A": 8}, None))
+    assert carve_test(one, 0.5, seed=0, by="system").split("test") == []
+
+
+@pytest.mark.parametrize("split_by", ["clip", "system"])
+def test_one_table_of_ratings_gets_test_and_validation_splits(tmp_path, split_by):
+    manifest = write_manifest(tmp_path, {s: 6 for s in "ABCDEFGHIJ"}, None)
+    dm = MOSDataModule(read_csv_manifest(manifest), seed=2, split_by=split_by)
+    train, valid, test = ({c.system_id for c in dm.corpus.split(n)} for n in ("train", "valid", "test"))
+    assert len(dm.carved_test) == len(dm.corpus.split("test")) > 0 and len(dm.carved_valid) > 0
+    if split_by == "clip":
+        assert train == valid == test == set("ABCDEFGHIJ")
+        assert len(dm.carved_test) == 10 and len(dm.carved_valid) == 10
+    else:
+        assert not (train & valid or train & test or valid & test)
+        assert (len(test), len(valid)) == (2, 1)
+    # Written and read back, the test split is reused under another seed.
+    write_valid_split(dm.carved_test, tmp_path / "test_split.csv")
+    reuse = str(tmp_path / "test_split.csv")
+    again = MOSDataModule(read_csv_manifest(manifest), seed=7, split_by=split_by, test_split_csv=reuse)
+    reused = sorted(c.sample_id for c in again.corpus.split("test"))
+    assert reused == sorted(c.sample_id for c in dm.carved_test)
+
+
+def test_no_test_clips_and_no_share_is_an_error_whose_fix_works(tmp_path):
+    manifest = write_manifest(tmp_path, {"A": 6, "B": 6}, splits=("train", "valid"))
+    with pytest.raises(CorpusError, match=r"no test clips; set data.test_share > 0"):
+        MOSDataModule(read_csv_manifest(manifest), test_share=0)
+    assert MOSDataModule(read_csv_manifest(manifest), test_share=0.2).corpus.split("test")
+    bare = write_manifest(tmp_path, {"A": 6, "B": 6}, splits=("train", "test"))
+    with pytest.raises(CorpusError, match="no validation clips; set data.valid_share > 0"):
+        MOSDataModule(read_csv_manifest(bare), valid_share=0)
+    assert MOSDataModule(read_csv_manifest(bare), valid_share=0.2).corpus.split("valid")
+
+
+def test_a_one_table_manifest_trains_to_the_end_with_no_extra_option(tmp_path):
+    manifest = write_per_system_corpus(tmp_path / "corpus")
+    lines = manifest.read_text().splitlines()
+    manifest.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+    assert "split" not in manifest.read_text()
+    short = ["trainer.max_steps=4", "trainer.val_check_interval=2", "bootstrap=0"]
+    run(compose_train([*tiny_run_overrides(manifest), *short]), tmp_path / "a")
+    test = read_valid_split(tmp_path / "a" / "test_split.csv")
+    assert read_valid_split(tmp_path / "a" / "valid_split.csv") and test
+    assert (tmp_path / "a" / "export" / "config.yaml").is_file()
+    info = json.loads((tmp_path / "a" / "run_info.json").read_text())
+    assert info["splits"]["test/test"]["clips"] == len(test)

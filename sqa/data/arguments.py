@@ -31,6 +31,7 @@ _KINDS: dict[str, Callable[[Any], bool]] = {
     "a non-empty list of names": lambda v: _names(v) and len(v) > 0,
     "'raise' or 'skip'": lambda v: v in ("raise", "skip"),
     "a share in [0, 1)": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1,
+    "'clip' or 'system'": lambda v: v in ("clip", "system"),
 }
 _ARGUMENTS = {
     "sample_rate": "a positive integer",
@@ -47,6 +48,8 @@ _ARGUMENTS = {
     "dimensions": "a non-empty list of names",
     "judges": "true or false",
     "valid_share": "a share in [0, 1)",
+    "test_share": "a share in [0, 1)",
+    "split_by": "'clip' or 'system'",
 }
 
 

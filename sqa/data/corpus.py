@@ -171,6 +171,24 @@ class Corpus:
         clips = [replace(c, split="valid") if c.sample_id in wanted else c for c in self.clips]
         return Corpus(clips, self.domains, self.score_range, self.systems)
 
+    def with_test(self, sample_ids: Iterable[str], where: str | Path) -> Corpus:
+        """The corpus with the training clips `sample_ids` moved to the test split (test set "test").
+
+        An ID that is not a training clip of the corpus is a CorpusError naming `where`.
+        """
+        wanted = set(sample_ids)
+        split_of = {c.sample_id: c.split for c in self.clips}
+        unknown = sorted(i for i in wanted if split_of.get(i) != "train")
+        if unknown:
+            raise CorpusError(
+                f"{where}: {len(unknown)} listed test clip(s) are not training clips of this corpus "
+                f"(first: {unknown[0]!r})"
+            )
+        moved = [
+            replace(c, split="test", test_set="test") if c.sample_id in wanted else c for c in self.clips
+        ]
+        return Corpus(moved, self.domains, self.score_range, self.systems)
+
     def without(self, sample_ids: set[str]) -> Corpus:
         """The corpus less the clips with these sample IDs."""
         kept = [c for c in self.clips if c.sample_id not in sample_ids]

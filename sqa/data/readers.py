@@ -268,8 +268,10 @@ def read_csv_manifest(
     """Read a SHEET-style CSV manifest; rows of one sample from several listeners are averaged.
 
     Required columns: wav_path, score, system_id, sample_id. Optional: listener_id, domain_id,
-    split (else `default_split` for every row; aliases such as `dev` or `eval` accepted), test_set,
-    role (`reference`, `anchor` or empty) and extra score columns `score_<name>`.
+    split (else `default_split`, by default "train", for every row; aliases such as `dev` or
+    `eval` accepted), test_set, role (`reference`, `anchor` or empty) and extra score columns
+    `score_<name>`. A manifest of training rows only gets its test and validation splits carved
+    by the data module.
     Relative paths resolve against the CSV's folder. The rows' scores by `listener_id` (where
     given; a listener's repeated rows averaged) are kept in `Clip.ratings`. A clip's score is
     the mean over its listeners of each listener's mean rating (`replicates="per_listener"`: a
@@ -291,7 +293,7 @@ def read_csv_manifest(
     if missing:
         raise CorpusError(f"{path}: missing column(s) {missing}; found {columns}")
     if "split" not in columns and default_split is None:
-        raise CorpusError(f"{path}: no 'split' column; add one or set default_split")
+        default_split = "train"
     rows = list(reader)
     grouped: dict[str, list[tuple[int, dict[str, str]]]] = {}
     for lineno, row in enumerate(rows, start=2):
@@ -319,7 +321,10 @@ def read_csv_manifest(
                 by_listener.setdefault(r["listener_id"], []).append(rating)
         wav = Path(first["wav_path"])
         if not (first.get("split") or default_split):
-            raise CorpusError(f"{path}:{lineno}: empty split of sample {sample_id!r} and no default_split")
+            raise CorpusError(
+                f"{path}:{lineno}: empty split of sample {sample_id!r}; fill it in or set "
+                "data.corpus.default_split=train"
+            )
         split = canonical_split(str(first.get("split") or default_split), f"{path}:{lineno}")
         role = (first.get("role") or "").strip().lower() or roles.get(first["system_id"])
         if role not in (None, ROLE_REFERENCE, ROLE_ANCHOR):

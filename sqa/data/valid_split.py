@@ -1,4 +1,9 @@
-"""A validation split carved from a corpus's training clips, and its CSV (a run's valid_split.csv)."""
+"""Validation and test splits carved from a corpus's training clips, and their CSVs.
+
+A run writes the splits it carved to valid_split.csv and test_split.csv; a later run reuses them.
+`by` chooses how clips are drawn: "clip" takes a share of every system's clips (every system is
+seen on both sides), "system" a share of the systems with all their clips (system-disjoint).
+"""
 
 from __future__ import annotations
 
@@ -15,33 +20,58 @@ from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.readers import read_text
 
 VALID_SPLIT_COLUMNS = ("sample_id", "system_id", "domain")
+SPLIT_BY = ("clip", "system")
 
 
-def carve_valid(corpus: Corpus, share: float, seed: int) -> Corpus:
-    """The corpus with a seeded `share` of every system's training clips moved to `valid`.
+def carve(corpus: Corpus, share: float, seed: int, by: str = "clip", stream: int = 0) -> set[str]:
+    """Sample IDs of a seeded `share` of the corpus's training clips, drawn by clip or by system.
 
-    A system with n ≥ 2 training clips gives max(1, round(share·n)) of them and keeps at least
-    one, so every system with two or more clips is seen in training and in validation. Each
-    system's draw depends only on the seed, its ID and its clips' sample IDs, not on the others.
+    by="clip": a system with n ≥ 2 training clips gives max(1, round(share·n)) of them and keeps
+    at least one; each system's draw depends only on the seed, its ID and its clips' sample IDs.
+    by="system": max(1, round(share·S)) of the S training systems (at least one kept) give all
+    their training clips. `stream` separates draws of one seed (0: validation, 1: test).
     """
     if not 0 < share < 1:
-        raise ValueError(f"valid_share must be in (0, 1), got {share}")
-    by_system: dict[str, list[Clip]] = {}
+        raise ValueError(f"the share to carve must be in (0, 1), got {share}")
+    if by not in SPLIT_BY:
+        raise ValueError(f"split_by must be one of {list(SPLIT_BY)}, got {by!r}")
+    by_system: dict[str, list[str]] = {}
     for c in corpus.split("train"):
-        by_system.setdefault(c.system_id, []).append(c)
+        by_system.setdefault(c.system_id, []).append(c.sample_id)
     chosen: set[str] = set()
-    for system, clips in by_system.items():
-        if len(clips) < 2:
+    if by == "system":
+        systems = sorted(by_system)
+        if len(systems) < 2:
+            return chosen
+        rng = np.random.default_rng([seed, stream, zlib.crc32(b"systems")])
+        take = min(max(1, round(share * len(systems))), len(systems) - 1)
+        for i in rng.permutation(len(systems))[:take]:
+            chosen.update(by_system[systems[i]])
+        return chosen
+    for system, sample_ids in by_system.items():
+        if len(sample_ids) < 2:
             continue
-        ids = sorted(c.sample_id for c in clips)
-        rng = np.random.default_rng([seed, zlib.crc32(system.encode())])
+        ids = sorted(sample_ids)
+        # Stream 0 keeps the validation draws of runs from before test carving.
+        key = [seed, zlib.crc32(system.encode())] + ([stream] if stream else [])
+        rng = np.random.default_rng(key)
         take = min(max(1, round(share * len(ids))), len(ids) - 1)
         chosen.update(ids[i] for i in rng.permutation(len(ids))[:take])
-    return corpus.with_valid(chosen, "carve_valid")
+    return chosen
+
+
+def carve_valid(corpus: Corpus, share: float, seed: int, by: str = "clip") -> Corpus:
+    """The corpus with a seeded `share` of its training clips moved to `valid` (see `carve`)."""
+    return corpus.with_valid(carve(corpus, share, seed, by), "carve_valid")
+
+
+def carve_test(corpus: Corpus, share: float, seed: int, by: str = "clip") -> Corpus:
+    """The corpus with a seeded `share` of its training clips moved to `test` (see `carve`)."""
+    return corpus.with_test(carve(corpus, share, seed, by, stream=1), "carve_test")
 
 
 def write_valid_split(clips: Sequence[Clip], path: str | Path) -> None:
-    """Write validation clips' sample_id, system_id and domain to a CSV that `read_valid_split` reads."""
+    """Write clips' sample_id, system_id and domain to a CSV that `read_valid_split` reads."""
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
     writer.writerow(VALID_SPLIT_COLUMNS)
@@ -51,7 +81,7 @@ def write_valid_split(clips: Sequence[Clip], path: str | Path) -> None:
 
 
 def read_valid_split(path: str | Path) -> list[str]:
-    """Sample IDs listed in a validation split CSV (a `sample_id` column; other columns ignored)."""
+    """Sample IDs listed in a split CSV (a `sample_id` column; other columns ignored)."""
     path = Path(path)
     # UTF-8 with or without a byte-order mark, as every metadata file; another encoding is an
     # error naming the byte and line.

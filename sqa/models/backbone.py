@@ -9,10 +9,10 @@ weights it started from (the export carries those in its state_dict).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
-import torchaudio
 from torch import nn
 
 from sqa.masking import frame_mask, masked_standardize
@@ -26,6 +26,36 @@ W2V_HOP = 320
 def conv_frame_lengths(lengths: torch.Tensor, window: int = W2V_WINDOW, hop: int = W2V_HOP) -> torch.Tensor:
     """Frames a window/hop front end yields for `lengths` samples (B,), without any padding."""
     return torch.div(lengths - window, hop, rounding_mode="floor").clamp_min(0) + 1
+
+
+def _slaney_mel(hz: torch.Tensor) -> torch.Tensor:
+    """Slaney's mel scale of frequencies `hz` (any shape): linear below 1 kHz, logarithmic above."""
+    linear = hz / (200.0 / 3)
+    log = 15.0 + torch.log(hz.clamp_min(1e-10) / 1000.0) / (math.log(6.4) / 27.0)
+    return torch.where(hz >= 1000.0, log, linear)
+
+
+def _slaney_hz(mel: torch.Tensor) -> torch.Tensor:
+    """Frequencies in Hz of Slaney mels `mel` (any shape): the inverse of `_slaney_mel`."""
+    linear = mel * (200.0 / 3)
+    log = 1000.0 * torch.exp((math.log(6.4) / 27.0) * (mel - 15.0))
+    return torch.where(mel >= 15.0, log, linear)
+
+
+def mel_filterbank(n_freqs: int, f_max: float, n_mels: int, sample_rate: int) -> torch.Tensor:
+    """Area-normalised Slaney mel filterbank (n_freqs, n_mels) from 0 Hz to `f_max`.
+
+    The same matrix as librosa's default and torchaudio's `melscale_fbanks(..., norm="slaney",
+    mel_scale="slaney")`, computed here so the core install needs no torchaudio.
+    """
+    freqs = torch.linspace(0, sample_rate // 2, n_freqs)
+    edges = _slaney_hz(torch.linspace(0.0, float(_slaney_mel(torch.tensor(f_max))), n_mels + 2))
+    widths = edges[1:] - edges[:-1]
+    slopes = edges[None, :] - freqs[:, None]
+    rising = -slopes[:, :-2] / widths[:-1]
+    falling = slopes[:, 2:] / widths[1:]
+    triangles = torch.minimum(rising, falling).clamp_min(0.0)
+    return triangles * (2.0 / (edges[2:] - edges[:-2]))[None, :]
 
 
 @dataclass
@@ -70,15 +100,7 @@ class LogMelBackbone(Exportable, nn.Module):
         # Computed on the CPU even when the model is built on the meta device (sqa.export sizes
         # an export's model that way): the filterbank's computation reads values.
         with torch.device("cpu"):
-            fb = torchaudio.functional.melscale_fbanks(
-                W2V_WINDOW // 2 + 1,
-                0.0,
-                sample_rate / 2,
-                n_mels,
-                sample_rate,
-                norm="slaney",
-                mel_scale="slaney",
-            )
+            fb = mel_filterbank(W2V_WINDOW // 2 + 1, sample_rate / 2, n_mels, sample_rate)
         self.register_buffer("fbank", fb, persistent=False)
         self.register_buffer("window", torch.hann_window(W2V_WINDOW), persistent=False)
         dims = [n_mels] + [channels] * conv_layers

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torchaudio
 from torch import nn
+
+from sqa.extras import require
 
 # s3prl hub entries that take a user-given checkpoint instead of naming a released model.
 _S3PRL_GENERIC_ENTRIES = ("wav2vec2_custom", "wav2vec2_local", "wav2vec2_url")
@@ -37,6 +38,7 @@ def patch_torchaudio_for_s3prl() -> None:
     no-op backend setter and a `sox_effects` stub whose functions raise are enough. Each piece is
     installed only where torchaudio lacks it, so the shim is a no-op on older torchaudio.
     """
+    torchaudio = require("torchaudio", "ssl", "s3prl wav2vec2 backbones")
     if not hasattr(torchaudio, "set_audio_backend"):
         torchaudio.set_audio_backend = lambda backend: None
     if "torchaudio.sox_effects" not in sys.modules and not hasattr(torchaudio, "sox_effects"):

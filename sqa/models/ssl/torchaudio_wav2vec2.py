@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
-import torchaudio
 from torch import nn
 
+from sqa.extras import require
 from sqa.models.ssl.base import HiddenStates, Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
 from sqa.models.ssl.interop import load_torchaudio_checkpoint
 
@@ -48,13 +49,19 @@ TINY_TORCHAUDIO = {
 }
 
 
+def _torchaudio() -> ModuleType:
+    """torchaudio, which only these backbones need (the core install leaves it out)."""
+    return require("torchaudio", "wav2vec2", "torchaudio wav2vec2 backbones (TorchaudioWav2Vec2)")
+
+
 def tiny(**arch_kwargs: object) -> nn.Module:
     """The random-init "tiny" arch (`TINY_TORCHAUDIO`), with `arch_kwargs` overriding it."""
-    return torchaudio.models.wav2vec2_model(**{**TINY_TORCHAUDIO, **arch_kwargs})
+    return _torchaudio().models.wav2vec2_model(**{**TINY_TORCHAUDIO, **arch_kwargs})
 
 
 def torchaudio_presets() -> dict[str, Callable[..., nn.Module]]:
     """Every arch name `TorchaudioWav2Vec2` accepts: sqa's "tiny" and torchaudio's wav2vec2 builders."""
+    torchaudio = _torchaudio()
     builders = {
         name: getattr(torchaudio.models, name)
         for name in dir(torchaudio.models)
