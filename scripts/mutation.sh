@@ -42,18 +42,31 @@ from pathlib import Path
 
 module, path = sys.argv[1], Path(sys.argv[2])
 text = path.read_text()
-tests = tomllib.loads(text)["tool"]["sqa"]["mutation"].get(module)
+config = tomllib.loads(text)["tool"]
+tests = config["sqa"]["mutation"].get(module)
 if tests is None:
     sys.exit(f"{module}: not in pyproject.toml [tool.sqa.mutation]")
-for key, value in (("only_mutate", [module]), ("pytest_add_cli_args_test_selection", tests)):
-    text = re.sub(rf"^{key} = \[.*?^\]", f"{key} = {json.dumps(value)}", text, count=1, flags=re.M | re.S)
+# A module's own `-k EXPR` narrows the shared one (pytest keeps only the last -k it is given).
+args = list(config["mutmut"]["pytest_add_cli_args"])
+if "-k" in tests:
+    at = tests.index("-k")
+    tests, extra = tests[:at] + tests[at + 2 :], tests[at + 1]
+    shared = args.index("-k") + 1
+    args[shared] = f"({args[shared]}) and ({extra})"
+values = {"only_mutate": [module], "pytest_add_cli_args_test_selection": tests, "pytest_add_cli_args": args}
+for key, value in values.items():
+    # The array up to its closing bracket (strings may hold brackets).
+    pattern = rf'^{key} = \[(?:[^\]"]|"[^"]*")*\]'
+    text = re.sub(pattern, lambda _: f"{key} = {json.dumps(value)}", text, count=1, flags=re.M)
 path.write_text(text)
 EOF
-    echo "== $module (tests: $(cd "$work" && "$python" -c "
-import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['mutmut']['pytest_add_cli_args_test_selection']))"))"
+    echo "== $module: $(cd "$work" && "$python" -c "
+import tomllib
+c = tomllib.load(open('pyproject.toml', 'rb'))['tool']['mutmut']
+print(*c['pytest_add_cli_args_test_selection'], '-k', repr(c['pytest_add_cli_args'][-1]))")"
     (
         cd "$work"
-        nice -n 19 "$python" -m mutmut run --max-children 1 "$@" >/dev/null || true
+        nice -n 19 "$python" -m mutmut run --max-children 1 "$@" >mutmut.log 2>&1 || tail -5 mutmut.log
         "$python" -m mutmut results --all true >results.txt
         killed=$(grep -c ': killed$' results.txt || true)
         total=$(grep -c ': ' results.txt || true)
