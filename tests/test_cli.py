@@ -22,6 +22,7 @@ def run_cli(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.slow
 def test_train_tiny_wav2vec2_end_to_end_then_score(synthetic_root, tmp_path):
     run_dir = tmp_path / "run"
     result = run_cli(
@@ -47,6 +48,7 @@ def test_train_tiny_wav2vec2_end_to_end_then_score(synthetic_root, tmp_path):
         assert scores[wav] == pytest.approx(float(row["pred"]), abs=1e-4)
 
 
+@pytest.mark.slow
 def test_multirun_writes_one_run_directory_per_job(synthetic_root, tmp_path):
     run_cli(
         "train.py",

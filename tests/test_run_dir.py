@@ -135,3 +135,22 @@ def test_train_py_refuses_a_directory_in_use_before_hydra_writes_into_it(held):
     assert f"PID {proc.pid}" in result.stderr and "in use by another run" in result.stderr
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]
+
+
+def test_the_lock_is_the_directorys_whatever_path_names_it(held, tmp_path, monkeypatch):
+    run_dir, proc = held
+    (tmp_path / "link").symlink_to(run_dir)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    # The directory the other process holds, named relatively from another directory, through a
+    # symlink and with `..` in it: refused each time, naming the owner.
+    for name in ("../run", tmp_path / "link", tmp_path / "elsewhere" / ".." / "run"):
+        with pytest.raises(RunDirError, match=f"PID {proc.pid}"), lock(name):
+            pass
+    # Nested claims in one process by different names of one directory share its lock.
+    mine = tmp_path / "mine"
+    (tmp_path / "mine-link").symlink_to(mine, target_is_directory=True)
+    with lock(mine), lock("../mine"), lock(tmp_path / "mine-link"):
+        assert (mine / ".lock").read_text().startswith(f"PID {os.getpid()} ")
+    with lock("../mine-link"):
+        pass

@@ -203,3 +203,63 @@ def test_selecting_on_a_loss_minimises_it(manifest, tmp_path, metric):
             expected.append(float(row["val/loss"]) if metric == "loss" else sum(since) / len(since))
             since = []
     assert [v for _, v in scores] == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_set_ranks_from_exactly_the_minimum_of_distinct_system_means_or_labels():
+    # System level counts distinct system means, not systems: 9 systems with 4 distinct means
+    # cannot rank at a minimum of 5; 5 distinct means can, 4 cannot.
+    assert choose_rule({"v": counts(40, 9, 20, 4)}).fallback_used
+    assert not choose_rule({"v": counts(40, 5, 20, 5)}).fallback_used
+    assert choose_rule({"v": counts(40, 5, 20, 5)}, min_systems=6).fallback_used
+    assert not choose_rule({"v": counts(40, 9, 3, 4)}, min_systems=4).fallback_used
+    # Utterance level: distinct labels at the minimum rank, one fewer falls back; systems play no part.
+    assert not choose_rule({"v": counts(40, 1, 5, 1)}, level="utt").fallback_used
+    assert choose_rule({"v": counts(40, 9, 4, 9)}, level="utt").fallback_used
+    assert choose_rule({"v": counts(40, 9, 6, 9)}, level="utt", min_distinct_labels=7).fallback_used
+    assert not choose_rule({"v": counts(40, 9, 7, 9)}, level="utt", min_distinct_labels=7).fallback_used
+
+
+@pytest.mark.parametrize(
+    ("metric", "mode"),
+    [("srcc", "max"), ("lcc", "max"), ("ktau", "max"), ("pair_acc", "max")]
+    + [("mse", "min"), ("rmse", "min"), ("loss", "min"), ("train_loss", "min")],
+)
+def test_ranking_metrics_are_maximised_and_errors_and_losses_minimised(metric, mode):
+    big = counts(60, 12, 30, 12)
+    rule = choose_rule({"v": big}, metric=metric)
+    assert rule.mode == mode and rule.metric == metric and not rule.fallback_used
+    assert rule.describe().endswith(f"({mode})") and rule.record()["mode"] == mode
+    # A fallback is an error measure or the loss: minimised, whatever was asked.
+    small = counts(8, 2, 2, 2)
+    for fallback in ("rmse", "mse", "loss"):
+        assert choose_rule({"v": small}, fallback=fallback).mode == "min"
+
+
+def test_an_error_measure_is_used_as_asked_at_its_level_on_every_set():
+    small, big = counts(8, 2, 2, 2), counts(60, 12, 30, 12)
+    rule = choose_rule({"a": small, "b": big}, metric="rmse", level="sys")
+    assert (rule.metric, rule.level, rule.sets, rule.warning, rule.fallback_used) == (
+        "rmse",
+        "sys",
+        ("a", "b"),
+        None,
+        False,
+    )
+    assert rule.record()["requested"] == "sys rmse" and rule.describe() == (
+        "system-level rmse over valid sets a, b (min)"
+    )
+    loss = choose_rule({"a": small}, fallback="loss")
+    assert (loss.metric, loss.level, loss.describe()) == (
+        "loss",
+        None,
+        "validation loss over valid sets a (min)",
+    )
+
+
+def test_uninformative_tells_a_tiny_change_from_none():
+    assert uninformative([0.5, 0.5 + 1e-12])
+    assert not uninformative([0.5, 0.5 + 1e-6])
+    assert not uninformative([0.0, 1e-9])
+    assert not uninformative([math.nan, 0.3])
+    assert not uninformative([math.nan, math.nan, 0.3])
+    assert not uninformative([])

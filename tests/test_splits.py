@@ -264,3 +264,40 @@ def test_a_one_table_manifest_trains_to_the_end_with_no_extra_option(tmp_path):
     assert (tmp_path / "a" / "export" / "config.yaml").is_file()
     info = json.loads((tmp_path / "a" / "run_info.json").read_text())
     assert info["splits"]["test/test"]["clips"] == len(test)
+def test_carving_rounds_to_the_nearest_count_and_keeps_a_training_clip_at_any_share(tmp_path):
+    corpus = read_csv_manifest(write_manifest(tmp_path, {"A": 9, "B": 7, "C": 3, "D": 2, "E": 1}))
+    given = lambda share: Counter(c.system_id for c in carve_valid(corpus, share, 0).split("valid"))  # noqa: E731
+    # 0.3 × 9 = 2.7 rounds up to 3, 0.3 × 7 = 2.1 down to 2; 0.3 × 3 and 0.3 × 2 still give one.
+    assert given(0.3) == {"A": 3, "B": 2, "C": 1, "D": 1}
+    # A share close to 1 still leaves every system one training clip.
+    assert given(0.95) == {"A": 8, "B": 6, "C": 2, "D": 1}
+    assert given(0.01) == {"A": 1, "B": 1, "C": 1, "D": 1}
+    for share in (0, 1, -0.2, 1.5):
+        with pytest.raises(ValueError, match=rf"valid_share must be in \(0, 1\), got {share}"):
+            carve_valid(corpus, share, 0)
+
+
+def test_the_valid_split_csv_lists_clips_sorted_and_reads_back_with_clear_errors(tmp_path):
+    corpus = read_csv_manifest(write_manifest(tmp_path, {"B": 3, "A": 3}))
+    clips = list(reversed(corpus.clips))
+    write_valid_split(clips, tmp_path / "v.csv")
+    with (tmp_path / "v.csv").open() as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["sample_id", "system_id", "domain"]
+    assert rows[1:] == [
+        [c.sample_id, c.system_id, str(c.domain)] for c in sorted(clips, key=lambda c: c.sample_id)
+    ]
+    assert read_valid_split(tmp_path / "v.csv") == sorted(c.sample_id for c in clips)
+    (tmp_path / "other.csv").write_text("system_id,sample_id\nA,x1\nB,x2\n")
+    assert read_valid_split(tmp_path / "other.csv") == ["x1", "x2"]
+    with pytest.raises(CorpusError, match=r"missing.csv: file not found"):
+        read_valid_split(tmp_path / "missing.csv")
+    (tmp_path / "no_id.csv").write_text("id,system_id\nx1,A\n")
+    with pytest.raises(CorpusError, match=r"no_id.csv: no 'sample_id' column; found \['id', 'system_id'\]"):
+        read_valid_split(tmp_path / "no_id.csv")
+    (tmp_path / "empty.csv").write_text("sample_id,system_id\n")
+    with pytest.raises(CorpusError, match=r"empty.csv: lists no sample IDs"):
+        read_valid_split(tmp_path / "empty.csv")
+    (tmp_path / "blank.csv").write_text("")
+    with pytest.raises(CorpusError, match=r"blank.csv: no 'sample_id' column; found None"):
+        read_valid_split(tmp_path / "blank.csv")

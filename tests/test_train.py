@@ -215,6 +215,7 @@ def test_existing_export_stops_a_resumed_run_before_training(synthetic_root, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "checkpoints", "export", "train.log"]
 
 
+@pytest.mark.slow
 def test_same_seed_and_config_give_the_same_metrics(synthetic_root, tmp_path):
     overrides = [
         f"data.corpus.root={synthetic_root}",
