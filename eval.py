@@ -6,8 +6,8 @@ python eval.py export=runs/x/export data=csv data.corpus.path=m.csv  # another l
 
 from __future__ import annotations
 
-from sqa.extras import run_main
+from sqa.core.extras import run_main
 
 if __name__ == "__main__":
     # Without the `train` extra: one line naming it, not a traceback.
-    run_main("sqa.evaluation", "eval.py")
+    run_main("sqa.training.evaluation", "eval.py")

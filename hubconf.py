@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqa import load as _load
-from sqa.scoring import Scorer
+from sqa.scoring.scorer import Scorer
 
 dependencies = ["torch", "numpy", "soundfile", "soxr", "yaml"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from sqa.extras import exit_without
+from sqa.core.extras import exit_without
 
 # Without the `train` extra: one line naming it, not a traceback.
 exit_without("train.py", ("hydra", "omegaconf", "lightning"))
@@ -19,8 +19,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from sqa.data.corpus import CorpusError
-from sqa.run_dir import RunDirError
-from sqa.training import run
+from sqa.training.run import run
+from sqa.training.run_dir import RunDirError
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")

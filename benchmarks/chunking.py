@@ -27,11 +27,11 @@ import torch
 
 from sqa.data.audio import pad_to
 from sqa.data.singing import SYNTH_RATE, degrade, melody, recipe_pool, sing
-from sqa.export import export_predictor
+from sqa.exports.format import export_predictor
 from sqa.models.backbone import W2V_HOP, LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.models.ssl import TorchaudioWav2Vec2
-from sqa.scoring import Scorer
+from sqa.scoring.scorer import Scorer
 
 CHUNKS = (5.0, 10.0, 20.0)
 

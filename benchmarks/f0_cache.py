@@ -16,7 +16,7 @@ import time
 
 from sqa.data.pitch import F0Extractor
 from sqa.data.synthetic import load_synthetic
-from sqa.datamodule import ClipDataset
+from sqa.training.datamodule import ClipDataset
 
 
 def epoch_seconds(dataset: ClipDataset) -> float:

@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/overhead.py [--corpus data/synthetic-seed0-clips14] [--rounds 3]
 
 Both loops train the same `MOSPredictor` with the same loss, SGD optimiser and gradient clipping,
-all built by `sqa.training.build` from `conf/train.yaml`, on CPU in fp32, over the same batches:
+all built by `sqa.training.run.build` from `conf/train.yaml`, on CPU in fp32, over the same batches:
 
 - sqa: the `MOSModule` in a `lightning.Trainer` made from `conf/trainer/default.yaml` (with the
-  progress bar of `sqa.training.run`, `log_every_n_steps`, the default CSV logger), fed by
+  progress bar of `sqa.training.run.run`, `log_every_n_steps`, the default CSV logger), fed by
   `MOSDataModule`'s own training loader, which crops and collates every batch as it goes.
 - bare: `zero_grad; loss(predictor(...)).backward(); clip_grad_norm_; step` over the same
   batches, collated beforehand and kept in memory.
@@ -22,7 +22,7 @@ everything Lightning does between two steps (fetching and collating the batch, h
 the progress bar) counts, and its one-off setup and teardown do not. Validation is disabled
 (`limit_val_batches=0`) rather than timed around: it runs the same forward in both loops, every
 `val_check_interval` steps, so it is not a per-step cost of the framework; the checkpoint
-callbacks of `sqa.training.run` act only after validation and at epoch ends, so they are left
+callbacks of `sqa.training.run.run` act only after validation and at epoch ends, so they are left
 out too, and the timed steps stay inside the first epoch (the same batches in both loops). The
 two loops alternate for `--rounds` rounds; the figures are medians over rounds.
 
@@ -46,9 +46,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from sqa.callbacks import progress_bar
-from sqa.lit_module import MOSModule
-from sqa.training import build
+from sqa.training.callbacks import progress_bar
+from sqa.training.lit_module import MOSModule
+from sqa.training.run import build
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sqa.datamodule import BucketBatchSampler
+from sqa.training.datamodule import BucketBatchSampler
 
 SR = 16000
 

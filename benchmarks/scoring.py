@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/scoring.py [--corpus data/synthetic-seed0-clips14] [--clips 300]
 
 Each model (the default log-mel predictor and a random-init wav2vec2-base-shaped one, see
-`overhead.py`) is exported with `sqa.export.export_predictor`. The first `--clips` clips of the
+`overhead.py`) is exported with `sqa.exports.format.export_predictor`. The first `--clips` clips of the
 synthetic corpus (16, 24 and 44.1 kHz WAV files, about 2 s each) are copied into a folder.
 
-- sqa: `sqa.score.main([...])` in this process, exactly what `sqa-score --checkpoint <export>
+- sqa: `sqa.scoring.cli.main([...])` in this process, exactly what `sqa-score --checkpoint <export>
   --output <json> --overwrite --device cpu --num-workers <N> <folder>` runs: loading the export
   (checked, as any export), finding the files, reading headers, decoding and resampling to
   16 kHz in DataLoader workers, length-sorted batches of `--batch`, padding, forward, writing.
@@ -14,7 +14,7 @@ synthetic corpus (16, 24 and 44.1 kHz WAV files, about 2 s each) are copied into
   resampled and padded beforehand (the same loaded predictor).
 
 They alternate for `--rounds` rounds; figures are medians. The start-up time is the wall time of
-`python -m sqa.score --help` in a fresh interpreter (median of `--rounds` + 2 runs).
+`python -m sqa.scoring.cli --help` in a fresh interpreter (median of `--rounds` + 2 runs).
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ import torch
 from hydra.utils import instantiate
 from overhead import compose_config
 
-from sqa import score
 from sqa.data.audio import load_audio, pad_to
 from sqa.data.batching import pad_batch
 from sqa.data.synthetic import load_synthetic
-from sqa.export import export_predictor
+from sqa.exports.format import export_predictor
 from sqa.models.predictor import MOSPredictor
-from sqa.scoring import Scorer
+from sqa.scoring import cli as score
+from sqa.scoring.scorer import Scorer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -99,13 +99,13 @@ def measure(
 
 
 def startup_seconds(runs: int) -> float:
-    """Median wall time of `python -m sqa.score --help` in a fresh interpreter."""
+    """Median wall time of `python -m sqa.scoring.cli --help` in a fresh interpreter."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     times = []
     for _ in range(runs):
         start = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "sqa.score", "--help"], env=env, check=True, capture_output=True
+            [sys.executable, "-m", "sqa.scoring.cli", "--help"], env=env, check=True, capture_output=True
         )
         times.append(time.perf_counter() - start)
     return statistics.median(times)
@@ -146,7 +146,7 @@ def main() -> None:
     print(f"{'model':<34} {'bare clips/s':>12} {'sqa-score clips/s':>17} {'ratio':>6}")
     for name, r in rows:
         print(f"{name:<34} {r['bare']:>12.3g} {r['sqa']:>17.3g} {r['ratio']:>5.2f}x")
-    print(f"start-up: `python -m sqa.score --help` {startup:.2f} s")
+    print(f"start-up: `python -m sqa.scoring.cli --help` {startup:.2f} s")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # Mutation testing of sqa, one module at a time, against the tests that cover it.
 #
 #   scripts/mutation.sh                              every module in [tool.sqa.mutation] (hours)
-#   scripts/mutation.sh sqa/selection.py             one module (minutes on 2 CPU cores)
+#   scripts/mutation.sh sqa/training/selection.py             one module (minutes on 2 CPU cores)
 #   scripts/mutation.sh sqa/metrics.py 'sqa.metrics.x_weighted_average*'   only these mutants
 #
 # pyproject.toml [tool.sqa.mutation] maps each module to its tests; [tool.mutmut] holds the

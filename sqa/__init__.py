@@ -5,7 +5,7 @@
     predictor.score(audio, sample_rate)          # one float per clip
 
 `import sqa` stays light: torch and the scoring code load on the first `sqa.load`; it registers
-the `${sqa_precision:}` config resolver (`sqa.config`) where omegaconf is installed.
+the `${sqa_precision:}` config resolver (`sqa.core.resolvers`) where omegaconf is installed.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqa.config import register_resolvers
+from sqa.core.resolvers import register_resolvers
 
 if TYPE_CHECKING:
-    from sqa.scoring import Scorer
+    from sqa.scoring.scorer import Scorer
 
 __version__ = "0.1.0"
 
@@ -35,12 +35,12 @@ def load(
     """Load an export (its directory, a run directory holding export/, or its model.pt) for scoring.
 
     The result's `.score(audio, sample_rate)` scores numpy arrays or torch tensors; see
-    `sqa.scoring.Scorer` for `domain`, `chunk_seconds`, `max_samples` (None: the default limit,
+    `sqa.scoring.scorer.Scorer` for `domain`, `chunk_seconds`, `max_samples` (None: the default limit,
     `sqa.data.audio.MAX_AUDIO_SAMPLES`) and `pooling`. An export is read as data only: a hostile
-    one raises `sqa.export.ExportError` before anything is built.
+    one raises `sqa.exports.format.ExportError` before anything is built.
     """
     from sqa.data.audio import MAX_AUDIO_SAMPLES
-    from sqa.scoring import Scorer
+    from sqa.scoring.scorer import Scorer
 
     limit = MAX_AUDIO_SAMPLES if max_samples is None else max_samples
     return Scorer(
@@ -57,11 +57,11 @@ def load(
 def __getattr__(name: str) -> Any:
     # Lazy, so that `import sqa` (and `sqa-score --help`) does not import torch.
     if name == "Scorer":
-        from sqa.scoring import Scorer
+        from sqa.scoring.scorer import Scorer
 
         return Scorer
     if name == "ExportError":
-        from sqa.export import ExportError
+        from sqa.exports.format import ExportError
 
         return ExportError
     raise AttributeError(f"module 'sqa' has no attribute {name!r}")

@@ -11,7 +11,7 @@ its level block, and the set's block says why under `undefined` ({utt|sys: {metr
 averages leave such sets out and list the sets each metric is averaged over under
 `averaged_over` ({utt|sys: {metric: [set, ...]}}); an interval that cannot exist (undefined
 metric, too few points for the bootstrap) is None. Level blocks hold numbers only. Written as
-JSON (`sqa.atomic`), NaN becomes null.
+JSON (`sqa.core.atomic`), NaN becomes null.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from sqa import resampling
-from sqa.resampling import bootstrap_indices, interval, pair_stats, row_pearson
+from sqa.core import resampling
+from sqa.core.resampling import bootstrap_indices, interval, pair_stats, row_pearson
 
 METRIC_NAMES = ("rmse", "mse", "lcc", "srcc", "ktau", "pair_acc")
 # Higher is better for these; lower for the error measures.

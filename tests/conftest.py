@@ -42,7 +42,7 @@ def default_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An export of an untrained default log-mel predictor (for scorer plumbing tests)."""
     import torch
 
-    from sqa.export import export_predictor
+    from sqa.exports.format import export_predictor
     from sqa.models.backbone import LogMelBackbone
     from sqa.models.predictor import MOSPredictor
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sqa import compare, metrics
+from sqa import metrics
+from sqa.reports import compare
 
 SIMULATIONS = 400
 CLIPS = 80

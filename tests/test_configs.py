@@ -15,13 +15,13 @@ from hydra.utils import instantiate
 from lightning.pytorch.loggers import Logger
 from omegaconf import OmegaConf
 
-import sqa.training
-from sqa.config import default_precision
-from sqa.datamodule import MOSDataModule
+import sqa.training.run
+from sqa.core.resolvers import default_precision
 from sqa.models.predictor import MOSPredictor, Prediction
+from sqa.training.datamodule import MOSDataModule
+from tests.models.test_ssl_sources import FAIRSEQ2_TINY, FAIRSEQ_TINY, TRANSFORMERS_TINY
 
 from .conftest import REPO
-from .test_ssl_sources import FAIRSEQ2_TINY, FAIRSEQ_TINY, TRANSFORMERS_TINY
 
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 BACKBONES = sorted(p.stem for p in (REPO / "conf" / "model" / "backbone").glob("*.yaml"))
@@ -99,8 +99,8 @@ def test_compile_option_compiles_the_predictor(synthetic_root):
         default = compose("train", overrides=overrides)
         compiled = compose("train", overrides=[*overrides, "compile=true"])
     assert default.compile is False
-    eager_module = sqa.training.build(default)[1]
-    module = sqa.training.build(compiled)[1]
+    eager_module = sqa.training.run.build(default)[1]
+    module = sqa.training.run.build(compiled)[1]
     assert eager_module.predictor._compiled_call_impl is None
     assert module.predictor._compiled_call_impl is not None
     assert list(module.predictor.state_dict()) == list(eager_module.predictor.state_dict())
@@ -250,7 +250,7 @@ def test_every_option_composes_and_instantiates(group, option, check, corpora, t
 
 
 DATA_DEFAULTS = {
-    "_target_": "sqa.datamodule.MOSDataModule",
+    "_target_": "sqa.training.datamodule.MOSDataModule",
     "sample_rate": 16000,
     "batch_size": 15,
     "eval_batch_size": 8,
@@ -272,7 +272,7 @@ DATA_DEFAULTS = {
 EXPECTED_DATA = {
     "csv": {
         "corpus": {
-            "_target_": "sqa.data.corpus.read_csv_manifest",
+            "_target_": "sqa.data.readers.read_csv_manifest",
             "path": "???",
             "default_split": None,
             "sample_rate_filter": None,
@@ -285,7 +285,7 @@ EXPECTED_DATA = {
     },
     "singmos_pro": {
         "corpus": {
-            "_target_": "sqa.data.corpus.read_singmos_pro",
+            "_target_": "sqa.data.readers.read_singmos_pro",
             "root": "???",
             "test_batches": ["singmospro-p1", "singmospro-p2", "singmospro-p3"],
             "sample_rate_filter": 16000,
@@ -294,7 +294,7 @@ EXPECTED_DATA = {
     },
     "singmos_vmc24": {
         "corpus": {
-            "_target_": "sqa.data.corpus.read_vmc24",
+            "_target_": "sqa.data.readers.read_vmc24",
             "root": "???",
             "sample_rate_filter": None,
             "score_range": [1.0, 5.0],

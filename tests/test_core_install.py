@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from sqa.scoring import Scorer
+from sqa.scoring.scorer import Scorer
 
 REPO = Path(__file__).resolve().parents[1]
 TORCH = os.environ.get("SQA_CORE_TORCH", "2.13.0")
@@ -54,7 +54,7 @@ def core_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_core_install_keeps_the_users_torch_and_leaves_the_extras_out(core_venv):
     code = (
-        "import importlib.util, sys, torch, sqa.scoring, sqa.models.backbone;"
+        "import importlib.util, sys, torch, sqa.scoring.scorer, sqa.models.backbone;"
         "print(torch.__version__);"
         "print(*[m for m in ('torchaudio', 'hydra', 'lightning') if importlib.util.find_spec(m)])"
     )

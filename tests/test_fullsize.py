@@ -17,8 +17,7 @@ import yaml
 
 from sqa.data.audio import load_audio
 from sqa.data.synthetic import generate
-
-from .test_cli import run_cli
+from tests.scoring.test_cli import run_cli
 
 
 @pytest.mark.fullsize
@@ -58,6 +57,6 @@ def test_large_lv60k_trains_validates_tests_exports_and_scores(tmp_path):
     clip = tmp_path / "first_second.wav"
     sf.write(clip, wav, 16000, subtype="FLOAT")
     out = tmp_path / "scores.json"
-    run_cli("-m", "sqa.score", "--checkpoint", str(run_dir / "export"), "--output", str(out), str(clip))
+    run_cli("-m", "sqa.scoring.cli", "--checkpoint", str(run_dir / "export"), "--output", str(out), str(clip))
     score = json.loads(out.read_text())[0]["score"]
     assert np.isfinite(score) and score == pytest.approx(float(row["pred"]), abs=1e-3)

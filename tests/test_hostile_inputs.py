@@ -17,17 +17,21 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from sqa import compare, importers, results, run_dir, score, score_outputs
-from sqa.artefacts import spreadsheet_safe
+from sqa.core.artefacts import spreadsheet_safe
 from sqa.data.audio import MAX_AUDIO_SAMPLES, AudioError, load_audio
 from sqa.data.corpus import CorpusError, recorded_corpus
 from sqa.data.readers import read_csv_manifest
 from sqa.data.valid_split import read_valid_split
-from sqa.plots import safe_file_name, write_test_plots
-from sqa.scoring import Scorer
+from sqa.exports import importers
+from sqa.reports import compare, results
+from sqa.reports.plots import safe_file_name, write_test_plots
+from sqa.scoring import cli as score
+from sqa.scoring import outputs as score_outputs
+from sqa.scoring.scorer import Scorer
+from sqa.training import run_dir
+from tests.reports.test_results import write_run
 
 from .conftest import REPO
-from .test_results import write_run
 
 # Address space of a scoring subprocess: importing torch and sqa maps about 4.6 GB.
 MEMORY_LIMIT = 6 << 30
@@ -219,7 +223,9 @@ def test_a_failing_final_write_keeps_the_scores_and_names_them(default_export, t
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc, a folder no one can write into")
 def test_an_unwritable_output_folder_is_refused_before_scoring(default_export, tmp_path, capsys, monkeypatch):
     good = good_clip(tmp_path)
-    monkeypatch.setattr("sqa.scoring.Scorer.score_files", lambda *a: pytest.fail("scored before the check"))
+    monkeypatch.setattr(
+        "sqa.scoring.scorer.Scorer.score_files", lambda *a: pytest.fail("scored before the check")
+    )
     assert (
         score.main(["--checkpoint", str(default_export), "--output", "/proc/sqa-scores.csv", str(good)]) == 2
     )
@@ -272,7 +278,7 @@ def test_a_recorded_synthetic_corpus_is_never_generated(synthetic_root, tmp_path
 
 @pytest.mark.parametrize("path", ["/etc/passwd", "/etc"])
 def test_a_recorded_corpus_path_must_be_a_csv_file(path):
-    spec = {"_target_": "sqa.data.corpus.read_csv_manifest", "path": path}
+    spec = {"_target_": "sqa.data.readers.read_csv_manifest", "path": path}
     with pytest.raises(CorpusError, match="is not a .csv file") as info:
         recorded_corpus(spec, "config.yaml")
     assert "root:" not in str(info.value)

@@ -46,10 +46,20 @@ def modules(*names: str) -> list[Path]:
 @pytest.mark.parametrize(
     ("layer", "forbidden"),
     [
-        # The LightningDataModule that wires the data layer to a Trainer is sqa.datamodule, in the
+        # The LightningDataModule that wires the data layer to a Trainer is sqa.training.datamodule, in the
         # training layer: scoring and the baselines read data without Lightning.
-        (("data",), ("sqa.models", "sqa.training", "sqa.lit_module", "sqa.datamodule", "lightning", "hydra")),
-        (("models",), ("lightning", "hydra", "sqa.datamodule", "sqa.training")),
+        (
+            ("data",),
+            (
+                "sqa.models",
+                "sqa.training.run",
+                "sqa.training.lit_module",
+                "sqa.training.datamodule",
+                "lightning",
+                "hydra",
+            ),
+        ),
+        (("models",), ("lightning", "hydra", "sqa.training.datamodule", "sqa.training.run")),
         (("scoring", "score", "export"), ("lightning",)),
     ],
 )

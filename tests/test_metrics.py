@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sqa import metrics, resampling, tables
-from sqa.atomic import atomic_write_json, json_text
-from sqa.selection import selection_score
+from sqa import metrics
+from sqa.core import resampling
+from sqa.core.atomic import atomic_write_json, json_text
+from sqa.reports import tables
+from sqa.training.selection import selection_score
 
 
 def test_correlations_match_hand_computed_values():
@@ -345,7 +347,7 @@ def test_a_run_with_a_one_system_test_set_writes_strict_json_and_averages_the_re
     import soundfile as sf
     from hydra import compose, initialize_config_dir
 
-    from sqa.training import run
+    from sqa.training.run import run
 
     from .conftest import REPO
 

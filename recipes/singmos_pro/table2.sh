@@ -27,13 +27,13 @@ for seed in $SEEDS; do
             seed="$seed" model.domain_dim="$dim"
     done
 done
-"$PY" -m sqa.results --csv "$OUT/table2.csv" \
+"$PY" -m sqa.reports.results --csv "$OUT/table2.csv" \
     --cell "SSL=$OUT/base/*" \
     --cell "SSL + domain ID=$OUT/domain/*" \
     --cell "SSL + MDF=$OUT/mdf_base/*/stage2" \
     --cell "SSL + domain ID + MDF=$OUT/mdf_domain/*/stage2"
 # The paper's layout (MSE, 2 decimals) with the paper's own rows of the table above the runs'.
-"$PY" -m sqa.results --paper --csv "$OUT/table2_paper.csv" \
+"$PY" -m sqa.reports.results --paper --csv "$OUT/table2_paper.csv" \
     --paper-rows recipes/singmos_pro/paper_rows.json:table2 \
     --cell "SSL=$OUT/base/*" \
     --cell "SSL + domain ID=$OUT/domain/*" \

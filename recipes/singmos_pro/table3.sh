@@ -25,7 +25,7 @@ for cell in ssl:null midi:midi histogram:histogram; do
 done
 zero_shot=()
 if [ "$mode" = paper ] && "$PY" -c "import speechmos" 2>/dev/null; then
-    [ -f "$OUT/dnsmos/metrics.json" ] || "$PY" -m sqa.baseline --corpus singmos_pro --root "$SINGMOS_PRO" --run-dir "$OUT/dnsmos"
+    [ -f "$OUT/dnsmos/metrics.json" ] || "$PY" -m sqa.baselines.cli --corpus singmos_pro --root "$SINGMOS_PRO" --run-dir "$OUT/dnsmos"
     zero_shot=(--cell "DNSMOS=$OUT/dnsmos")
 fi
 if [ "$mode" = paper ]; then
@@ -37,12 +37,12 @@ if [ "$mode" = paper ]; then
         zero_shot+=(--cell "$label=$run")
     done
 fi
-"$PY" -m sqa.results --csv "$OUT/table3.csv" "${zero_shot[@]}" \
+"$PY" -m sqa.reports.results --csv "$OUT/table3.csv" "${zero_shot[@]}" \
     --cell "SSL=$OUT/ssl/*" \
     --cell "SSL + MIDI pitch=$OUT/midi/*" \
     --cell "SSL + pitch histogram=$OUT/histogram/*"
 # The paper's layout (MSE, 2 decimals) with the paper's own rows of the table above the runs'.
-"$PY" -m sqa.results --paper --csv "$OUT/table3_paper.csv" \
+"$PY" -m sqa.reports.results --paper --csv "$OUT/table3_paper.csv" \
     --paper-rows recipes/singmos_pro/paper_rows.json:table3 "${zero_shot[@]}" \
     --cell "SSL=$OUT/ssl/*" \
     --cell "SSL + MIDI pitch=$OUT/midi/*" \

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sqa.artefacts import read_predictions
+from sqa.core.artefacts import read_predictions
 from sqa.metrics import correlations, system_means
 
 PITCH_TYPES = {"detune", "drift", "jitter", "note_detune"}

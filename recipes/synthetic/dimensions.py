@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from sqa.artefacts import PREDICTIONS_FILE, read_predictions, runs_with_predictions, score_columns
+from sqa.core.artefacts import PREDICTIONS_FILE, read_predictions, runs_with_predictions, score_columns
 from sqa.metrics import AVERAGE_KEY, evaluate_sets
-from sqa.tables import spread_text
+from sqa.reports.tables import spread_text
 
 
 def srcc(rows: list[dict[str, Any]], pred_key: str, true_key: str) -> tuple[float, float]:

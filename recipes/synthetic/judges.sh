@@ -12,6 +12,6 @@ for cell in mean:null judges:128; do
     "$PY" train.py -m trainer.enable_progress_bar=false model.judge_dim="$dim" "seed=$SEEDS" \
         hydra.sweep.dir="$OUT/$name" 'hydra.sweep.subdir=${seed}' "$@"
 done
-"$PY" -m sqa.results --csv "$OUT/judges.csv" \
+"$PY" -m sqa.reports.results --csv "$OUT/judges.csv" \
     --cell "mean-score training=$OUT/mean/*" \
     --cell "judge-aware training=$OUT/judges/*"

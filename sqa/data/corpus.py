@@ -29,9 +29,9 @@ SPLIT_ALIASES = {"dev": "valid", "val": "valid", "validation": "valid", "eval": 
 # The readers a recorded corpus (an export's `data.corpus`) may name: nothing else is built.
 CORPUS_READERS = frozenset(
     {
-        "sqa.data.corpus.read_singmos_pro",
-        "sqa.data.corpus.read_vmc24",
-        "sqa.data.corpus.read_csv_manifest",
+        "sqa.data.readers.read_singmos_pro",
+        "sqa.data.readers.read_vmc24",
+        "sqa.data.readers.read_csv_manifest",
         "sqa.data.synthetic.load_synthetic",
         "sqa.data.synthetic.load_synthetic_mushra",
     }

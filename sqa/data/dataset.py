@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from sqa.core.prediction import OVERALL
 from sqa.data.audio import audio_info, crop_start, load_audio, pad_to
 from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.pitch import F0Extractor
-from sqa.prediction import OVERALL
 
 # Receptive field of the wav2vec2 and log-mel front ends: shorter clips are zero-padded to it.
 MIN_SAMPLES = 400

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sqa.atomic import atomic_write
-from sqa.extras import require
+from sqa.core.atomic import atomic_write
+from sqa.core.extras import require
 
 
 class F0Extractor:

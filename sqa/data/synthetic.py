@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from sqa.atomic import atomic_dir, atomic_write_text
+from sqa.core.atomic import atomic_dir, atomic_write_text
 from sqa.data.audio import resample
 from sqa.data.corpus import Corpus, CorpusError
 from sqa.data.readers import read_csv_manifest, read_singmos_pro

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sqa.atomic import atomic_write_text
+from sqa.core.atomic import atomic_write_text
 from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.readers import read_text
 

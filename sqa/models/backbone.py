@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from sqa.masking import frame_mask, masked_standardize
+from sqa.core.masking import frame_mask, masked_standardize
 from sqa.models.config import Exportable
 
 # wav2vec2's convolutional front end: 400-sample receptive field, 320-sample (20 ms) stride.
@@ -97,7 +97,7 @@ class LogMelBackbone(Exportable, nn.Module):
         self.config = LogMelConfig(
             sample_rate, n_mels, channels, conv_layers, kernel_size, transformer_layers, heads
         )
-        # Computed on the CPU even when the model is built on the meta device (sqa.export sizes
+        # Computed on the CPU even when the model is built on the meta device (sqa.exports.format sizes
         # an export's model that way): the filterbank's computation reads values.
         with torch.device("cpu"):
             fb = mel_filterbank(W2V_WINDOW // 2 + 1, sample_rate / 2, n_mels, sample_rate)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from sqa.masking import frame_mask
+from sqa.core.masking import frame_mask
 
 HIST_BINS = 120
 HIST_MIN_HZ, HIST_MAX_HZ = 40, 799

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from sqa.masking import frame_mask, masked_mean, repeat_last_mean
+from sqa.core.masking import frame_mask, masked_mean, repeat_last_mean
+from sqa.core.prediction import OVERALL, Prediction
 from sqa.models.branches import PITCH_BRANCHES, DomainEmbedding
 from sqa.models.config import Exportable
-from sqa.prediction import OVERALL, Prediction
 
 # How frame scores become a clip score. "masked_mean": the mean over the clip's own frames (sqa's
 # default). "s3prl_padded_mean": the mean over s3prl's `S3PRLUpstream` output, ceil(N / hop)

@@ -20,7 +20,7 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from sqa.masking import frame_mask, masked_standardize
+from sqa.core.masking import frame_mask, masked_standardize
 from sqa.models.config import Exportable
 
 # Loggers of the source modules are children of this one, so callers configure one name.

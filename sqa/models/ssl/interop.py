@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from sqa.extras import require
+from sqa.core.extras import require
 
 # s3prl hub entries that take a user-given checkpoint instead of naming a released model.
 _S3PRL_GENERIC_ENTRIES = ("wav2vec2_custom", "wav2vec2_local", "wav2vec2_url")

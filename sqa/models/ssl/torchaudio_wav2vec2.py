@@ -9,7 +9,7 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from sqa.extras import require
+from sqa.core.extras import require
 from sqa.models.ssl.base import HiddenStates, Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
 from sqa.models.ssl.interop import load_torchaudio_checkpoint
 

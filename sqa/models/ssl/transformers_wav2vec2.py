@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from sqa.masking import frame_mask
+from sqa.core.masking import frame_mask
 from sqa.models.ssl.base import HiddenStates, Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
 from sqa.models.ssl.interop import load_transformers_dir, transformers_do_normalize
 

@@ -1,0 +1,245 @@
+"""Command line: score a corpus's test sets with a pretrained speech-MOS baseline (DNSMOS), no training.
+
+    sqa-baseline --corpus synthetic [--output ovrl|sig|bak|p808] [--run-dir DIR]
+    sqa-baseline --corpus singmos_pro --root DIR      (16 kHz clips only, as conf/data/singmos_pro.yaml)
+    sqa-baseline --corpus singmos_vmc24 --root DIR
+    sqa-baseline --corpus csv --manifest FILE         (rows without a split column count as test)
+
+    sqa-baseline --corpus synthetic_mushra                          (0-100, the MUSHRA-style corpus)
+    sqa-baseline --corpus csv --manifest FILE --score-range 0 100
+
+Writes `predictions.csv` (sample_id, system_id, test_set, mos, pred), `metrics.json` with 95 %
+bootstrap intervals and the scatter plots into the run directory exactly as a training run does,
+so `sqa-table` and any tool reading a run's files treats the baseline like a trained model, and
+prints the metric table. References and anchors are scored on their own rows, outside `avg`.
+
+DNSMOS scores on 1-5. On a corpus of another scale (`--score-range`), its scores are mapped onto
+the corpus's by the least-squares line `a + b·dnsmos` fitted on the training split's clips, and
+`pred`, the errors and the plots use the mapped scores; correlations are those of DNSMOS's own
+scores (which a line with b > 0 leaves as they are). Without training clips the errors are
+undefined there. The line is recorded in `run_info.json` (`scale_map`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sqa import metrics
+from sqa.baselines.dnsmos import DNSMOS, OUTPUTS
+from sqa.core import artefacts
+from sqa.core.atomic import atomic_write_json
+from sqa.core.provenance import package_versions
+from sqa.data.audio import AudioError
+from sqa.data.corpus import ROLES, Clip, Corpus, CorpusError
+from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
+from sqa.data.synthetic import load_synthetic, load_synthetic_mushra
+from sqa.data.validate import Problem, format_report
+from sqa.reports import plots, tables
+
+CORPORA = ("synthetic", "synthetic_mushra", "singmos_pro", "singmos_vmc24", "csv")
+# DNSMOS's own scale: a corpus on it needs no map.
+DNSMOS_RANGE = (1.0, 5.0)
+# The sample-rate filter of each corpus's data config, so test sets match a default training run.
+DEFAULT_RATE_FILTER = {"singmos_pro": 16000}
+RECORDED_PACKAGES = ("speechmos", "onnxruntime", "numpy", "soundfile", "soxr")
+
+
+def read_corpus(args: argparse.Namespace) -> Corpus:
+    """The corpus named by the command line (`--corpus` with `--root` or `--manifest`)."""
+    rate = args.sample_rate_filter
+    rate = DEFAULT_RATE_FILTER.get(args.corpus) if rate is None else (rate or None)
+    if args.corpus == "synthetic":
+        # The same default location as conf/data/synthetic.yaml, so a training run's corpus is reused.
+        root = args.root or (
+            Path(os.environ.get("SQA_DATA_DIR", "data"))
+            / f"synthetic-seed{args.seed}-clips{args.clips_per_system}"
+        )
+        return load_synthetic(
+            root, seed=args.seed, clips_per_system=args.clips_per_system, sample_rate_filter=rate
+        )
+    if args.corpus == "synthetic_mushra":
+        root = args.root or (
+            Path(os.environ.get("SQA_DATA_DIR", "data"))
+            / f"synthetic-mushra-seed{args.seed}-clips{args.clips_per_system}"
+        )
+        return load_synthetic_mushra(root, seed=args.seed, clips_per_system=args.clips_per_system)
+    scale = args.score_range or DNSMOS_RANGE
+    if args.corpus == "csv":
+        if not args.manifest:
+            raise CorpusError("--corpus csv needs --manifest FILE")
+        return read_csv_manifest(
+            args.manifest, default_split="test", sample_rate_filter=rate, score_range=scale
+        )
+    if not args.root:
+        raise CorpusError(f"--corpus {args.corpus} needs --root DIR")
+    if args.corpus == "singmos_pro":
+        return read_singmos_pro(args.root, sample_rate_filter=rate, score_range=scale)
+    return read_vmc24(args.root, sample_rate_filter=rate, score_range=scale)
+
+
+def fit_scale_map(pred: Sequence[float], true: Sequence[float]) -> tuple[float, float] | None:
+    """(a, b) of the least-squares line true ≈ a + b·pred; None with fewer than two distinct `pred`."""
+    x, y = np.asarray(pred, dtype=np.float64), np.asarray(true, dtype=np.float64)
+    if x.size < 2 or np.ptp(x) == 0:
+        return None
+    b, a = np.polyfit(x, y, 1)
+    return float(a), float(b)
+
+
+def evaluate_on_scale(
+    rows: list[dict[str, Any]], line: tuple[float, float] | None, bootstrap: int, seed: int
+) -> dict[str, Any]:
+    """Metrics of the rows' `dnsmos` scores: correlations as they are, errors after `line`.
+
+    `line` None: the corpus is on DNSMOS's scale (errors as they are) or no line could be fitted
+    (errors NaN). Each row's `pred` is set to the score on the corpus's scale.
+    """
+    raw = [r["dnsmos"] for r in rows]
+    on_scale = raw if line is None else [line[0] + line[1] * v for v in raw]
+    for row, value in zip(rows, on_scale, strict=True):
+        row["pred"] = value
+    true, systems, sets = (
+        [r["mos"] for r in rows],
+        [r["system_id"] for r in rows],
+        [r["test_set"] for r in rows],
+    )
+    results = metrics.evaluate_sets(raw, true, systems, sets, bootstrap=bootstrap, seed=seed, apart=ROLES)
+    if line is None:
+        return results
+    mapped = metrics.evaluate_sets(on_scale, true, systems, sets, bootstrap=bootstrap, seed=seed, apart=ROLES)
+    for name, block in results.items():
+        for level in metrics.LEVELS:
+            for key in metrics.ERROR_METRICS:
+                block[level][key] = mapped[name][level][key]
+                if metrics.CI_KEY in block:
+                    block[metrics.CI_KEY][level][key] = mapped[name][metrics.CI_KEY][level][key]
+    return results
+
+
+def score_clips(
+    scorer: DNSMOS, test_sets: dict[str, list[Clip]], output: str
+) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """Prediction rows (`output` as `dnsmos`) of every readable clip, and a problem for each other one."""
+    rows, problems = [], []
+    for name, clips in test_sets.items():
+        for clip in clips:
+            try:
+                scores = scorer.score_file(clip.path)
+            except AudioError as err:
+                what = str(err).removeprefix(f"{clip.path}: ")
+                problems.append(Problem(str(clip.path), clip.sample_id, what))
+                continue
+            rows.append(
+                {
+                    "sample_id": clip.sample_id,
+                    "system_id": clip.system_id,
+                    "test_set": name,
+                    "mos": clip.mos,
+                    "dnsmos": scores[output],
+                }
+            )
+    return rows, problems
+
+
+def run_info(args: argparse.Namespace, clips: int, seconds: float) -> dict[str, Any]:
+    """What a rerun needs: the arguments, package versions, clip count and scoring time."""
+    arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    return {
+        "baseline": "dnsmos",
+        "arguments": arguments,
+        "packages": package_versions(RECORDED_PACKAGES),
+        "clips": clips,
+        "seconds": seconds,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `sqa-baseline`; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="sqa-baseline", description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", choices=CORPORA, default="synthetic")
+    parser.add_argument("--root", type=Path, help="corpus folder (singmos_pro, singmos_vmc24; synthetic)")
+    parser.add_argument("--manifest", type=Path, help="CSV manifest (--corpus csv)")
+    parser.add_argument("--seed", type=int, default=0, help="synthetic corpus seed")
+    parser.add_argument("--clips-per-system", type=int, default=14, help="synthetic corpus size")
+    parser.add_argument(
+        "--sample-rate-filter",
+        type=int,
+        help="keep only clips stored at this rate; 0 keeps all (resampled). Default: 16000 for "
+        "singmos_pro, 0 otherwise, as the data configs",
+    )
+    parser.add_argument("--output", choices=OUTPUTS, default="ovrl", help="DNSMOS score used as `pred`")
+    parser.add_argument(
+        "--run-dir", type=Path, help="where to write (default: outputs/dnsmos-<corpus>-<output>)"
+    )
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="unreadable clips: raise = report them all and write nothing; skip = score the rest",
+    )
+    parser.add_argument(
+        "--score-range",
+        type=float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        help="the corpus's rating scale (csv, singmos_pro, singmos_vmc24; default 1 5)",
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=1000, help="resamples of the 95 %% intervals (0: none)"
+    )
+    args = parser.parse_args(argv)
+    run_dir = args.run_dir or Path("outputs") / f"dnsmos-{args.corpus}-{args.output}"
+    try:
+        corpus = read_corpus(args)
+        test_sets = corpus.test_sets()
+        scorer = DNSMOS()
+    except (CorpusError, ImportError) as err:
+        print(f"sqa-baseline: {err}", file=sys.stderr)
+        return 2
+    if not test_sets:
+        print("sqa-baseline: the corpus has no test clips", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    rows, problems = score_clips(scorer, test_sets, args.output)
+    seconds = time.perf_counter() - start
+    if problems:
+        print(format_report(problems), file=sys.stderr)
+        if args.on_error == "raise" or not rows:
+            return 1
+    line, info = None, run_info(args, len(rows), seconds)
+    info["score_range"] = list(corpus.score_range)
+    if tuple(corpus.score_range) != DNSMOS_RANGE:
+        # Errors on the corpus's scale need DNSMOS's scores mapped onto it: fitted on training clips.
+        train, _ = score_clips(scorer, {"train": corpus.split("train")}, args.output)
+        line = fit_scale_map([r["dnsmos"] for r in train], [r["mos"] for r in train])
+        info["scale_map"] = {"a": line[0], "b": line[1], "train_clips": len(train)} if line else None
+        if line is None:
+            print(
+                "sqa-baseline: no training clips to fit DNSMOS's scale map on: errors undefined",
+                file=sys.stderr,
+            )
+    results = evaluate_on_scale(rows, line, args.bootstrap, seed=0)
+    if line is None and tuple(corpus.score_range) != DNSMOS_RANGE:
+        for block in results.values():
+            for level in metrics.LEVELS:
+                block[level].update({key: math.nan for key in metrics.ERROR_METRICS})
+    artefacts.write_metrics(run_dir, results)
+    artefacts.write_predictions(run_dir, rows)
+    plots.write_test_plots(rows, results, run_dir / "plots", corpus.score_range)
+    atomic_write_json(run_dir / "run_info.json", info)
+    print(f"DNSMOS {args.output.upper()} on {len(rows)} test clips ({seconds:.1f} s), written to {run_dir}:")
+    print(tables.format_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""Exported predictors: one directory with model.pt (state_dict), config.yaml and metrics.json.
+
+An export is data, never code: a user may load one downloaded from a stranger. config.yaml is
+parsed and checked whole by `sqa.exports.config` before anything is built, weights are read only
+with `torch.load(weights_only=True)` and checked against the architecture, and every file read
+must be a regular file inside the folder (no links) of bounded size. The model is first built on
+the meta device (no memory) to learn its parameters' names, shapes and count; the weights
+archive's declared sizes and then its tensors' names, shapes, types and values are checked
+against them before the real model is built.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sqa.core.atomic import atomic_dir, json_text
+from sqa.data.pitch import F0Extractor
+from sqa.exports import config as export_config
+from sqa.exports.config import FORMAT_VERSION, ExportError, read_bounded, read_export_config
+from sqa.models.predictor import MOSPredictor
+
+# The largest model an export may hold (4 GB of float32 weights; wav2vec2 large has 317M).
+MAX_PARAMETERS = 1_000_000_000
+# What an export's README.md or *.json may weigh.
+MAX_DATA_FILE_BYTES = 16 << 20
+# A weights archive holds, besides the tensors' bytes, its pickle and a few records per tensor.
+ARCHIVE_OVERHEAD = 1 << 20
+RECORD_OVERHEAD = 1024
+
+
+def export_predictor(
+    predictor: MOSPredictor,
+    directory: str | Path,
+    sample_rate: int,
+    domains: list[str],
+    metrics: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+    f0_extractor: F0Extractor | None = None,
+    dimension_metrics: Mapping[str, Mapping[str, Any]] | None = None,
+    data: Mapping[str, Any] | None = None,
+    test: Mapping[str, Any] | None = None,
+    run_info: Mapping[str, Any] | None = None,
+    training: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`.
+
+    `metrics` (of the overall MOS) go to metrics.json, each of `dimension_metrics` (other score
+    dimensions) to metrics_<dim>.json. config.yaml's `model` records the predictor's score
+    dimensions and judge count; `data` (plain values: the corpus reader and its arguments) and
+    `test` (seed and bootstrap of the test metrics) let `eval.py` recompute those metrics.
+    README.md is the model card (`sqa.exports.model_card`), drawn also from the run's `run_info` (copied
+    to run_info.json) and resolved `training` configuration.
+    """
+    # Here, not at the top: loading an export needs only the core install (no omegaconf).
+    from omegaconf import OmegaConf
+
+    from sqa.core import artefacts
+    from sqa.exports import model_card
+
+    directory = Path(directory)
+    if directory.exists() and not overwrite:
+        raise ExportError(f"{directory}: already exists; pass overwrite=True to replace it")
+    config = {
+        "format": FORMAT_VERSION,
+        "sample_rate": sample_rate,
+        "domains": list(domains),
+        "model": predictor.export_config(),
+        "f0": f0_extractor.export_config() if f0_extractor is not None else None,
+        "data": dict(data) if data is not None else None,
+        "test": dict(test) if test is not None else None,
+    }
+    with atomic_dir(directory, replace=overwrite) as tmp:
+        state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}
+        torch.save(state, tmp / "model.pt")
+        (tmp / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
+        artefacts.write_metrics(tmp, metrics or {}, dimension_metrics)
+        if run_info is not None:
+            (tmp / "run_info.json").write_text(json_text(run_info))
+        card = model_card.render(config, metrics or {}, dimension_metrics, run_info, training)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
+    return directory
+
+
+def _regular_file(directory: Path, name: str) -> Path:
+    """`directory/name` if it is a regular file inside `directory` (no link), else ExportError."""
+    path = directory / name
+    if path.is_symlink():
+        raise ExportError(f"{path}: is a symbolic link; an export's files must be regular files inside it")
+    if not path.exists():
+        raise ExportError(f"{path}: not found; is {directory} an sqa export directory?")
+    if not path.is_file():
+        raise ExportError(f"{path}: not a regular file")
+    if path.resolve().parent != directory.resolve():
+        raise ExportError(f"{path}: resolves outside {directory}")
+    return path
+
+
+def resolve_export(path: str | Path) -> tuple[Path, Path]:
+    """(config.yaml, weights file) of an export dir, a run dir holding export/, or a model.pt file."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        directory = path.parent.resolve()
+        if path.is_symlink():
+            raise ExportError(f"{path}: is a symbolic link; name the weights file itself")
+        return _regular_file(directory, "config.yaml"), _regular_file(directory, path.name)
+    if not path.is_dir():
+        raise ExportError(
+            f"{path}: not found; expected an export directory (config.yaml, model.pt), "
+            "a run directory holding export/, or a model.pt beside its config.yaml"
+        )
+    directory = path.resolve()
+    # A run directory holds its own config.yaml (the training config) beside export/.
+    if not (directory / "model.pt").exists() and (directory / "export").exists():
+        if (directory / "export").is_symlink():
+            raise ExportError(f"{directory / 'export'}: is a symbolic link out of the run directory")
+        directory = directory / "export"
+    return _regular_file(directory, "config.yaml"), _regular_file(directory, "model.pt")
+
+
+def _check_data_files(directory: Path) -> None:
+    """Every link in the folder is refused; JSON files must parse, Markdown must be UTF-8 text.
+
+    Each is read only if it is a regular file (a FIFO would block) of at most MAX_DATA_FILE_BYTES.
+    """
+    for path in sorted(directory.iterdir()):
+        if path.is_symlink():
+            raise ExportError(f"{path}: is a symbolic link; an export holds regular files only")
+        if path.suffix == ".json":
+            try:
+                json.loads(read_bounded(path, MAX_DATA_FILE_BYTES).decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as err:
+                if isinstance(err, ExportError):
+                    raise
+                raise ExportError(f"{path}: not a JSON file ({err})") from err
+        elif path.suffix == ".md":
+            try:
+                read_bounded(path, MAX_DATA_FILE_BYTES).decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ExportError(f"{path}: not UTF-8 text ({err})") from err
+
+
+def _weights_bytes(weights_path: Path) -> int:
+    """Bytes torch.load would hold: a zip archive's declared (uncompressed) sizes, else the file's."""
+    if not zipfile.is_zipfile(weights_path):
+        return weights_path.stat().st_size  # the legacy format is an uncompressed pickle stream
+    try:
+        with zipfile.ZipFile(weights_path) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, OSError) as err:
+        raise ExportError(f"{weights_path}: not a plain tensor state_dict ({err})") from err
+    compressed = [r.filename for r in records if r.compress_type != zipfile.ZIP_STORED]
+    if compressed:
+        # torch.save stores records uncompressed; a compressed one can inflate without bound.
+        raise ExportError(f"{weights_path}: compressed records ({compressed[0]}); torch.save writes none")
+    return sum(r.file_size for r in records)
+
+
+def read_weights(
+    weights_path: Path, expected: Mapping[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """A plain {name: tensor} state_dict, read with `torch.load(weights_only=True)`.
+
+    With `expected` (a model's state_dict, e.g. on the meta device) the archive may declare at
+    most its tensors' bytes, checked before loading, and names, shapes and types are checked
+    before any tensor's data is read (the archive is memory-mapped). Floating point tensors
+    must be finite.
+    """
+    if expected is not None:
+        size = _weights_bytes(weights_path)
+        allowed = sum(t.numel() * t.element_size() for t in expected.values())
+        allowed += ARCHIVE_OVERHEAD + RECORD_OVERHEAD * len(expected)
+        if size > allowed:
+            raise ExportError(
+                f"{weights_path}: declares {size} bytes uncompressed; the architecture in config.yaml "
+                f"allows at most {allowed}"
+            )
+    try:
+        state = torch.load(
+            weights_path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(weights_path)
+        )
+    except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError, ... variants
+        raise ExportError(f"{weights_path}: not a plain tensor state_dict ({err})") from err
+    if not isinstance(state, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise ExportError(f"{weights_path}: expected a mapping of parameter names to tensors")
+    state = dict(state)
+    if expected is not None:
+        _check_against(state, expected, weights_path)
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ExportError(f"{weights_path}: {name!r} holds NaN or infinite values")
+    return state
+
+
+def _check_against(
+    state: dict[str, torch.Tensor], expected: Mapping[str, torch.Tensor], weights_path: Path
+) -> None:
+    """Names, shapes and types of `state` against the architecture's (`expected`); ExportError names one."""
+    missing = sorted(expected.keys() - state.keys())
+    unexpected = sorted(state.keys() - expected.keys())
+    if missing or unexpected:
+        raise ExportError(
+            f"{weights_path}: does not match the architecture in config.yaml: "
+            f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}, "
+            f"unexpected {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}"
+        )
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape:
+            raise ExportError(
+                f"{weights_path}: {name!r} has shape {tuple(tensor.shape)}, but config.yaml's "
+                f"architecture needs {tuple(expected[name].shape)}"
+            )
+        want = expected[name].dtype
+        # A float weight of another precision is cast as load_state_dict does; bool, integer or
+        # complex values in a float weight would be cast silently into nonsense.
+        if tensor.dtype != want and not (want.is_floating_point and tensor.is_floating_point()):
+            raise ExportError(
+                f"{weights_path}: {name!r} holds {tensor.dtype} values; the architecture needs {want}"
+            )
+
+
+def _sized_model(config: dict[str, Any], config_path: Path) -> MOSPredictor:
+    """The export's model built on the meta device (no memory), refused above MAX_PARAMETERS."""
+    with torch.device("meta"):
+        model = export_config.build_node(config["model"], ("model",), config_path)
+    count = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+    if count > MAX_PARAMETERS:
+        raise ExportError(
+            f"{config_path}: the model declares {count} parameters; an export holds at most {MAX_PARAMETERS}"
+        )
+    return model
+
+
+def load_export(
+    path: str | Path,
+) -> tuple[MOSPredictor, dict[str, Any], F0Extractor | None]:
+    """Rebuild an export's predictor (eval mode); returns (predictor, config, f0 extractor).
+
+    `path` is an export directory, a run directory holding export/, or a model.pt beside its
+    config.yaml. Everything is checked before anything is built (see the module docstring).
+    """
+    config_path, weights_path = resolve_export(path)
+    config = read_export_config(config_path)
+    _check_data_files(config_path.parent)
+    state = read_weights(weights_path, _sized_model(config, config_path).state_dict())
+    predictor = export_config.build_node(config["model"], ("model",), config_path)
+    f0_extractor = export_config.build_node(config["f0"], ("f0",), config_path) if config.get("f0") else None
+    predictor.load_state_dict(state)
+    return predictor.eval(), config, f0_extractor

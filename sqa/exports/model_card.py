@@ -1,0 +1,212 @@
+"""The model card (README.md) of an export: data, test metrics, configuration, software, use, citation.
+
+Rendered from what the export and its run recorded (config.yaml's model, metrics.json, the run's
+run_info.json and training configuration); a section whose source is missing says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from sqa.metrics import AVERAGE_KEY, CI_KEY, UNDEFINED_KEY
+from sqa.reports.tables import metric_cell
+
+LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
+# Training settings a reader of the card needs; paths (corpus root, pretrained weights) stay out.
+TRAINING_KEYS = {
+    "seed": None,
+    "loss": None,
+    "optim": None,
+    "early_stopping_patience": None,
+    "data": (
+        "sample_rate",
+        "batch_size",
+        "max_train_seconds",
+        "train_domains",
+        "bucketing",
+        "max_batch_seconds",
+    ),
+    "trainer": (
+        "max_epochs",
+        "max_steps",
+        "val_check_interval",
+        "precision",
+        "gradient_clip_val",
+        "accumulate_grad_batches",
+    ),
+}
+SYNTHETIC_READER = "sqa.data.synthetic.load_synthetic"
+# The built-in synthetic corpora: its SingMOS-Pro layout and its MUSHRA-style ratings.
+SYNTHETIC_READERS = frozenset({SYNTHETIC_READER, "sqa.data.synthetic.load_synthetic_mushra"})
+# What each `pooling` of the predictor does, in the card's words.
+POOLING_TEXT = {
+    "masked_mean": "the mean of the clip's own frame scores (sqa's default)",
+    "s3prl_padded_mean": (
+        "the mean over s3prl's ceil(N/320) output frames, the last real frame repeated, as the"
+        " SingMOS and SHEET predictors compute it (`sqa-score --pooling masked_mean` averages the"
+        " clip's own frames instead)"
+    ),
+}
+
+
+def metrics_table(results: Mapping[str, Any]) -> list[str]:
+    """Markdown table rows: one per test set (average last) and level, one column per metric."""
+    blocks = {k: v for k, v in results.items() if isinstance(v, Mapping) and "utt" in v}
+    if not blocks:
+        return ["No test metrics were recorded."]
+    names = [
+        k
+        for k, v in next(iter(blocks.values()))["utt"].items()
+        if k != "n" and not isinstance(v, (str, Mapping))
+    ]
+    order = [k for k in blocks if k != AVERAGE_KEY] + ([AVERAGE_KEY] if AVERAGE_KEY in blocks else [])
+    lines = [
+        "| test set | level | n | " + " | ".join(n.upper() for n in names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    for name in order:
+        for level in ("utt", "sys"):
+            cells = [metric_cell(blocks[name], level, metric, interval_digits=3) for metric in names]
+            label = "average" if name == AVERAGE_KEY else name
+            lines.append(
+                f"| {label} | {LEVEL_NAMES[level]} | {blocks[name][level].get('n', '')} | "
+                + " | ".join(cells)
+                + " |"
+            )
+    reasons = [
+        f"- {'average' if name == AVERAGE_KEY else name}, {LEVEL_NAMES[level]} {metric.upper()}: {why}"
+        for name in order
+        for level, why_by_metric in blocks[name].get(UNDEFINED_KEY, {}).items()
+        for metric, why in why_by_metric.items()
+    ]
+    if reasons:
+        lines += ["", "n/a: undefined for that set:", *reasons]
+    if any(CI_KEY in b for b in blocks.values()):
+        lines.append("")
+        lines.append(
+            "[lo, hi]: bootstrap 95 % intervals (utterance level resamples clips, system level systems)."
+        )
+    return lines
+
+
+def training_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The subset of a resolved training configuration that the card shows (`TRAINING_KEYS`)."""
+    out: dict[str, Any] = {}
+    for key, fields in TRAINING_KEYS.items():
+        if key not in config:
+            continue
+        value = config[key]
+        if fields is not None and isinstance(value, Mapping):
+            value = {f: value[f] for f in fields if f in value}
+        out[key] = value
+    return out
+
+
+def _scale_note(model: Mapping[str, Any]) -> list[str]:
+    """A sentence on the scale map for a model trained on a scale other than 1-5 (none on 1-5)."""
+    low, high = model.get("score_range") or (1.0, 5.0)
+    if (low, high) == (1.0, 5.0):
+        return []
+    return [
+        "",
+        f"Its head predicts on 1–5 inside (the `range_clip` below is of that scale); every score it"
+        f" gives is mapped linearly onto {low:g}–{high:g} (`score_range`), as the metrics below are.",
+    ]
+
+
+def _yaml_block(value: Any) -> list[str]:
+    return ["```yaml", OmegaConf.to_yaml(OmegaConf.create(value)).rstrip(), "```"]
+
+
+def render(
+    config: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    dimension_metrics: Mapping[str, Mapping[str, Any]] | None = None,
+    run_info: Mapping[str, Any] | None = None,
+    training: Mapping[str, Any] | None = None,
+) -> str:
+    """The card's Markdown from an export's `config` (config.yaml), its metrics and its run's records."""
+    model = config["model"]
+    backbone = str(model.get("backbone", {}).get("_target_", "?")).rsplit(".", 1)[-1]
+    corpus = dict((run_info or {}).get("corpus") or {})
+    reader = corpus.get("reader", "an unrecorded corpus")
+    low, high = corpus.get("score_range", (1, 5))
+    dimensions = list(model.get("dimensions") or ["mos"])
+    pooling = str(model.get("pooling", "masked_mean"))
+    version = (run_info or {}).get("sqa")
+    lines = [
+        f"# MOS predictor for singing: {backbone}" + (f", trained with sqa {version}" if version else ""),
+        "",
+        "An exported sqa predictor of the mean opinion score (MOS) of singing clips,"
+        f" on the {low:g}–{high:g} scale of"
+        f" its training ratings. Score dimensions: {', '.join(dimensions)}.",
+        *_scale_note(model),
+        "",
+        f"A clip's score pools its frame scores by `{pooling}`: {POOLING_TEXT.get(pooling, pooling)}.",
+        "",
+        "```sh",
+        "python -m sqa.scoring.cli --checkpoint <this folder> --output scores.csv clip.wav more/clips/",
+        "```",
+        "",
+        "## Intended use",
+        "",
+        "Automatic quality estimates for singing voice synthesis and conversion research: ranking systems,"
+        " tracking training runs, screening outputs. It does not replace a listening test: system-level"
+        " rankings are more reliable than single-clip scores (see the intervals below), and scores reflect"
+        " the listeners and systems of the training corpus. Audio unlike that corpus (speech, instruments,"
+        " other recording conditions) is outside what the test results cover.",
+    ]
+    if reader in SYNTHETIC_READERS:
+        lines += [
+            "",
+            "**Trained on sqa's built-in synthetic corpus**: a demonstration model whose scores follow"
+            " synthetic degradations and simulated raters, not human judgements.",
+        ]
+    lines += ["", "## Data", ""]
+    if corpus:
+        lines.append(f"- corpus reader: `{reader}`; fingerprint `{corpus.get('fingerprint', '?')}`")
+        for split, count in (corpus.get("clips") or {}).items():
+            lines.append(f"- {split}: {count} clips")
+        if corpus.get("systems") is not None:
+            lines.append(f"- systems: {corpus['systems']}")
+        if corpus.get("domains"):
+            lines.append(f"- domains: {', '.join(corpus['domains'])}")
+    else:
+        lines.append("Not recorded (this export was not written by a training run).")
+    lines += [f"- sample rate of the model: {config.get('sample_rate')} Hz", "", "## Test results", ""]
+    lines += metrics_table(metrics)
+    for dim, dim_metrics in (dimension_metrics or {}).items():
+        lines += ["", f"### {dim} (clips with a {dim} score)", ""]
+        lines += metrics_table(dim_metrics)
+    lines += ["", "## Configuration", "", "Model (the architecture in config.yaml):", ""]
+    lines += _yaml_block(model)
+    if config.get("f0"):
+        lines += ["", "Pitch (f0) extraction:", ""]
+        lines += _yaml_block(config["f0"])
+    if training:
+        lines += ["", "Training:", ""]
+        lines += _yaml_block(training_settings(training))
+    lines += ["", "## Software", ""]
+    if run_info:
+        lines.append(
+            f"- sqa {run_info.get('sqa')}, Python {run_info.get('python')} on {run_info.get('platform')}"
+        )
+        packages = run_info.get("packages") or {}
+        installed = [f"{name} {version}" for name, version in packages.items() if version]
+        if installed:
+            lines.append(f"- {', '.join(installed)}")
+        lines.append("- the training run's records: run_info.json in this folder")
+    else:
+        lines.append("Not recorded (this export was not written by a training run).")
+    lines += [
+        "",
+        "## Citation",
+        "",
+        "If you use this model, cite sqa (CITATION.cff in the sqa repository) and the corpus it was"
+        " trained on; for SingMOS-Pro data, the SingMOS-Pro paper.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,251 @@
+"""Pictures of a run: predicted against true MOS per test set, and training/validation curves.
+
+Figures are drawn on `matplotlib.figure.Figure` with an Agg canvas, never through pyplot, so no
+global backend is switched and no figure outlives its caller. Every number in a scatter's title
+comes from `sqa.metrics` (via the run's results), never from a second computation here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.trainer.states import TrainerFn
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from sqa import metrics
+from sqa.core.atomic import atomic_write
+
+# Pixel size of every figure is figsize × DPI: no tight bounding box, so sizes are predictable.
+DPI = 100
+SCATTER_SIZE = (5.0, 5.0)
+LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
+# The MOS scale of the corpora sqa reads (Corpus.score_range).
+SCORE_RANGE = (1.0, 5.0)
+SELECTED_LABEL = "selected checkpoint"
+
+History = dict[str, list[tuple[int, float]]]
+
+
+class MetricHistory(L.Callback):
+    """Records `train/*` values every `every_n_steps` steps and `val/*` values after each validation.
+
+    Works with any logger or none, as it reads `trainer.callback_metrics`. The history travels in
+    checkpoints, so a resumed run draws its curves from the first step.
+    """
+
+    def __init__(self, every_n_steps: int | None = None) -> None:
+        self.every_n_steps = every_n_steps
+        self.history: History = {}
+        self._last_train_step = -1
+
+    def _record(self, trainer: L.Trainer, prefix: str) -> None:
+        step = trainer.global_step
+        for key, value in trainer.callback_metrics.items():
+            if key.startswith(prefix):
+                self.history.setdefault(key, []).append((step, float(value)))
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """Record the training values at the logging interval (reading them syncs with the device)."""
+        every = self.every_n_steps or trainer.log_every_n_steps
+        step = trainer.global_step
+        # Gradient accumulation repeats a global step over several batches; record each step once.
+        if step % every == 0 and step != self._last_train_step:
+            self._last_train_step = step
+            self._record(trainer, "train/")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Record the validation values (hooked here because epoch-end callbacks run before logging)."""
+        if not trainer.sanity_checking:
+            self._record(trainer, "val/")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The recorded history, saved with each checkpoint."""
+        return {"history": {key: [list(point) for point in values] for key, values in self.history.items()}}
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Restore the history when resuming a fit."""
+        # Testing from the best checkpoint restores callbacks too; that must not cut the history.
+        state = checkpoint.get("callbacks", {}).get(self.state_key)
+        if trainer.state.fn == TrainerFn.FITTING and state:
+            self.history = {
+                key: [(int(s), float(v)) for s, v in values] for key, values in state["history"].items()
+            }
+
+
+def _figure(size: tuple[float, float]) -> Figure:
+    figure = Figure(figsize=size, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def metric_title(heading: str, block: Mapping[str, float]) -> str:
+    """A title line `heading (n=N)` over `RMSE .. LCC .. SRCC .. KTAU ..` (n/a where undefined)."""
+    values = "  ".join(
+        f"{name.upper()} {block[name]:.3f}" if metrics.defined(block[name]) else f"{name.upper()} n/a"
+        for name in metrics.METRIC_NAMES
+    )
+    return f"{heading} (n={int(block['n'])})\n{values}"
+
+
+def scatter(
+    pred: Sequence[float],
+    true: Sequence[float],
+    title: str,
+    score_range: tuple[float, float] = SCORE_RANGE,
+) -> Figure:
+    """Predicted (y) against true (x) MOS on both axes spanning `score_range`, with the identity line.
+
+    Fixed axes make the plots of runs and test sets comparable at a glance; they widen only to
+    show a point outside the range.
+    """
+    pred = np.asarray(pred, dtype=np.float64)
+    true = np.asarray(true, dtype=np.float64)
+    figure = _figure(SCATTER_SIZE)
+    ax = figure.add_subplot()
+    # Fainter, smaller points when there are many (utterances), clearer ones for a few (systems).
+    many = pred.size > 100
+    ax.scatter(true, pred, s=8 if many else 24, alpha=0.4 if many else 0.8, linewidths=0)
+    # A diverged model may predict NaN or inf; such points must not break the axis limits (or the run).
+    finite = np.isfinite(pred) & np.isfinite(true)
+    lo, hi = (float(v) for v in score_range)
+    if finite.any():
+        lo = min(lo, float(pred[finite].min()), float(true[finite].min()))
+        hi = max(hi, float(pred[finite].max()), float(true[finite].max()))
+    ax.plot([lo, hi], [lo, hi], color="0.3", linestyle="--", linewidth=1, label="identity")
+    ax.set_xlim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    ax.set_ylim(ax.get_xlim())
+    ax.set_aspect("equal", adjustable="box")
+    ax.set_xlabel("true MOS")
+    ax.set_ylabel("predicted MOS")
+    ax.set_title(title, fontsize=9)
+    return figure
+
+
+def scatter_figures(
+    rows: Sequence[Mapping[str, Any]],
+    results: Mapping[str, Any],
+    score_range: tuple[float, float] = SCORE_RANGE,
+) -> dict[str, Figure]:
+    """Scatters `<test_set>_utt` and `<test_set>_sys` for every test set in `rows`."""
+    figures = {}
+    for test_set in sorted({r["test_set"] for r in rows}):
+        part = [r for r in rows if r["test_set"] == test_set]
+        pred = [float(r["pred"]) for r in part]
+        true = [float(r["mos"]) for r in part]
+        sys_pred, sys_true, _ = metrics.system_means(pred, true, [r["system_id"] for r in part])
+        points = {"utt": (pred, true), "sys": (sys_pred, sys_true)}
+        for level, (p, t) in points.items():
+            title = metric_title(f"{test_set}, {LEVEL_NAMES[level]} level", results[test_set][level])
+            figures[f"{test_set}_{level}"] = scatter(p, t, title, score_range)
+    return figures
+
+
+def save(figure: Figure, path: Path) -> Path:
+    """Write `figure` as a PNG to `path` atomically."""
+    atomic_write(path, lambda fh: figure.savefig(fh, format="png"))
+    return path
+
+
+def write_test_plots(
+    rows: Sequence[Mapping[str, Any]],
+    results: Mapping[str, Any],
+    out_dir: str | Path,
+    score_range: tuple[float, float] = SCORE_RANGE,
+) -> list[Path]:
+    """Write `<test_set>_utt.png` and `<test_set>_sys.png` for every test set into `out_dir`."""
+    figures = scatter_figures(rows, results, score_range)
+    return [save(fig, Path(out_dir) / f"{safe_file_name(name)}.png") for name, fig in figures.items()]
+
+
+def safe_file_name(name: str) -> str:
+    """`name` as a file name inside its folder: `../../x/evil` -> `_.._.._x_evil`.
+
+    Characters other than ASCII letters, digits, `.`, `-` and `_` become `_`; a leading dot is
+    prefixed, so the name is never `..` or hidden.
+    """
+    safe = re.sub(r"[^\w.-]", "_", name, flags=re.ASCII)
+    return f"_{safe}" if safe.startswith(".") or not safe else safe
+
+
+def curves(history: Mapping[str, Sequence[tuple[int, float]]], selected_step: int | None = None) -> Figure:
+    """One panel per metric over steps; per-set validation series of a metric share a panel.
+
+    With `selected_step`, every panel marks the step of the selected (tested and exported)
+    checkpoint with a vertical line.
+    """
+    # `val/<set>/sys_srcc` for every set goes into the `val/*/sys_srcc` panel, one line per set.
+    panels: dict[str, dict[str, Sequence[tuple[int, float]]]] = {}
+    for key in sorted(history):
+        parts = key.split("/")
+        panel = "/".join([parts[0], "*", parts[-1]]) if len(parts) > 2 else key
+        label = "/".join(parts[1:-1]) or parts[-1]
+        panels.setdefault(panel, {})[label] = history[key]
+    figure = _figure((6.0, 2.5 * max(len(panels), 1)))
+    if not panels:
+        figure.text(0.5, 0.5, "no values recorded", ha="center", va="center")
+        return figure
+    axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
+    for ax, (panel, series) in zip(axes, panels.items(), strict=True):
+        for label, points in series.items():
+            steps = [s for s, _ in points]
+            values = [v for _, v in points]
+            ax.plot(steps, values, marker="." if len(points) < 50 else None, label=label)
+        if selected_step is not None:
+            ax.axvline(selected_step, color="0.4", linestyle=":", linewidth=1, label=SELECTED_LABEL)
+        ax.set_title(panel, fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if len(series) > 1 or selected_step is not None:
+            ax.legend(fontsize=8)
+    return figure
+
+
+def write_curves(
+    history: Mapping[str, Sequence[tuple[int, float]]], out_dir: str | Path, selected_step: int | None = None
+) -> Path:
+    """Write the training/validation curves to `<out_dir>/curves.png`."""
+    return save(curves(history, selected_step), Path(out_dir) / "curves.png")
+
+
+def write_run_plots(
+    rows: Sequence[Mapping[str, Any]],
+    results: Mapping[str, Any],
+    history: Mapping[str, Sequence[tuple[int, float]]],
+    out_dir: str | Path,
+    score_range: tuple[float, float] = SCORE_RANGE,
+    selected_step: int | None = None,
+) -> dict[str, Path]:
+    """Write the test scatters and the curves into `out_dir`; return them by tag `plots/<name>`."""
+    paths = [
+        *write_test_plots(rows, results, out_dir, score_range),
+        write_curves(history, out_dir, selected_step),
+    ]
+    return {f"plots/{path.stem}": path for path in paths}
+
+
+def log_figures(logger: Logger | bool | None, figures: Mapping[str, Path], step: int = 0) -> None:
+    """Log PNG files by tag to TensorBoard or wandb; other loggers keep the files as the record."""
+    if isinstance(logger, TensorBoardLogger):
+        from matplotlib.image import imread
+
+        for tag, path in figures.items():
+            logger.experiment.add_image(tag, imread(path), step, dataformats="HWC")
+        # The trainer has already finalized the logger; without a flush the images could stay buffered.
+        logger.experiment.flush()
+    elif isinstance(logger, WandbLogger):
+        import wandb
+
+        logger.experiment.log(
+            {**{tag: wandb.Image(str(path)) for tag, path in figures.items()}, "trainer/global_step": step}
+        )

@@ -1,0 +1,189 @@
+"""Command line: score audio files, folders or manifests with an exported checkpoint.
+
+    sqa-score --checkpoint <export dir | run dir | model.pt> [--output scores.csv|scores.json] INPUT...
+
+INPUT is an audio file, a folder (searched recursively for audio files), a CSV manifest with a
+`wav_path` column (relative paths resolve against the CSV's folder; its other columns are passed
+through to the output, renamed `manifest_<name>` where they clash with an output column) or a
+.txt list of paths. Output columns: `path, score` (the overall MOS), `score_<dim>` for each other
+score dimension of the model, then the manifest columns. The output is checked before anything is
+scored and written atomically at the end; an existing file is replaced only with `--overwrite`,
+an input never. Every input that cannot be scored is reported on stderr and the exit code is 1;
+the rest is still scored and written. Exit code 2: bad arguments, output path or export.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqa.data.audio import MAX_AUDIO_SAMPLES
+from sqa.scoring.inputs import expand_inputs
+from sqa.scoring.outputs import check_output, clip_rows, emit, system_of, system_rows, systems_output
+
+if TYPE_CHECKING:
+    from sqa.scoring.scorer import ScoreResult
+
+
+def default_workers() -> int:
+    """Half the CPU cores (at least 1, at most 4) decode while the rest run the model."""
+    return min(4, max(1, (os.cpu_count() or 1) // 2))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sqa-score",
+        description="Score audio files, folders or manifests with an exported sqa checkpoint.",
+        epilog="Documentation: docs/scoring.md",
+    )
+    parser.add_argument(
+        "--checkpoint", required=True, help="export directory, run directory holding export/, or model.pt"
+    )
+    parser.add_argument("--output", help="output .csv or .json (default: CSV on stdout)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.add_argument(
+        "--batch-size", type=int, default=8, help="clips (or windows) per forward pass (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=default_workers(),
+        help="decoding processes, 0: none (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--device", default="auto", help="auto (the GPU when present; the default), cpu, cuda, cuda:1, ..."
+    )
+    parser.add_argument(
+        "--domain", help="domain name or index for models trained with domain IDs (default: the first domain)"
+    )
+    parser.add_argument(
+        "--chunk-seconds",
+        type=float,
+        help="score clips longer than this in windows of about this length, combined weighted by frames",
+    )
+    parser.add_argument(
+        "--pooling",
+        help="masked_mean or s3prl_padded_mean: how frame scores become a clip's score (default: the "
+        "export's own; imports record their authors' s3prl_padded_mean; masked_mean: a clip's frames)",
+    )
+    parser.add_argument(
+        "--by-system",
+        action="store_true",
+        help="also write per-system means to <output>.systems.csv|json (system: the manifest's "
+        "system_id, else <sys> of a <sys>-<utt> file name)",
+    )
+    parser.add_argument(
+        "--max-samples",
+        type=int,
+        default=MAX_AUDIO_SAMPLES,
+        help="refuse a file whose header declares more samples (frames x channels, or resampled to "
+        "the model's rate) before decoding it (default: %(default)s)",
+    )
+    parser.add_argument("inputs", nargs="+", help="audio files, folders, CSV manifests or .txt lists")
+    return parser
+
+
+def _argument_problems(args: argparse.Namespace) -> list[str]:
+    problems = []
+    if args.batch_size < 1:
+        problems.append(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.max_samples < 1:
+        problems.append(f"--max-samples must be at least 1, got {args.max_samples}")
+    if args.num_workers < 0:
+        problems.append(f"--num-workers must be 0 or more, got {args.num_workers}")
+    if args.chunk_seconds is not None and not args.chunk_seconds > 0:
+        problems.append(f"--chunk-seconds must be positive, got {args.chunk_seconds}")
+    if args.by_system and not args.output:
+        problems.append("--by-system writes a second table beside --output: give --output")
+    return problems
+
+
+def _fail(messages: Sequence[str], code: int) -> int:
+    for message in messages:
+        print(f"sqa-score: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `sqa-score`; returns the exit code."""
+    args = _parser().parse_args(argv)
+    problems = _argument_problems(args)
+    if problems:
+        return _fail(problems, 2)
+    inputs = expand_inputs(args.inputs)
+    output = Path(args.output) if args.output else None
+    outputs = [] if output is None else [output, systems_output(output)] if args.by_system else [output]
+    named = [*args.inputs, *inputs.paths]
+    problems = [p for p in (check_output(o, args.overwrite, named) for o in outputs) if p is not None]
+    if args.by_system:
+        unknown = [p for p, c in zip(inputs.paths, inputs.columns, strict=True) if system_of(p, c) is None]
+        if unknown:
+            problems.append(
+                f"--by-system: cannot tell the system of {len(unknown)} clip(s), e.g. {unknown[0]}: name "
+                "them <sys>-<utt> or give a manifest with a system_id column"
+            )
+    if problems:
+        return _fail(problems, 2)
+
+    # Imported only now, so that --help and argument errors come back without loading torch.
+    from sqa.core.extras import MissingExtraError
+    from sqa.exports.format import ExportError
+    from sqa.scoring.scorer import Scorer
+
+    try:
+        scorer = Scorer(
+            args.checkpoint,
+            args.device,
+            args.batch_size,
+            args.domain,
+            args.chunk_seconds,
+            max_samples=args.max_samples,
+            pooling=args.pooling,
+        )
+    except (ExportError, ValueError, MissingExtraError) as err:
+        return _fail([str(err)], 2)
+    if not inputs.paths:
+        return _fail([*inputs.problems, "nothing to score; no output written"], 1)
+    results: list[ScoreResult | None] = [None] * len(inputs.paths)
+    bar = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(results), unit="clip", file=sys.stderr)
+    try:
+        for result in scorer.score_files(inputs.paths, args.num_workers):
+            results[result.index] = result
+            if bar is not None:
+                bar.update()
+    except MissingExtraError as err:  # e.g. the f0 extractor of a model with a pitch branch
+        return _fail([str(err)], 2)
+    finally:
+        if bar is not None:
+            bar.close()
+    done = [r for r in results if r is not None]
+    rows = clip_rows(done, inputs, scorer.dimensions[1:], args.by_system)
+    messages = [*inputs.problems, *(r.error for r in done if r.error is not None)]
+    messages += [f"warning: {r.path}: {r.warning}" for r in done if r.warning is not None]
+    unwritten = 0
+    if rows:
+        lost = [emit(rows, output, args.overwrite)]
+        if args.by_system:
+            lost.append(
+                emit(system_rows(rows, scorer.dimensions[1:]), systems_output(output), args.overwrite)
+            )
+        messages += [m for m in lost if m is not None]
+        unwritten = sum(m is not None for m in lost)
+    elif output is not None:
+        messages.append(f"no input could be scored; {output} was not written")
+    failed = len(inputs.problems) + sum(r.error is not None for r in done)
+    if failed:
+        messages.append(f"{failed} input(s) could not be scored; {len(rows)} clip(s) scored")
+    return _fail(messages, 1 if failed or unwritten else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""What `sqa-score` writes: one row per clip (and per system), as CSV or JSON, checked before scoring."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqa.core.artefacts import spreadsheet_safe
+from sqa.core.atomic import atomic_write_text, json_text
+from sqa.scoring.inputs import Inputs
+
+if TYPE_CHECKING:
+    from sqa.scoring.scorer import ScoreResult
+
+OUTPUT_SUFFIXES = (".csv", ".json")
+
+
+def check_output(output: Path, overwrite: bool, inputs: Sequence[str]) -> str | None:
+    """Why `output` must not be written (None if it may): wrong suffix, no folder, an input, exists."""
+    if output.suffix.lower() not in OUTPUT_SUFFIXES:
+        return f"{output}: the output must end in .csv or .json"
+    if not output.parent.is_dir():
+        return f"{output}: the folder {output.parent} does not exist"
+    target = output.resolve()
+    if any(Path(p).resolve() == target for p in inputs):
+        return f"{output}: is one of the inputs; sqa-score never overwrites an input"
+    if output.is_dir():
+        return f"{output}: is a folder"
+    if output.exists() and not overwrite:
+        return f"{output}: already exists; pass --overwrite to replace it"
+    try:
+        # Creating a file is the only faithful test (permissions, ACLs, read-only mounts, root).
+        with tempfile.TemporaryFile(dir=output.parent):
+            pass
+    except OSError as err:
+        return f"{output}: the folder {output.parent} is not writable ({err.strerror})"
+    return None
+
+
+def systems_output(output: Path) -> Path:
+    """Where `--by-system` writes per-system means: scores.csv -> scores.systems.csv."""
+    return output.with_name(f"{output.stem}.systems{output.suffix}")
+
+
+def system_of(path: str, columns: dict[str, str]) -> str | None:
+    """A clip's system: its manifest's system_id, else the `<sys>` of a `<sys>-<utt>` file name."""
+    if columns.get("system_id"):
+        return columns["system_id"]
+    parts = Path(path).stem.split("-")
+    # SingMOS-Pro names clips sys0001-utt0001, VMC'24 voicemos2024-track2-sys0001-utt0001.
+    return parts[-2] if len(parts) >= 2 and parts[-2] else None
+
+
+def table_text(rows: list[dict[str, Any]], output: Path | None) -> str:
+    """`rows` as JSON when `output` ends in .json, else as CSV (floats in full precision, formulas quoted)."""
+    if output is not None and output.suffix.lower() == ".json":
+        return json_text(rows, indent=1) + "\n"
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(
+        {k: repr(v) if isinstance(v, float) else spreadsheet_safe(v) for k, v in row.items()} for row in rows
+    )
+    return buffer.getvalue()
+
+
+def emit(rows: list[dict[str, Any]], output: Path | None, overwrite: bool = False) -> str | None:
+    """Write `rows` to `output` atomically (or to stdout as CSV when None); None, or why it failed.
+
+    The output is claimed when it is written: without `overwrite`, a file that appeared since
+    the check is never replaced. If the write fails, the rows go to a new file in the system's
+    temporary folder, and the message names it, so that no score is lost.
+    """
+    text = table_text(rows, output)
+    if output is None:
+        sys.stdout.write(text)
+        return None
+    try:
+        atomic_write_text(output, text, exclusive=not overwrite)
+    except OSError as err:
+        reason = "it appeared while scoring" if isinstance(err, FileExistsError) else err.strerror or str(err)
+        fd, kept = tempfile.mkstemp(prefix=f"sqa-score-{output.stem}-", suffix=output.suffix)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return f"{output}: not written ({reason}); the scores were saved to {kept}"
+    return None
+
+
+def clip_rows(
+    results: Sequence[ScoreResult], inputs: Inputs, dimensions: Sequence[str], by_system: bool
+) -> list[dict[str, Any]]:
+    """One output row per scored clip, in input order: path, scores, [system_id], manifest columns."""
+    reserved = ["path", "score", *(f"score_{d}" for d in dimensions)]
+    if by_system:
+        reserved.append("system_id")
+    rows = []
+    for r in results:
+        if r.error is not None:
+            continue
+        row: dict[str, Any] = {"path": r.path, "score": r.score}
+        row.update({f"score_{d}": r.dimension_scores[d] for d in dimensions})
+        if by_system:
+            row["system_id"] = system_of(r.path, inputs.columns[r.index])
+        for key, value in inputs.columns[r.index].items():
+            if by_system and key == "system_id":
+                continue
+            row[f"manifest_{key}" if key in reserved else key] = value
+        rows.append(row)
+    names = list(dict.fromkeys(k for row in rows for k in row))
+    return [{k: row.get(k, "") for k in names} for row in rows]
+
+
+def system_rows(rows: list[dict[str, Any]], dimensions: Sequence[str]) -> list[dict[str, Any]]:
+    """Per-system means of every score column over that system's clips, sorted by system."""
+    columns = ["score", *(f"score_{d}" for d in dimensions)]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row["system_id"], []).append(row)
+    return [
+        {
+            "system_id": system,
+            "n": len(members),
+            **{c: sum(m[c] for m in members) / len(members) for c in columns},
+        }
+        for system, members in sorted(groups.items())
+    ]

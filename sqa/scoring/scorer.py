@@ -1,0 +1,294 @@
+"""Score audio with an exported predictor: the object behind `sqa.load` and `sqa-score`.
+
+Arrays and files take one path: float32 samples (N, C) -> `downmix_resample` (channel mean,
+soxr resampling to the export's rate) -> optional windows of `chunk_seconds` -> length-sorted
+batches -> the predictor's pooling of each clip's frame scores (the export's `pooling`, or the
+one asked for). Batches give the scores of one-by-one calls (per-clip pooling; GroupNorm front
+ends run each length on its own), so batch size and order never change a score. Files are
+decoded in DataLoader workers in batches sorted by their header's length, so decoded audio held
+at once is bounded by the batch, never by the number of inputs. Scoring imports neither
+Lightning nor Hydra; a backbone library is imported only when the export uses it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from sqa.data.audio import (
+    MAX_AUDIO_SAMPLES,
+    MAX_SAMPLE_RATE,
+    AudioError,
+    audio_info,
+    check_audio_size,
+    downmix_resample,
+)
+from sqa.data.batching import pad_batch
+from sqa.exports.format import load_export
+from sqa.models.backbone import W2V_HOP
+from sqa.models.predictor import POOLINGS
+from sqa.scoring.clips import (
+    ClipPreparer,
+    ClipWarning,
+    FileClips,
+    Piece,
+    PreparedClip,
+    as_list,
+    as_samples,
+    clip_warning,
+)
+
+# The shortest window (seconds) whose chunked scores stayed within 0.02 MOS of whole-clip scores
+# on 3-minute varied songs, by backbone class (benchmarks/chunking.py; docs/scoring.md). Shorter
+# windows, and backbones not measured, warn when a clip is chunked.
+CHUNK_SECONDS_WITHIN_0_02 = {"LogMelBackbone": 10.0, "TorchaudioWav2Vec2": 5.0}
+
+
+def chunk_warning(backbone: str, chunk_seconds: float) -> str | None:
+    """Why chunked scores of `backbone` (a class name) in `chunk_seconds` windows may move, or None."""
+    bound = CHUNK_SECONDS_WITHIN_0_02.get(backbone)
+    if bound is None:
+        return f"chunked scoring of a {backbone} backbone was not measured against whole-clip scoring"
+    if chunk_seconds < bound:
+        return (
+            f"{backbone} windows shorter than {bound:g} s moved scores of long songs by more than 0.02 MOS "
+            "against whole-clip scoring (docs/scoring.md); use longer windows where memory allows"
+        )
+    return None
+
+
+def resolve_domain(domain: str | int | None, domains: list[str]) -> int:
+    """Index of `domain` (a name or an index) in `domains`; None means the first one."""
+    if domain is None:
+        return 0
+    if isinstance(domain, int) or str(domain).isdigit():
+        index = int(domain)
+        if not 0 <= index < max(len(domains), 1):
+            raise ValueError(f"domain index {index} out of range for domains {domains}")
+        return index
+    if domain not in domains:
+        raise ValueError(f"unknown domain {domain!r}; the export knows {domains}")
+    return domains.index(domain)
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """`"auto"` -> the GPU when one is present, else the CPU; any other name must be usable here."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"unknown device {str(device)!r} ({err})") from err
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (resolved.index is not None and resolved.index >= count):
+            raise ValueError(f"device {str(device)!r} is not available: this machine has {count} CUDA GPU(s)")
+    elif resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {str(device)!r} is not available on this machine")
+    return resolved
+
+
+class ChunkWarning(UserWarning):
+    """Chunked scores of this backbone and window length may differ from whole-clip scores."""
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """The overall score of input `index` and its other dimensions' scores, or why it failed."""
+
+    path: str
+    score: float | None
+    error: str | None = None
+    dimension_scores: Mapping[str, float] = field(default_factory=dict)
+    warning: str | None = None
+    index: int = 0
+
+
+class Scorer:
+    """An export loaded for scoring arrays (`score`) and files (`score_files`); see `sqa.load`.
+
+    A predictor trained with domain IDs scores every clip as coming from `domain` (a domain name
+    or index of the export's `domains` list); the default is the first domain of that list
+    (annotation batch p1 for SingMOS-Pro). A predictor trained with judges scores as its mean
+    judge. `dimensions` are the export's score dimensions, the overall "mos" first. With
+    `chunk_seconds`, longer clips are scored in windows of about that length and their scores
+    averaged weighted by frames, which bounds memory (attention is quadratic in length). An input
+    whose header declares more than `max_samples` samples (frames x channels, or resampled to
+    the export's rate) is refused before it is decoded, like an unreadable file.
+    `pooling` (one of `sqa.models.predictor.POOLINGS`; None: the export's own) chooses how frame
+    scores become a clip's score, e.g. "masked_mean" for an imported predictor that records
+    its authors' "s3prl_padded_mean".
+    """
+
+    def __init__(
+        self,
+        export: str | Path,
+        device: str | torch.device = "cpu",
+        batch_size: int = 8,
+        domain: str | int | None = None,
+        chunk_seconds: float | None = None,
+        max_samples: int = MAX_AUDIO_SAMPLES,
+        pooling: str | None = None,
+    ) -> None:
+        if max_samples < 1:
+            raise ValueError(f"max_samples must be at least 1, got {max_samples}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if chunk_seconds is not None and not chunk_seconds > 0:
+            raise ValueError(f"chunk_seconds must be positive, got {chunk_seconds}")
+        if pooling is not None and pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.device = resolve_device(device)
+        self.predictor, self.config, self.f0_extractor = load_export(export)
+        if pooling is not None:
+            self.predictor.pooling = pooling
+        self.predictor.to(self.device)
+        self.dimensions = list(self.predictor.dimensions)
+        self.domain = resolve_domain(domain, self.config.get("domains", []))
+        self.sample_rate = int(self.config["sample_rate"])
+        self.min_samples = int(self.predictor.backbone.min_samples)
+        self.batch_size = batch_size
+        self.max_samples = max_samples
+        chunk = None
+        self.chunk_warning = None
+        if chunk_seconds is not None:
+            self.chunk_warning = chunk_warning(type(self.predictor.backbone).__name__, chunk_seconds)
+            hops = max(4, round(chunk_seconds * self.sample_rate / W2V_HOP))
+            chunk = max(self.min_samples, hops * W2V_HOP)
+        self.prepare = ClipPreparer(self.sample_rate, self.min_samples, chunk, self.f0_extractor)
+
+    def to(self, device: str | torch.device) -> Scorer:
+        """Move the predictor to `device` ("auto", "cpu", "cuda:1", ...); returns self."""
+        self.device = resolve_device(device)
+        self.predictor.to(self.device)
+        return self
+
+    def score(
+        self, audio: Any, sample_rate: int
+    ) -> float | dict[str, float] | list[float] | list[dict[str, float]]:
+        """Score a clip or a list of clips at `sample_rate` Hz (any rate; resampled as files are).
+
+        A clip is a float numpy array or torch tensor, 1-D (samples,) or (channels, samples)
+        (channels are averaged). Returns one float per clip, or a dict {dimension: score} per
+        clip when the model has several score dimensions; a list for a list of clips.
+        """
+        if (
+            isinstance(sample_rate, bool)
+            or not isinstance(sample_rate, int | np.integer)
+            or not 0 < sample_rate <= MAX_SAMPLE_RATE
+        ):
+            raise ValueError(
+                f"sample_rate must be an integer in 1..{MAX_SAMPLE_RATE} Hz, got {sample_rate!r}"
+            )
+        single = not isinstance(audio, list | tuple)
+        clips = [audio] if single else list(audio)
+        names = ["audio"] if single else [f"audio[{i}]" for i in range(len(clips))]
+        samples = [as_samples(clip, name) for clip, name in zip(clips, names, strict=True)]
+        for array, name in zip(samples, names, strict=True):
+            check_audio_size(name, int(sample_rate), *array.shape, self.sample_rate, self.max_samples)
+        wavs = [
+            downmix_resample(array, int(sample_rate), self.sample_rate, name)
+            for array, name in zip(samples, names, strict=True)
+        ]
+        for wav, name in zip(wavs, names, strict=True):
+            warning = clip_warning(wav, self.sample_rate, self.min_samples)
+            if warning is not None:
+                warnings.warn(f"{name}: {warning}", ClipWarning, stacklevel=2)
+        rows = self.score_dimensions(wavs)
+        out = [row[0] if len(row) == 1 else dict(zip(self.dimensions, row, strict=True)) for row in rows]
+        return out[0] if single else out
+
+    def score_waveforms(self, wavs: list[np.ndarray]) -> list[float]:
+        """Overall scores of mono float32 waveforms (N,) at the export's `sample_rate`, in order."""
+        return [row[0] for row in self.score_dimensions(wavs)]
+
+    def score_dimensions(self, wavs: list[np.ndarray]) -> list[list[float]]:
+        """Scores of every dimension (one list of K per waveform (N,) at `sample_rate`), in order."""
+        clips = [PreparedClip(i, self.prepare(wav)) for i, wav in enumerate(wavs)]
+        return [row for _, row in self._score_prepared(clips)]
+
+    def score_files(self, paths: Iterable[str | Path], num_workers: int = 0) -> Iterator[ScoreResult]:
+        """Score audio files; results come as each batch finishes (`index` is the input position).
+
+        Files are decoded by `num_workers` DataLoader workers (0: in this process) in batches of
+        similar length, sorted by the length in their headers. Unreadable files yield a result
+        with `error` set.
+        """
+        paths = [str(p) for p in paths]
+        lengths: dict[int, float] = {}
+        for i, path in enumerate(paths):
+            try:
+                rate, frames, channels = audio_info(path)
+                check_audio_size(path, rate, frames, channels, self.sample_rate, self.max_samples)
+            except AudioError as err:
+                yield ScoreResult(path, None, str(err), index=i)
+                continue
+            lengths[i] = frames / rate
+        order = sorted(lengths, key=lengths.__getitem__)
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        loader = DataLoader(
+            FileClips(paths, self.prepare, self.max_samples),
+            batch_sampler=batches,
+            num_workers=num_workers,
+            collate_fn=as_list,
+        )
+        for items in loader:
+            for item in items:
+                if item.error is not None:
+                    yield ScoreResult(paths[item.index], None, item.error, index=item.index)
+            readable = [item for item in items if item.error is None]
+            for item, row in self._score_prepared(readable):
+                extra = dict(zip(self.dimensions[1:], row[1:], strict=True))
+                yield ScoreResult(paths[item.index], row[0], None, extra, item.warning, item.index)
+
+    def _score_prepared(self, clips: list[PreparedClip]) -> list[tuple[PreparedClip, list[float]]]:
+        """Each clip's scores (K,): the mean over its pieces' kept frames (a whole clip: its score)."""
+        if self.chunk_warning and any(len(clip.pieces) > 1 for clip in clips):
+            warnings.warn(self.chunk_warning, ChunkWarning, stacklevel=3)
+            self.chunk_warning = None  # once per Scorer
+        scores, sums, counts = self._forward([piece for clip in clips for piece in clip.pieces])
+        out = []
+        start = 0
+        for clip in clips:
+            rows = slice(start, start + len(clip.pieces))
+            start = rows.stop
+            if len(clip.pieces) == 1:
+                out.append((clip, scores[rows.start].tolist()))
+                continue
+            # Frame scores are on the head's 1-5 scale; the map to the user's scale is linear.
+            mean = torch.from_numpy(sums[rows].sum(axis=0) / counts[rows].sum())
+            out.append((clip, self.predictor.to_scale(mean).tolist()))
+        return out
+
+    @torch.inference_mode()
+    def _forward(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Scores (P, K), sums of kept frame scores (P, K) and kept frame counts (P,) of pieces.
+
+        Pieces go in length-sorted batches of `batch_size`.
+        """
+        scores = np.zeros((len(pieces), len(self.dimensions)), dtype=np.float32)
+        sums = np.zeros((len(pieces), len(self.dimensions)), dtype=np.float64)
+        counts = np.zeros(len(pieces), dtype=np.int64)
+        order = sorted(range(len(pieces)), key=lambda i: pieces[i][0].shape[0])
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            wav, lengths = pad_batch([torch.from_numpy(pieces[i][0]) for i in idx])
+            f0 = None
+            if self.f0_extractor is not None:
+                f0 = pad_batch([torch.from_numpy(pieces[i][1]) for i in idx])[0].to(self.device)
+            domain = torch.full((len(idx),), self.domain, device=self.device)
+            out = self.predictor(wav.to(self.device), lengths.to(self.device), domain, f0)
+            scores[idx] = self.predictor.to_scale(out.scores.float()).cpu().numpy()
+            frame_scores = out.dim_frame_scores.double().cpu().numpy()
+            for row, i in enumerate(idx):
+                lo, hi = pieces[i][2] or (0, int(out.frame_lengths[row]))
+                sums[i] = frame_scores[row, lo:hi].sum(axis=0)
+                counts[i] = hi - lo
+        return scores, sums, counts

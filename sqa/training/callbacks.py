@@ -1,0 +1,101 @@
+"""The training callbacks: built from the `callbacks` config group, plus sqa's own two.
+
+`conf/callbacks/` holds one file per callback; `instantiate_callbacks` adds what only the run
+knows (its directory, the selection rule's mode, the log interval) and leaves out the progress
+bar off a terminal and early stopping without a patience.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from omegaconf import DictConfig
+
+from sqa.core.atomic import atomic_write
+
+log = logging.getLogger(__name__)
+
+# The callbacks a training run reads back after fitting: it must have them.
+REQUIRED = ("checkpoint", "resume_point", "history")
+# Those that save checkpoints, into <run dir>/checkpoints.
+CHECKPOINTS = ("checkpoint", "resume_point")
+# Those that watch val/selection, in the selection rule's mode.
+SELECTION_WATCHERS = ("checkpoint", "early_stopping")
+
+
+def progress_bar(cfg: DictConfig, interval: int | None = None) -> list[L.Callback]:
+    """The `callbacks.progress_bar`, redrawn every `interval` (default `log_every_n_steps`) steps.
+
+    [] when the trainer's progress bar is off or stderr is not a terminal: redirected to a file,
+    its control codes are noise (`ValidationLog` reports progress there).
+    """
+    spec = cfg.get("callbacks", {}).get("progress_bar")
+    if spec is None or not cfg.trainer.get("enable_progress_bar", True) or not sys.stderr.isatty():
+        return []
+    return [instantiate(spec, refresh_rate=interval or cfg.trainer.log_every_n_steps)]
+
+
+def instantiate_callbacks(
+    cfg: DictConfig, run_dir: Path, mode: str, interval: int, patience: int | None
+) -> dict[str, L.Callback]:
+    """The run's callbacks by name, in the order of `cfg.callbacks`.
+
+    `mode` is the selection rule's (max | min), `interval` the log interval in steps, `patience`
+    early stopping's (0 or None: no early stopping).
+    """
+    specs = cfg.get("callbacks") or {}
+    missing = [name for name in REQUIRED if name not in specs]
+    if missing:
+        raise ValueError(
+            f"callbacks: a training run needs {', '.join(missing)} (see conf/callbacks/default.yaml)"
+        )
+    callbacks: dict[str, L.Callback] = {}
+    for name, spec in specs.items():
+        overrides: dict[str, Any] = {}
+        if name in CHECKPOINTS:
+            overrides["dirpath"] = str(run_dir / "checkpoints")
+        if name in SELECTION_WATCHERS:
+            overrides["mode"] = mode
+        if name == "progress_bar":
+            callbacks.update((name, bar) for bar in progress_bar(cfg, interval))
+        elif name == "early_stopping":
+            if patience:
+                callbacks[name] = instantiate(spec, **overrides, patience=patience)
+        else:
+            callbacks[name] = instantiate(spec, **overrides)
+    return callbacks
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning checkpoint I/O that writes each checkpoint atomically (temporary file, rename)."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        """Write `checkpoint` to `path`; a kill leaves the previous file or the complete new one."""
+        atomic_write(path, lambda fh: torch.save(checkpoint, fh))
+
+
+class ValidationLog(L.Callback):
+    """Logs the step, epoch, training loss and selection score after every validation."""
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """One line per validation, for the console and train.log."""
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        values = ", ".join(
+            f"{key} {float(value):.4f}"
+            for key, value in sorted(trainer.callback_metrics.items())
+            if key in ("train/loss", "val/selection")
+        )
+        log.info("step %d (epoch %d): %s", trainer.global_step, trainer.current_epoch, values)
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The global step at which a Lightning checkpoint was saved (read without loading its tensors)."""
+    return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])

@@ -1,0 +1,128 @@
+"""Evaluate-only: score every test set of a labelled corpus with an exported model.
+
+    python eval.py export=<export dir>                                # the corpus the export records
+    python eval.py export=<export dir> data=csv data.corpus.path=m.csv  # another corpus
+
+Writes metrics.json (metrics_<dim>.json), predictions.csv and plots/ into the output folder
+exactly as a training run's test phase does (the same module, metrics and writer), so a run's
+export evaluated on its own corpus reproduces its metrics.json.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from sqa.core.atomic import atomic_write_text
+from sqa.data.audio import AudioError
+from sqa.data.corpus import Corpus, CorpusError, recorded_corpus
+from sqa.exports.format import ExportError, load_export
+from sqa.training.datamodule import MOSDataModule
+from sqa.training.lit_module import MOSModule
+from sqa.training.run_outputs import write_test_outputs
+
+log = logging.getLogger(__name__)
+
+# Used where neither the command line nor the export says otherwise (train.yaml's defaults).
+DEFAULT_SEED = 0
+DEFAULT_BOOTSTRAP = 1000
+DEFAULT_EVAL_BATCH_SIZE = 8
+
+
+def evaluation_corpus(corpus: Corpus, domains: list[str], uses_domains: bool) -> Corpus:
+    """The test clips of `corpus` with the export's `domains`.
+
+    A clip of a domain the export does not know is scored as the export's first domain (as
+    `sqa-score` does), with a warning when the model uses domain IDs.
+    """
+    clips = [c for c in corpus.clips if c.split == "test"]
+    if not clips:
+        raise CorpusError("the corpus has no test clips to evaluate")
+    unknown = sorted({c.domain for c in clips} - set(domains))
+    if unknown and uses_domains:
+        log.warning("domains %s are unknown to the export; scored as its domain %r", unknown, domains[0])
+    clips = [replace(c, domain=domains[0]) if c.domain in unknown else c for c in clips]
+    return Corpus(clips, list(domains), corpus.score_range, corpus.systems)
+
+
+def _choice(*values: Any) -> Any:
+    """The first value that is not None."""
+    return next(v for v in values if v is not None)
+
+
+def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
+    """Score the test sets of `cfg.data` (or the export's recorded corpus); write and return the metrics."""
+    out_dir = Path(out_dir)
+    export_dir = Path(cfg.export)
+    predictor, config, f0_extractor = load_export(export_dir)
+    recorded = config.get("data") or {}
+    test = config.get("test") or {}
+    if cfg.get("data") is not None:
+        # The user's own config (a data group on the command line) is trusted like train.py's.
+        corpus = instantiate(cfg.data.corpus)
+        batch_size = cfg.data.get("eval_batch_size")
+        source = OmegaConf.to_container(cfg.data.corpus, resolve=True)
+    elif recorded.get("corpus"):
+        corpus = recorded_corpus(recorded["corpus"], export_dir / "config.yaml")
+        batch_size = recorded.get("eval_batch_size")
+        source = recorded["corpus"]
+    else:
+        raise CorpusError(
+            f"{export_dir / 'config.yaml'}: records no corpus; name one, e.g. data=csv data.corpus.path=..."
+        )
+    domains = list(config.get("domains") or ["default"])
+    datamodule = MOSDataModule(
+        evaluation_corpus(corpus, domains, predictor.domain is not None),
+        sample_rate=int(config["sample_rate"]),
+        eval_batch_size=int(_choice(cfg.eval_batch_size, batch_size, DEFAULT_EVAL_BATCH_SIZE)),
+        num_workers=cfg.num_workers,
+        f0_extractor=f0_extractor,
+        dimensions=list(predictor.dimensions),
+        on_error=cfg.on_error,
+        required_splits=("test",),
+    )
+    seed = int(_choice(cfg.seed, test.get("seed"), DEFAULT_SEED))
+    bootstrap = int(_choice(cfg.bootstrap, test.get("bootstrap"), DEFAULT_BOOTSTRAP))
+    module = MOSModule(
+        predictor, loss=None, optimizer=None, test_names=datamodule.test_names, seed=seed, bootstrap=bootstrap
+    )
+    trainer = instantiate(
+        cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False, default_root_dir=str(out_dir)
+    )
+    trainer.test(module, datamodule=datamodule, verbose=False)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    info = {
+        "export": str(export_dir.resolve()),
+        "corpus": source,
+        "corpus_fingerprint": datamodule.corpus.fingerprint(),
+        "seed": seed,
+        "bootstrap": bootstrap,
+    }
+    atomic_write_text(out_dir / "eval_info.json", json.dumps(info, indent=2))
+    write_test_outputs(module, out_dir, heading=f"Test results of {export_dir}")
+    return module.test_results
+
+
+# An absolute path: Hydra reads a relative one as a Python package when main is imported.
+@hydra.main(
+    config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="eval", version_base="1.3"
+)
+def main(cfg: DictConfig) -> None:
+    """Entry point of `eval.py` and `sqa-eval`; a bad export, corpus or setting ends in one line."""
+    try:
+        evaluate(cfg, HydraConfig.get().runtime.output_dir)
+    except (ExportError, CorpusError, AudioError) as err:
+        # Hydra prints a traceback for an exception; an exit with the message prints the message.
+        raise SystemExit(f"Error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

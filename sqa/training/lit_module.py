@@ -1,0 +1,264 @@
+"""MOSModule: the Lightning training, validation and test loop around a MOSPredictor."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+
+from sqa import metrics
+from sqa.core.artefacts import score_columns
+from sqa.core.prediction import OVERALL, Prediction
+from sqa.data.corpus import ROLES
+from sqa.models.predictor import MOSPredictor
+from sqa.training.selection import SelectionRule
+
+LossFn = Callable[..., torch.Tensor]
+OptimizerFactory = Callable[..., torch.optim.Optimizer]
+
+
+class MOSModule(L.LightningModule):
+    """Trains a predictor with a configurable loss and optimizer; scores every eval set.
+
+    The loss compares the predictor's internal 1-5 scores with the labels mapped onto that scale
+    (`MOSPredictor.to_internal`); predictions and metrics are on the corpus's own scale.
+    Validation logs `val/loss` and `val/selection`, the score of the `selection` rule
+    (default: system-level SRCC of the overall MOS averaged over the validation sets weighted by
+    their system counts), the quantity checkpoints are selected on.
+    Test results (per set and averaged) of the overall MOS are kept in `test_results`, those of
+    the predictor's other score dimensions in `dimension_results` (each over the clips that have
+    that label), and per-clip predictions in `test_predictions` (`mos`, `pred`, and
+    `mos_<dim>`, `pred_<dim>` per other dimension, the label NaN where missing).
+    """
+
+    def __init__(
+        self,
+        predictor: MOSPredictor,
+        loss: LossFn | None,
+        optimizer: OptimizerFactory | None,
+        valid_names: Sequence[str] = (),
+        test_names: Sequence[str] = (),
+        seed: int = 0,
+        bootstrap: int = 1000,
+        selection: SelectionRule | None = None,
+    ) -> None:
+        super().__init__()
+        self.selection = selection or SelectionRule("srcc", "sys", tuple(valid_names), "sys srcc")
+        # Sums and counts of the training loss since the last validation and of the validation
+        # loss of the current one (losses are batch means: weighted by batch size).
+        self._train_loss = [0.0, 0]
+        self._val_loss = [0.0, 0]
+        self.seed = seed
+        self.bootstrap = bootstrap
+        self.predictor = predictor
+        self.loss = loss
+        self.optimizer_factory = optimizer
+        self.valid_names = list(valid_names)
+        self.test_names = list(test_names)
+        self._outputs: dict[int, list[dict[str, Any]]] = {}
+        self.test_results: dict = {}
+        self.dimension_results: dict[str, dict] = {}
+        self.test_predictions: list[dict[str, Any]] = []
+
+    @property
+    def extra_dimensions(self) -> list[str]:
+        """The predictor's score dimensions after the overall MOS."""
+        return self.predictor.dimensions[1:]
+
+    def forward(self, batch: dict[str, Any]) -> Prediction:
+        """Score a collated batch (wav (B, N), lengths (B,), domain (B,), f0 (B, T') or None).
+
+        Judge IDs (B,) are used where the batch has them (training with judges); evaluation
+        batches have none and are scored as the mean judge.
+        """
+        return self.predictor(
+            batch["wav"], batch["lengths"], batch["domain"], batch.get("f0"), batch.get("judge")
+        )
+
+    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """Seed torch's RNG (dropout) from (seed, step): a resumed run replays every step exactly.
+
+        Per step rather than per epoch, because creating data loader iterators also draws from
+        torch's RNG, and a resumed run creates them at other moments than an uninterrupted one.
+        DDP ranks draw distinct masks.
+        """
+        torch.manual_seed(self.seed * 1_000_003 + self.global_step + 1_000_000_007 * self.global_rank)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        """One optimisation step on a padded batch."""
+        out = self(batch)
+        loss = self.loss(out, self.predictor.to_internal(batch["target"]), mask=batch["mask"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["mos"]))
+        if self.selection.metric == "train_loss":
+            # Read (a device sync) only when selecting on it.
+            self._train_loss[0] += float(loss.detach())
+            self._train_loss[1] += 1
+        return loss
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the training loss since the last validation: a resumed run selects alike."""
+        checkpoint["sqa_train_loss_since_validation"] = list(self._train_loss)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the training loss since the last validation."""
+        self._train_loss = list(checkpoint.get("sqa_train_loss_since_validation", [0.0, 0]))
+
+    def _collect(self, batch: dict[str, Any], dataloader_idx: int) -> Prediction:
+        out = self(batch)
+        # Predictions leave the model on the corpus's scale, as its labels are.
+        scores = self.predictor.to_scale(out.scores.float()).cpu()
+        rows = self._outputs.setdefault(dataloader_idx, [])
+        for i, sample_id in enumerate(batch["sample_id"]):
+            # Labels as read, not their float32 copies: metrics and predictions.csv use the
+            # annotation files' values.
+            labels = batch["labels"][i]
+            row = {
+                "index": int(batch["index"][i]),
+                "sample_id": sample_id,
+                "system_id": batch["system_id"][i],
+                "mos": labels[0],
+                "pred": float(scores[i, 0]),
+            }
+            for k, dim in enumerate(self.extra_dimensions, start=1):
+                true_key, pred_key = score_columns(dim)
+                row[true_key], row[pred_key] = labels[k], float(scores[i, k])
+            rows.append(row)
+        return out
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Collect predictions and the loss of one validation batch."""
+        out = self._collect(batch, dataloader_idx)
+        if self.loss is not None:
+            size = len(batch["mos"])
+            target = self.predictor.to_internal(batch["target"])
+            self._val_loss[0] += float(self.loss(out, target, mask=batch["mask"])) * size
+            self._val_loss[1] += size
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Collect predictions of one test batch."""
+        self._collect(batch, dataloader_idx)
+
+    def _gathered(self) -> dict[int, list[dict[str, Any]]]:
+        """Every rank's collected rows per loader, in dataset order; resets the collection.
+
+        Under DDP each rank scored a share of the batches; system-level metrics need all of them,
+        so the rows are gathered (batches repeated to even out the ranks count once) and every
+        rank computes the same metrics as one process would.
+        """
+        outputs, self._outputs = self._outputs, {}
+        if self.trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            parts: list[Any] = [None] * self.trainer.world_size
+            dist.all_gather_object(parts, outputs)
+            outputs = {}
+            for part in parts:
+                for idx, rows in part.items():
+                    outputs.setdefault(idx, []).extend(rows)
+        merged = {}
+        for idx, rows in sorted(outputs.items()):
+            by_index = {r["index"]: r for r in rows}
+            merged[idx] = [by_index[i] for i in sorted(by_index)]
+        return merged
+
+    def _blocks(self, names: Sequence[str]) -> dict[str, dict[str, dict]]:
+        """Per dimension, metric blocks of every evaluation set that has labels of it."""
+        blocks: dict[str, dict[str, dict]] = {}
+        for idx, rows in self._gathered().items():
+            name = names[idx] if idx < len(names) else str(idx)
+            for dim in self.predictor.dimensions:
+                pred, true, systems, _ = labelled(rows, dim)
+                if pred:
+                    blocks.setdefault(dim, {})[name] = metrics.evaluate(pred, true, systems)
+        return blocks
+
+    def on_validation_epoch_start(self) -> None:
+        """Start a fresh collection for this validation run."""
+        self._outputs = {}
+        self._val_loss = [0.0, 0]
+
+    def _mean_loss(self, totals: list) -> float:
+        """Mean of a [sum, count] accumulator over every DDP rank (NaN when empty)."""
+        summed = self.trainer.strategy.reduce(
+            torch.tensor(totals, dtype=torch.float64, device=self.device), reduce_op="sum"
+        )
+        return float(summed[0] / summed[1]) if summed[1] > 0 else math.nan
+
+    def on_validation_epoch_end(self) -> None:
+        """Log per-set system SRCC / utterance RMSE, the validation loss and the selection score."""
+        val_loss = self._mean_loss(self._val_loss)
+        train_loss = self._mean_loss(self._train_loss)
+        self._train_loss = [0.0, 0]
+        by_dim = self._blocks(self.valid_names)
+        if not by_dim:
+            return
+        if self.loss is not None:
+            self.log("val/loss", val_loss, add_dataloader_idx=False, sync_dist=True)
+        # Metrics are computed from the gathered rows, so every rank logs the same values; the
+        # (no-op) sync_dist averaging is what Lightning expects of epoch-level values under DDP.
+        for dim, blocks in by_dim.items():
+            prefix = "val" if dim == OVERALL else f"val/{dim}"
+            for name, block in blocks.items():
+                for key, value in (("sys_srcc", block["sys"]["srcc"]), ("utt_rmse", block["utt"]["rmse"])):
+                    self.log(f"{prefix}/{name}/{key}", value, add_dataloader_idx=False, sync_dist=True)
+        self.log(
+            "val/selection",
+            self.selection.score(by_dim.get(OVERALL, {}), val_loss, train_loss),
+            prog_bar=True,
+            add_dataloader_idx=False,
+            sync_dist=True,
+        )
+
+    def on_test_epoch_start(self) -> None:
+        """Start a fresh collection for this test run."""
+        self._outputs = {}
+
+    def on_test_epoch_end(self) -> None:
+        """Compute metrics per test set and their weighted average, with bootstrap intervals."""
+        rows = []
+        for idx, batch_rows in self._gathered().items():
+            name = self.test_names[idx] if idx < len(self.test_names) else str(idx)
+            rows.extend({**r, "test_set": name} for r in batch_rows)
+        self.test_predictions = rows
+        # A listening test's references and anchors are scored on their own rows, outside `avg`.
+        self.test_results = metrics.evaluate_sets(
+            *labelled(rows, OVERALL), bootstrap=self.bootstrap, seed=self.seed, apart=ROLES
+        )
+        self.dimension_results = {}
+        for dim in self.extra_dimensions:
+            pred, true, systems, sets = labelled(rows, dim)
+            if pred:
+                self.dimension_results[dim] = metrics.evaluate_sets(
+                    pred, true, systems, sets, bootstrap=self.bootstrap, seed=self.seed, apart=ROLES
+                )
+        for dim, results in {OVERALL: self.test_results, **self.dimension_results}.items():
+            prefix = "test" if dim == OVERALL else f"test/{dim}"
+            for name, block in results.items():
+                for level in ("utt", "sys"):
+                    for key in metrics.METRIC_NAMES:
+                        value = block[level][key]
+                        if not metrics.defined(value):
+                            continue  # undefined for this set (see metrics.json's `undefined`)
+                        self.log(
+                            f"{prefix}/{name}/{level}_{key}", value, add_dataloader_idx=False, sync_dist=True
+                        )
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """The configured optimizer over all trainable parameters."""
+        return self.optimizer_factory(p for p in self.parameters() if p.requires_grad)
+
+
+def labelled(
+    rows: Sequence[dict[str, Any]], dim: str
+) -> tuple[list[float], list[float], list[str], list[str]]:
+    """(predictions, labels, systems, test sets) of the rows that have a label of `dim`."""
+    true_key, pred_key = score_columns(None if dim == OVERALL else dim)
+    keep = [r for r in rows if not math.isnan(r[true_key])]
+    return (
+        [r[pred_key] for r in keep],
+        [r[true_key] for r in keep],
+        [r["system_id"] for r in keep],
+        [r.get("test_set", "") for r in keep],
+    )

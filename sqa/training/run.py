@@ -1,0 +1,285 @@
+"""One training run: build from a Hydra config, fit, test every test set, write results, export."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import lightning as L
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+
+from sqa.core.atomic import atomic_write_json, atomic_write_text
+from sqa.core.prediction import OVERALL
+from sqa.data.corpus import CorpusError, count_labels, format_counts
+from sqa.data.valid_split import write_valid_split
+from sqa.data.validate import CorpusProblems, format_report
+from sqa.exports.format import export_predictor, read_weights
+from sqa.reports import plots
+from sqa.training.callbacks import AtomicCheckpointIO, checkpoint_step, instantiate_callbacks
+from sqa.training.datamodule import MOSDataModule
+from sqa.training.lit_module import MOSModule
+from sqa.training.run_dir import is_leader, lock, log_to_file, prepare
+from sqa.training.run_outputs import recorded_data, report_selection, run_info, write_test_outputs
+from sqa.training.selection import SelectionRule, choose_rule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The top-level keys of train.yaml that training reads itself (config groups are instantiated)."""
+
+    seed: int
+    bootstrap: int
+    resume: bool
+    overwrite: bool
+    overwrite_export: bool
+    compile: bool
+    # Validation checks without improvement before stopping (0 or None: no early stopping).
+    early_stopping_patience: int | None
+    # {checkpoint, modules} of another run's export to start from (None: from scratch).
+    init_from: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> RunSettings:
+        """The settings of `cfg`, a config composed from train.yaml (init_from and compile may be absent)."""
+        init = cfg.get("init_from")
+        return cls(
+            seed=int(cfg.seed),
+            bootstrap=int(cfg.bootstrap),
+            resume=bool(cfg.resume),
+            overwrite=bool(cfg.overwrite),
+            overwrite_export=bool(cfg.overwrite_export),
+            compile=bool(cfg.get("compile")),
+            early_stopping_patience=cfg.early_stopping_patience,
+            init_from=OmegaConf.to_container(init, resolve=True) if init else None,
+        )
+
+
+def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
+    """Instantiate the data module and the Lightning module described by `cfg`."""
+    settings = RunSettings.of(cfg)
+    # f0 is extracted only when the model has a pitch branch, per-judge items only when it has a
+    # judge embedding; the domain count is the corpus's, the judge count the training split's.
+    f0_extractor = instantiate(cfg.f0) if cfg.model.get("pitch") else None
+    dimensions = list(cfg.model.get("dimensions") or [OVERALL])
+    # Before the data module decodes every clip: a missing weights file is found at once.
+    paths = {f"model.backbone.{k}": cfg.model.get("backbone", {}).get(k) for k in ("checkpoint", "path")}
+    paths["init_from.checkpoint"] = settings.init_from["checkpoint"] if settings.init_from else None
+    for key, path in paths.items():
+        if path and not Path(path).expanduser().exists():
+            raise FileNotFoundError(f"{key}: {path} does not exist")
+    try:
+        datamodule: MOSDataModule = instantiate(
+            cfg.data,
+            f0_extractor=f0_extractor,
+            dimensions=dimensions,
+            judges=bool(cfg.model.get("judge_dim")),
+        )
+    except InstantiationException as err:
+        # Hydra wraps the error in a one-line repr; a corpus report is multi-line text.
+        if isinstance(err.__cause__, CorpusError):
+            raise err.__cause__ from None
+        raise
+    # The predictor learns on its internal 1-5 scale and maps its scores onto the corpus's.
+    predictor = instantiate(
+        cfg.model,
+        num_domains=len(datamodule.corpus.domains),
+        num_judges=datamodule.num_judges,
+        score_range=list(datamodule.corpus.score_range),
+    )
+    if settings.init_from:
+        init_from(predictor, settings.init_from["checkpoint"], list(settings.init_from["modules"]))
+    if settings.compile:
+        predictor.compile()
+    # Decided from the validation labels alone, so before training: see sqa.training.selection.
+    valid_counts = {name: count_labels(clips) for name, clips in datamodule.corpus.valid_sets().items()}
+    module = MOSModule(
+        predictor,
+        loss=instantiate(cfg.loss),
+        optimizer=instantiate(cfg.optim),
+        valid_names=datamodule.valid_names,
+        test_names=datamodule.test_names,
+        seed=settings.seed,
+        bootstrap=settings.bootstrap,
+        selection=choose_rule(valid_counts, **cfg.get("selection", {})),
+    )
+    return datamodule, module
+
+
+def log_interval(cfg: DictConfig, datamodule: MOSDataModule) -> int:
+    """`trainer.log_every_n_steps`, lowered to the training batches of one epoch where fewer.
+
+    An interval longer than an epoch logs nothing per epoch (and draws Lightning's warning).
+    """
+    batches = len(datamodule.train_dataloader())
+    devices, nodes = cfg.trainer.get("devices"), cfg.trainer.get("num_nodes", 1)
+    if isinstance(devices, int) and isinstance(nodes, int) and devices > 0:
+        batches //= devices * nodes
+    return max(1, min(int(cfg.trainer.log_every_n_steps), batches))
+
+
+def init_from(predictor: torch.nn.Module, checkpoint: str | Path, modules: list[str]) -> None:
+    """Copy the weights of the named top-level submodules from an export (or its model.pt).
+
+    Used for multi-dataset finetuning: stage 2 starts from stage 1's backbone and head. A named
+    module that the checkpoint does not hold, or whose shapes differ, is an error.
+    """
+    path = Path(checkpoint)
+    path = path / "model.pt" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"init_from: {path} not found (give an export directory or its model.pt)")
+    state = read_weights(path)
+    own = predictor.state_dict()
+    for module in modules:
+        keys = [k for k in own if k.startswith(f"{module}.")]
+        if not keys or not all(k in state for k in keys):
+            raise ValueError(f"init_from: {path} has no complete weights for module {module!r}")
+        for key in keys:
+            if state[key].shape != own[key].shape:
+                raise ValueError(
+                    f"init_from: {key} has shape {tuple(state[key].shape)} in {path}, "
+                    f"{tuple(own[key].shape)} in this model"
+                )
+            own[key] = state[key]
+    predictor.load_state_dict(own)
+
+
+class RunResult(NamedTuple):
+    """Test metrics (per set and `avg`), the best validation selection score and its mode."""
+
+    test: dict[str, Any]
+    val_selection: float
+    selection_mode: str = "max"
+
+    @property
+    def objective(self) -> float:
+        """The best selection score as a quantity to maximise (errors and losses negated), for sweeps."""
+        return self.val_selection if self.selection_mode == "max" else -self.val_selection
+
+
+def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
+    """Fit, select the best validation checkpoint, test it, write metrics and export it.
+
+    The run owns `run_dir` while it runs (see `sqa.training.run_dir`): a directory in use by another run,
+    or holding a previous run's outputs without `cfg.resume` or `cfg.overwrite`, is an error.
+    Under DDP only the first rank claims it; the other ranks write nothing there.
+    """
+    if not is_leader():
+        return _fit_test_export(cfg, Path(run_dir))
+    settings = RunSettings.of(cfg)
+    with lock(run_dir):
+        prepare(run_dir, settings.resume, settings.overwrite)
+        with log_to_file(run_dir):
+            return _fit_test_export(cfg, Path(run_dir))
+
+
+def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
+    """The body of `run` in a claimed run directory.
+
+    With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written after
+    every validation) and ends exactly as an uninterrupted run with the same seed would.
+    """
+    settings = RunSettings.of(cfg)
+    export_dir = run_dir / "export"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if settings.resume and not last.is_file():
+        raise FileNotFoundError(f"resume=true but {last} does not exist (no validation to resume from)")
+    if export_dir.exists() and not settings.overwrite_export:
+        # Checked before training so that a long run never fails at its very end.
+        raise FileExistsError(f"{export_dir} already exists; set overwrite_export=true to replace it")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(settings.seed, workers=True)
+    # Under DDP every rank runs this function; rank_zero_only.rank (from the launcher's
+    # environment) lets only the first write the run's files.
+    leader = rank_zero_only.rank == 0
+    if leader:
+        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    try:
+        datamodule, module = build(cfg)
+    except CorpusProblems as err:
+        if leader:
+            report = run_dir / "data_problems.txt"
+            atomic_write_text(report, format_report(err.problems) + "\n")
+            err.add_note(f"(this report is also in {report})")
+        raise
+    rule: SelectionRule = module.selection
+    info = run_info(cfg, datamodule) if leader else {}
+    if leader:
+        counts = datamodule.label_counts()
+        log.info("Corpus:\n%s", format_counts(counts))
+        if rule.warning:
+            log.warning("selection: %s", rule.warning)
+        log.info("Selecting checkpoints on %s", rule.describe())
+        info["splits"] = {name: vars(c) for name, c in counts.items()}
+        info["selection"] = rule.record()
+        if datamodule.carved_valid:
+            write_valid_split(datamodule.carved_valid, run_dir / "valid_split.csv")
+            info["valid_split_csv"] = str(run_dir / "valid_split.csv")
+        if datamodule.carved_test:
+            write_valid_split(datamodule.carved_test, run_dir / "test_split.csv")
+            info["test_split_csv"] = str(run_dir / "test_split.csv")
+        atomic_write_json(run_dir / "run_info.json", info)
+        if datamodule.problems:
+            atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
+    interval = log_interval(cfg, datamodule)
+    callbacks = instantiate_callbacks(cfg, run_dir, rule.mode, interval, settings.early_stopping_patience)
+    checkpoint, history = callbacks["checkpoint"], callbacks["history"]
+    logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
+    if logger:
+        # The module saves no hyperparameters; the resolved configuration is the run's record.
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    trainer: L.Trainer = instantiate(
+        cfg.trainer,
+        callbacks=list(callbacks.values()),
+        logger=logger,
+        default_root_dir=str(run_dir),
+        plugins=[AtomicCheckpointIO()],
+        log_every_n_steps=interval,
+        enable_progress_bar="progress_bar" in callbacks,
+    )
+    with warnings.catch_warnings():
+        # Lightning warns that a mid-epoch resume point needs a resumable loader: the training
+        # sampler resumes itself (MOSDataModule._resume_point).
+        warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if settings.resume else None)
+    trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
+    results = module.test_results
+    outcome = RunResult(results, float(checkpoint.best_model_score), rule.mode)
+    if not trainer.is_global_zero:
+        # The metrics were gathered from every rank; the first rank writes and exports them.
+        return outcome
+    best = Path(checkpoint.best_model_path).name
+    report_selection(info, history.history.get("val/selection", []), best, run_dir)
+    figures = write_test_outputs(
+        module,
+        run_dir,
+        history.history,
+        heading=f"Test results (best checkpoint {best})",
+        score_range=datamodule.corpus.score_range,
+        selected_step=checkpoint_step(checkpoint.best_model_path),
+    )
+    plots.log_figures(logger, figures, step=trainer.global_step)
+    export_predictor(
+        module.predictor,
+        export_dir,
+        sample_rate=datamodule.sample_rate,
+        domains=datamodule.corpus.domains,
+        metrics=results,
+        dimension_metrics=module.dimension_results,
+        overwrite=settings.overwrite_export,
+        f0_extractor=datamodule.f0_extractor,
+        data=recorded_data(cfg),
+        test={"seed": settings.seed, "bootstrap": settings.bootstrap},
+        run_info=info,
+        training=OmegaConf.to_container(cfg, resolve=True),
+    )
+    log.info("Exported the best model to %s", export_dir)
+    return outcome

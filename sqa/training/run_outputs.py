@@ -1,0 +1,140 @@
+"""What a run writes beside its checkpoints: test outputs, run_info.json and the export's data record."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sqa.core import artefacts
+from sqa.core.atomic import atomic_write_json
+from sqa.core.provenance import package_versions
+from sqa.data.corpus import CORPUS_READERS
+from sqa.reports import plots
+from sqa.reports.tables import format_table
+from sqa.training.datamodule import MOSDataModule
+from sqa.training.lit_module import MOSModule
+from sqa.training.selection import uninformative
+
+log = logging.getLogger(__name__)
+
+RECORDED_PACKAGES = (
+    "torch",
+    "torchaudio",
+    "lightning",
+    "hydra-core",
+    "omegaconf",
+    "numpy",
+    "scipy",
+    "soundfile",
+    "soxr",
+    "pyworld",
+    "torchfcpe",
+    "fairseq2",
+    "s3prl",
+    "transformers",
+)
+
+
+def run_info(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
+    """What a rerun needs to reproduce this run: seed, versions, platform and corpus fingerprint."""
+    corpus = corpus_summary(cfg, datamodule)
+    return {
+        "seed": cfg.seed,
+        "sqa": importlib.metadata.version("sqa"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": package_versions(RECORDED_PACKAGES),
+        "corpus_fingerprint": corpus["fingerprint"],
+        "corpus_clips": len(datamodule.corpus.clips),
+        "corpus": corpus,
+    }
+
+
+def corpus_summary(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
+    """What the model card says about the data: reader, clip counts per split, systems, domains."""
+    corpus = datamodule.corpus
+    return {
+        "reader": cfg.data.corpus.get("_target_"),
+        "fingerprint": corpus.fingerprint(),
+        "clips": {
+            "train": len(datamodule.train_clips),
+            **{f"valid ({name})": len(clips) for name, clips in corpus.valid_sets().items()},
+            **{f"test ({name})": len(clips) for name, clips in corpus.test_sets().items()},
+        },
+        "systems": len({c.system_id for c in corpus.clips}),
+        "domains": list(corpus.domains),
+        "score_range": list(corpus.score_range),
+    }
+
+
+def write_test_outputs(
+    module: MOSModule,
+    out_dir: Path,
+    history: plots.History | None = None,
+    heading: str = "Test results",
+    score_range: tuple[float, float] = plots.SCORE_RANGE,
+    selected_step: int | None = None,
+) -> dict[str, Path]:
+    """Write a test phase's metrics.json (metrics_<dim>.json), predictions.csv and plots; log them.
+
+    The one writer of test results: training runs and `eval.py` call it alike. With `history`,
+    the training curves are drawn too (marking `selected_step`). Scatters span `score_range`.
+    Returns the figures by tag.
+    """
+    results = module.test_results
+    artefacts.write_metrics(out_dir, results, module.dimension_results)
+    artefacts.write_predictions(out_dir, module.test_predictions, module.extra_dimensions)
+    rows, plot_dir = module.test_predictions, out_dir / "plots"
+    if history is not None:
+        figures = plots.write_run_plots(rows, results, history, plot_dir, score_range, selected_step)
+    else:
+        paths = plots.write_test_plots(rows, results, plot_dir, score_range)
+        figures = {f"plots/{path.stem}": path for path in paths}
+    log.info("%s:\n%s", heading, format_table(results))
+    for dim, dim_results in module.dimension_results.items():
+        log.info("%s, %s (clips with a %s score):\n%s", heading, dim, dim, format_table(dim_results))
+    return figures
+
+
+def recorded_data(cfg: DictConfig) -> dict[str, Any] | None:
+    """The corpus of this run as plain values for an export (None for a reader outside sqa's).
+
+    Interpolations are resolved and the readers' `root`/`path` made absolute, so that
+    `eval.py export=<dir>` finds the same clips from any working directory.
+    """
+    corpus = OmegaConf.to_container(cfg.data.corpus, resolve=True)
+    if corpus.get("_target_") not in CORPUS_READERS:
+        return None
+    for key in ("root", "path"):
+        if isinstance(corpus.get(key), str):
+            corpus[key] = str(Path(corpus[key]).resolve())
+    return {"corpus": corpus, "eval_batch_size": int(cfg.data.eval_batch_size)}
+
+
+def report_selection(info: dict[str, Any], scores: list[tuple[int, float]], best: str, run_dir: Path) -> None:
+    """Add the selection's outcome to run_info.json; warn when its score never changed.
+
+    `scores` are the (step, val/selection) pairs of every validation check.
+    """
+    values = [value for _, value in scores]
+    flat = uninformative(values)
+    # NaN (a diverged check) is not JSON: written as null.
+    points = [[step, None if math.isnan(value) else value] for step, value in scores]
+    info["selection"].update(checks=len(values), scores=points, best_checkpoint=best, uninformative=flat)
+    if flat:
+        log.warning(
+            "selection was uninformative: val/selection (%s) stayed at %.4g over all %d validation "
+            "checks, so the first checkpoint (%s) was kept; select on an error measure "
+            "(selection.metric=rmse) or use more validation systems",
+            info["selection"]["rule"],
+            values[0],
+            len(values),
+            best,
+        )
+    atomic_write_json(run_dir / "run_info.json", info)

@@ -1,0 +1,295 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from sqa.data.corpus import CorpusError
+from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
+
+
+def write_wav(path: Path, sr: int = 16000, seconds: float = 0.2) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t = np.arange(int(sr * seconds)) / sr
+    sf.write(path, 0.1 * np.sin(2 * np.pi * 220 * t), sr)
+
+
+def make_singmos_pro(root: Path, sr_of=lambda utt: 16000) -> Path:
+    split = {
+        "singmospro-p1": {
+            "train": ["s1-u1", "s2-u1"],
+            "valid": ["s1-u2"],
+            "test": ["s1-u3", "s2-u3"],
+        },
+        "singmospro-p2": {"train": ["s3-u1"], "valid": ["s3-u2"], "test": ["s3-u3"]},
+        "singmospro-p4": {"train": ["s4-u1"], "valid": [], "test": ["s4-u2"]},
+    }
+    utterance = {}
+    for batch in split.values():
+        for part in batch.values():
+            for utt in part:
+                write_wav(root / "wav" / f"{utt}.wav", sr_of(utt))
+                score = {"mos": 3.5, "judges": ["a"], "scores": [3, 4]}
+                if utt == "s1-u1":
+                    score["melody"] = 4.0
+                utterance[utt] = {
+                    "sys_id": utt.split("-")[0],
+                    "wav": f"wav/{utt}.wav",
+                    "score": score,
+                }
+    (root / "info").mkdir(parents=True)
+    (root / "info" / "split.json").write_text(json.dumps(split))
+    (root / "info" / "score.json").write_text(json.dumps({"utterance": utterance, "system": {}}))
+    return root
+
+
+def test_singmos_pro_reader_assigns_domains_splits_and_test_sets(tmp_path):
+    corpus = read_singmos_pro(make_singmos_pro(tmp_path), test_batches=["singmospro-p1", "singmospro-p2"])
+    assert corpus.domains == ["singmospro-p1", "singmospro-p2", "singmospro-p4"]
+    tests = corpus.test_sets()
+    assert {k: sorted(c.sample_id for c in v) for k, v in tests.items()} == {
+        "test1": ["s1-u3", "s2-u3"],
+        "test2": ["s3-u3"],
+    }
+    # The test part of a batch that is not a test batch goes to training.
+    assert {c.sample_id for c in corpus.split("train")} == {
+        "s1-u1",
+        "s2-u1",
+        "s3-u1",
+        "s4-u1",
+        "s4-u2",
+    }
+    assert list(corpus.valid_sets()) == ["singmospro-p1", "singmospro-p2"]
+    clip = next(c for c in corpus.clips if c.sample_id == "s1-u1")
+    assert clip.extra_scores == {"melody": 4.0}
+    assert clip.system_id == "s1" and clip.path == tmp_path / "wav" / "s1-u1.wav"
+
+
+def test_singmos_pro_sample_rate_filter_keeps_16k_only(tmp_path):
+    root = make_singmos_pro(tmp_path, sr_of=lambda utt: 24000 if utt.startswith("s2") else 16000)
+    corpus = read_singmos_pro(root, ["singmospro-p1"], sample_rate_filter=16000)
+    assert not any(c.system_id == "s2" for c in corpus.clips)
+    assert len(corpus.clips) == 8
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s, sc: sc["utterance"]["s1-u1"].pop("sys_id"), "missing key 'sys_id'"),
+        (lambda s, sc: sc["utterance"]["s1-u1"]["score"].pop("mos"), "missing key 'mos'"),
+        (lambda s, sc: sc.pop("utterance"), "missing key 'utterance'"),
+        (lambda s, sc: s["singmospro-p1"].pop("train"), "missing key 'train'"),
+        (lambda s, sc: sc["utterance"].pop("s2-u1"), "missing key 's2-u1'"),
+        (lambda s, sc: sc["utterance"]["s1-u1"]["score"].update(mos="good"), "is not a number"),
+    ],
+)
+def test_singmos_pro_errors_name_file_and_key(tmp_path, mutate, message):
+    root = make_singmos_pro(tmp_path)
+    split = json.loads((root / "info" / "split.json").read_text())
+    score = json.loads((root / "info" / "score.json").read_text())
+    mutate(split, score)
+    (root / "info" / "split.json").write_text(json.dumps(split))
+    (root / "info" / "score.json").write_text(json.dumps(score))
+    with pytest.raises(CorpusError, match=message) as err:
+        read_singmos_pro(root, ["singmospro-p1"])
+    assert ".json" in str(err.value)
+
+
+def test_vmc24_reader(tmp_path):
+    (tmp_path / "sets").mkdir()
+    ids = {
+        "train": ["a-b-sys01-u1", "a-b-sys02-u1"],
+        "val": ["a-b-sys01-u2"],
+        "eval": ["a-b-sys02-u3"],
+    }
+    for name, lst in ids.items():
+        (tmp_path / "sets" / f"{name}_mos_list.txt").write_text("".join(f"{i},4.0\n" for i in lst))
+        for i in lst:
+            write_wav(tmp_path / "wav" / f"{i}.wav")
+    corpus = read_vmc24(tmp_path)
+    assert [c.system_id for c in corpus.split("train")] == ["sys01", "sys02"]
+    assert [c.split for c in corpus.clips] == ["train", "train", "valid", "test"]
+    assert list(corpus.test_sets()) == ["eval"]
+    (tmp_path / "sets" / "val_mos_list.txt").write_text("a-b-sys01-u2;4.0\n")
+    with pytest.raises(CorpusError, match=r"val_mos_list.txt:1"):
+        read_vmc24(tmp_path)
+
+
+def test_csv_manifest_averages_listeners_and_resolves_relative_paths(tmp_path):
+    write_wav(tmp_path / "audio" / "x.wav")
+    write_wav(tmp_path / "audio" / "y.wav")
+    (tmp_path / "m.csv").write_text(
+        "wav_path,score,system_id,sample_id,listener_id,split,domain_id,score_lyrics\n"
+        "audio/x.wav,4,A,x,l1,train,d2,5\n"
+        "audio/x.wav,3,A,x,l2,train,d2,\n"
+        "audio/y.wav,2,B,y,l1,test,d10,1\n"
+    )
+    corpus = read_csv_manifest(tmp_path / "m.csv")
+    x = corpus.clips[0]
+    assert x.mos == pytest.approx(3.5) and x.extra_scores == {"lyrics": 5.0}
+    assert x.path == tmp_path / "audio" / "x.wav"
+    assert corpus.domains == ["d2", "d10"]
+    assert list(corpus.test_sets()) == ["test"]
+
+
+def test_csv_manifest_errors(tmp_path):
+    (tmp_path / "m.csv").write_text("wav_path,score,sample_id\nx.wav,3,x\n")
+    with pytest.raises(CorpusError, match=r"missing column\(s\) \['system_id'\]"):
+        read_csv_manifest(tmp_path / "m.csv")
+    write_wav(tmp_path / "x.wav")
+    # Without a split column every row is a training clip, unless default_split says otherwise.
+    (tmp_path / "m.csv").write_text("wav_path,score,system_id,sample_id\nx.wav,3,A,x\n")
+    assert read_csv_manifest(tmp_path / "m.csv").clips[0].split == "train"
+    assert read_csv_manifest(tmp_path / "m.csv", default_split="test").clips[0].split == "test"
+    # An empty split cell: the error's fix (default_split=train) reads it.
+    (tmp_path / "m.csv").write_text("wav_path,score,system_id,sample_id,split\nx.wav,3,A,x,\n")
+    with pytest.raises(CorpusError, match=r"m.csv:2: empty split.*data.corpus.default_split=train"):
+        read_csv_manifest(tmp_path / "m.csv")
+    assert read_csv_manifest(tmp_path / "m.csv", default_split="train").clips[0].split == "train"
+
+
+def test_singmos_pro_keeps_per_judge_ratings(tmp_path, caplog):
+    root = make_singmos_pro(tmp_path)
+    score = json.loads((root / "info" / "score.json").read_text())
+    score["utterance"]["s1-u1"]["score"].update(judges=["a", "b", "a"], scores=[3, 4, 5])
+    (root / "info" / "score.json").write_text(json.dumps(score))
+    corpus = read_singmos_pro(root, ["singmospro-p1"])
+    clips = {c.sample_id: c for c in corpus.clips}
+    # A judge listed twice gets the mean of its ratings; the MOS is still the published one.
+    assert clips["s1-u1"].ratings == {"a": 4.0, "b": 4.0} and clips["s1-u1"].mos == 3.5
+    # The other entries list one judge for two scores: kept out, with a warning naming the file.
+    assert clips["s2-u1"].ratings == {} and clips["s2-u1"].mos == 3.5
+    assert "score.json" in caplog.text and "different lengths" in caplog.text
+
+
+def test_csv_manifest_keeps_listener_ratings(tmp_path):
+    write_wav(tmp_path / "x.wav")
+    (tmp_path / "m.csv").write_text(
+        "wav_path,score,system_id,sample_id,listener_id,split\n"
+        "x.wav,4,A,x,l1,train\nx.wav,2,A,x,l2,train\nx.wav,3,A,x,l2,train\n"
+    )
+    clip = read_csv_manifest(tmp_path / "m.csv").clips[0]
+    # l2's two replicates count once: (4 + (2 + 3) / 2) / 2.
+    assert clip.mos == pytest.approx(3.25) and clip.ratings == {"l1": 4.0, "l2": 2.5}
+
+
+def test_replicates_are_averaged_per_listener_first_or_pooled(tmp_path):
+    write_wav(tmp_path / "x.wav")
+    write_wav(tmp_path / "y.wav")
+    # Clip x: listener a rates 80 and 60 (a replicate), b 30, c 50; one unnamed row of 90.
+    # Clip y: no listener column values, so every row is its own listener.
+    (tmp_path / "m.csv").write_text(
+        "wav_path,score,system_id,sample_id,listener_id,split\n"
+        "x.wav,80,A,x,a,train\nx.wav,60,A,x,a,train\nx.wav,30,A,x,b,train\n"
+        "x.wav,50,A,x,c,train\nx.wav,90,A,x,,train\ny.wav,10,A,y,,train\ny.wav,20,A,y,,train\n"
+    )
+    per_listener = {c.sample_id: c for c in read_csv_manifest(tmp_path / "m.csv", score_range=[0, 100]).clips}
+    pooled = {
+        c.sample_id: c.mos
+        for c in read_csv_manifest(tmp_path / "m.csv", score_range=[0, 100], replicates="pooled").clips
+    }
+    # Per listener: a's mean 70, b 30, c 50, the unnamed row 90 -> (70 + 30 + 50 + 90) / 4 = 60.
+    assert per_listener["x"].mos == pytest.approx(60.0)
+    # Pooled: (80 + 60 + 30 + 50 + 90) / 5 = 62.
+    assert pooled["x"] == pytest.approx(62.0)
+    assert per_listener["y"].mos == pooled["y"] == pytest.approx(15.0)
+    assert per_listener["x"].ratings == {"a": 70.0, "b": 30.0, "c": 50.0}
+    with pytest.raises(ValueError, match="replicates must be one of"):
+        read_csv_manifest(tmp_path / "m.csv", replicates="mean")
+
+
+def test_references_and_anchors_come_from_a_column_or_the_config(tmp_path):
+    for name in ("r", "a", "s", "t"):
+        write_wav(tmp_path / f"{name}.wav")
+    (tmp_path / "m.csv").write_text(
+        "wav_path,score,system_id,sample_id,split,role\n"
+        "r.wav,98,ref,r,test,Reference\na.wav,20,lp35,a,test,\ns.wav,60,S,s,test,\nt.wav,70,T,t,valid,anchor\n"
+    )
+    corpus = read_csv_manifest(tmp_path / "m.csv", score_range=[0, 100], anchor_systems=["lp35"])
+    roles = {c.sample_id: c.role for c in corpus.clips}
+    assert roles == {"r": "reference", "a": "anchor", "s": None, "t": "anchor"}
+    # Test sets put them on their own rows; validation leaves them out.
+    assert {name: [c.sample_id for c in clips] for name, clips in corpus.test_sets().items()} == {
+        "anchor": ["a"],
+        "reference": ["r"],
+        "test": ["s"],
+    }
+    assert corpus.valid_sets() == {}
+    (tmp_path / "bad.csv").write_text(
+        "wav_path,score,system_id,sample_id,split,role\nr.wav,98,ref,r,test,hidden\n"
+    )
+    with pytest.raises(CorpusError, match=r"bad.csv:2: role 'hidden' of sample 'r'"):
+        read_csv_manifest(tmp_path / "bad.csv", score_range=[0, 100])
+
+
+MANIFEST = "wav_path,score,system_id,sample_id,split\nx.wav,4,Sängerin,clé,train\n"
+
+
+def test_csv_manifest_with_a_byte_order_mark_reads_its_first_column(tmp_path):
+    write_wav(tmp_path / "x.wav")
+    (tmp_path / "m.csv").write_bytes(b"\xef\xbb\xbf" + MANIFEST.encode("utf-8"))
+    clip = read_csv_manifest(tmp_path / "m.csv").clips[0]
+    assert clip.path == tmp_path / "x.wav" and clip.sample_id == "clé" and clip.system_id == "Sängerin"
+    # The same with CRLF line ends (a spreadsheet's export).
+    (tmp_path / "m.csv").write_bytes(b"\xef\xbb\xbf" + MANIFEST.replace("\n", "\r\n").encode("utf-8"))
+    assert read_csv_manifest(tmp_path / "m.csv").clips[0].sample_id == "clé"
+
+
+def test_latin1_manifest_is_named_and_reads_with_its_encoding(tmp_path):
+    write_wav(tmp_path / "x.wav")
+    (tmp_path / "m.csv").write_bytes(MANIFEST.encode("latin-1"))
+    # 'ä' is byte 0xe4 in Latin-1, on line 2; the error names the file, byte, line and the fix.
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(tmp_path / "m.csv")
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 'm.csv'}: not UTF-8 text (byte 0xe4 on line 2)")
+    assert "data.corpus.encoding" in message
+    clip = read_csv_manifest(tmp_path / "m.csv", encoding="latin-1").clips[0]
+    assert clip.sample_id == "clé" and clip.system_id == "Sängerin"
+    with pytest.raises(CorpusError, match="unknown encoding 'klingon'"):
+        read_csv_manifest(tmp_path / "m.csv", encoding="klingon")
+
+
+def test_metadata_files_with_a_bom_or_another_encoding(tmp_path):
+    root = make_singmos_pro(tmp_path / "pro")
+    split = root / "info" / "split.json"
+    split.write_bytes(b"\xef\xbb\xbf" + split.read_bytes())
+    assert len(read_singmos_pro(root, ["singmospro-p1"]).clips) == 10
+    (tmp_path / "sets").mkdir()
+    for name in ("train", "val", "eval"):
+        (tmp_path / "sets" / f"{name}_mos_list.txt").write_text(f"a-b-sys01-{name},4.0\n")
+    (tmp_path / "sets" / "val_mos_list.txt").write_bytes("a-b-sys\xe9-u1,4.0\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match=r"val_mos_list.txt: not UTF-8 text \(byte 0xe9 on line 1\)"):
+        read_vmc24(tmp_path)
+
+
+def test_score_range_is_the_corpus_scale_and_is_checked(tmp_path):
+    write_wav(tmp_path / "x.wav")
+    (tmp_path / "m.csv").write_text(MANIFEST)
+    assert read_csv_manifest(tmp_path / "m.csv").score_range == (1.0, 5.0)
+    assert read_csv_manifest(tmp_path / "m.csv", score_range=[0, 10]).score_range == (0.0, 10.0)
+    pro = read_singmos_pro(make_singmos_pro(tmp_path / "p"), ["singmospro-p1"], score_range=(0, 100))
+    assert pro.score_range == (0, 100)
+    for bad in ([5, 1], [1], ["low", "high"]):
+        with pytest.raises(ValueError, match="score_range must be"):
+            read_csv_manifest(tmp_path / "m.csv", score_range=bad)
+
+
+def test_every_recorded_reader_name_resolves_to_its_reader():
+    from hydra.utils import get_method
+
+    from sqa.data import readers, synthetic
+    from sqa.data.corpus import CORPUS_READERS
+
+    found = {name: get_method(name) for name in sorted(CORPUS_READERS)}
+    assert found == {
+        "sqa.data.readers.read_csv_manifest": readers.read_csv_manifest,
+        "sqa.data.readers.read_singmos_pro": readers.read_singmos_pro,
+        "sqa.data.readers.read_vmc24": readers.read_vmc24,
+        "sqa.data.synthetic.load_synthetic": synthetic.load_synthetic,
+    }
+    with pytest.raises(AttributeError, match="read_nothing"):
+        from sqa.data import corpus
+
+        corpus.read_nothing  # noqa: B018

@@ -1,0 +1,493 @@
+"""Hostile exports: each is refused with a message naming the file and key, and nothing runs.
+
+Every payload, if it ran, would create `marker`; `test_the_payload_is_live` shows it does when
+unpickled, so the marker's absence after a refusal means the payload never ran.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from sqa.exports.format import ExportError, export_predictor, load_export
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.predictor import MOSPredictor
+from sqa.scoring import cli as score
+
+
+class Payload:
+    """Unpickling this creates the file `path` (what a real attack would replace with a shell)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+@pytest.fixture
+def marker(tmp_path: Path) -> Path:
+    return tmp_path / "PAYLOAD_RAN"
+
+
+@pytest.fixture
+def payload_file(tmp_path: Path, marker: Path) -> Path:
+    path = tmp_path / "payload.pkl"
+    path.write_bytes(pickle.dumps(Payload(marker)))
+    return path
+
+
+def small_predictor(n_mels: int = 16) -> MOSPredictor:
+    torch.manual_seed(0)
+    return MOSPredictor(LogMelBackbone(n_mels=n_mels, channels=8)).eval()
+
+
+@pytest.fixture
+def export(tmp_path: Path) -> Path:
+    return export_predictor(small_predictor(), tmp_path / "exp", 16000, ["a"], metrics={"x": 1})
+
+
+def edit_config(export: Path, change) -> None:
+    path = export / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    change(config)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def assert_refused(path: Path, marker: Path, *fragments: str) -> str:
+    with pytest.raises(ExportError) as info:
+        load_export(path)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    assert not marker.exists(), "the payload ran"
+    return message
+
+
+def test_the_payload_is_live(payload_file, marker):
+    pickle.loads(payload_file.read_bytes())
+    assert marker.exists()
+
+
+def test_an_untouched_export_loads(export, marker):
+    predictor, config, f0 = load_export(export)
+    assert config["sample_rate"] == 16000 and f0 is None and not predictor.training
+
+
+# A call of torch.load that unpickles the payload, written as a Hydra node.
+def torch_load_node(path: Path) -> dict:
+    return {"_target_": "torch.load", "f": str(path), "weights_only": False}
+
+
+HOSTILE_CONFIGS = {
+    # The hole this suite was written for: a resolver hiding a target from the allow-list.
+    "oc_create_interpolation": (
+        lambda c, p: c["model"]["backbone"].update(
+            n_mels=f"${{oc.create:{{_target_: torch.load, _args_: [{p}], weights_only: false}}}}"
+        ),
+        "model.backbone.n_mels holds an interpolation",
+    ),
+    "interpolation_in_a_list": (lambda c, p: c.update(domains=["a", "${oc.env:HOME}"]), "domains[1]"),
+    "interpolation_in_a_key": (lambda c, p: c["model"].update({"${oc.env:HOME}": 1}), "interpolation"),
+    "interpolation_in_an_unused_key": (
+        lambda c, p: c.update(notes={"deep": [{"x": "${oc.create:{_target_: os.system}}"}]}),
+        "notes.deep[0].x holds an interpolation",
+    ),
+    "target_nested_in_an_argument": (
+        lambda c, p: c["model"].update(head_dim=torch_load_node(p)),
+        "model.head_dim._target_: a _target_ is only allowed at",
+    ),
+    "target_in_a_list": (
+        lambda c, p: c.update(domains=[{"_target_": "builtins.open", "_args_": [str(p), "w"]}]),
+        "domains[0]._target_: a _target_ is only allowed at",
+    ),
+    "foreign_backbone_target": (
+        lambda c, p: c["model"].update(backbone=torch_load_node(p)),
+        "model.backbone._target_: refusing to build 'torch.load'",
+    ),
+    "foreign_model_target": (
+        lambda c, p: c["model"].update(_target_="os.system"),
+        "model._target_: refusing to build 'os.system'",
+    ),
+    "sqa_class_in_the_wrong_place": (
+        lambda c, p: c.update(f0={"_target_": "sqa.models.predictor.MOSPredictor"}),
+        "f0._target_: refusing to build 'sqa.models.predictor.MOSPredictor'",
+    ),
+    "args_key": (lambda c, p: c["model"].update(_args_=[str(p)]), "model._args_: special key '_args_'"),
+    "partial_key": (
+        lambda c, p: c["model"]["backbone"].update(_partial_=True),
+        "model.backbone._partial_: special key",
+    ),
+    "recursive_key_deep": (
+        lambda c, p: c.update(extra=[{"_recursive_": False}]),
+        "extra[0]._recursive_: special key",
+    ),
+    "checkpoint_path_outside_the_folder": (
+        lambda c, p: c["model"]["backbone"].update(checkpoint=str(p)),
+        "model.backbone.checkpoint: an export never names files",
+    ),
+    "f0_cache_dir_writes_outside": (
+        lambda c, p: c.update(f0={"_target_": "sqa.data.pitch.F0Extractor", "cache_dir": str(p.parent)}),
+        "f0.cache_dir: an export never names files",
+    ),
+    "unknown_argument": (lambda c, p: c["model"]["backbone"].update(nope=1), "has no argument 'nope'"),
+    "wrong_type": (
+        lambda c, p: c["model"]["backbone"].update(n_mels="16"),
+        "model.backbone.n_mels must be int",
+    ),
+    "newer_format": (lambda c, p: c.update(format=2), "format is 2"),
+    "no_backbone": (lambda c, p: c["model"].pop("backbone"), "model.backbone must be a mapping"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_CONFIGS))
+def test_hostile_config_is_refused_before_anything_is_built(case, export, payload_file, marker, monkeypatch):
+    change, expected = HOSTILE_CONFIGS[case]
+    edit_config(export, lambda c: change(c, payload_file))
+    monkeypatch.setattr(
+        "sqa.exports.config.build_node", lambda *a: pytest.fail("built before the config was checked")
+    )
+    message = assert_refused(export, marker, expected)
+    assert message.startswith(str(export.resolve() / "config.yaml"))
+
+
+HOSTILE_YAML = {
+    "python_tag": ("model: !!python/object/apply:builtins.open ['{marker}', 'w']\n", "not a plain YAML file"),
+    "python_name_tag": ("model: !!python/name:os.system\n", "not a plain YAML file"),
+    "alias_bomb": (
+        "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+        "c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n",
+        "aliases",
+    ),
+    "broken": ("format: 1\nmodel: {_target_: [unclosed\n", "not a plain YAML file"),
+    "deep_nesting": ("x: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+    "empty": ("", "expected a mapping at the top level, got NoneType"),
+    "a_list": ("- 1\n- 2\n", "expected a mapping at the top level, got list"),
+    "timestamp": ("format: 1\nsample_rate: 2001-12-14\n", "sample_rate: unsupported value of type date"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_YAML))
+def test_hostile_yaml_text_is_refused(case, export, marker):
+    text, expected = HOSTILE_YAML[case]
+    (export / "config.yaml").write_text(text.replace("{marker}", str(marker)))
+    assert_refused(export, marker, "config.yaml", expected)
+
+
+def test_pickle_in_config_yaml_is_refused(export, marker):
+    (export / "config.yaml").write_bytes(pickle.dumps(Payload(marker)))
+    assert_refused(export, marker, "config.yaml: not UTF-8 text")
+
+
+def test_pickle_payload_in_model_pt_is_refused(export, marker):
+    torch.save({"w": Payload(marker)}, export / "model.pt")
+    assert_refused(export, marker, "model.pt: not a plain tensor state_dict")
+    (export / "model.pt").write_bytes(pickle.dumps(Payload(marker)))  # legacy, non-zip format
+    assert_refused(export, marker, "model.pt: not a plain tensor state_dict")
+
+
+@pytest.mark.parametrize("name", ["metrics.json", "metrics_lyrics.json", "run_info.json", "README.md"])
+def test_pickle_in_any_other_file_is_refused(name, export, marker):
+    (export / name).write_bytes(pickle.dumps(Payload(marker)))
+    assert_refused(export, marker, name)
+
+
+def test_non_tensor_weights_are_refused(export, marker):
+    torch.save({"head.0.weight": 1.0}, export / "model.pt")
+    assert_refused(export, marker, "model.pt: expected a mapping of parameter names to tensors")
+
+
+def test_shape_mismatch_names_the_parameter(export, marker):
+    torch.save(small_predictor(n_mels=32).state_dict(), export / "model.pt")
+    assert_refused(export, marker, "model.pt: 'backbone.convs.0.weight' has shape (8, 32, 5)", "(8, 16, 5)")
+
+
+def test_missing_and_unexpected_weights_are_named(export, marker):
+    state = small_predictor().state_dict()
+    state["extra"] = state.pop("head.3.bias")
+    torch.save(state, export / "model.pt")
+    assert_refused(export, marker, "missing ['head.3.bias']", "unexpected ['extra']")
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "model.pt", "metrics.json"])
+def test_symlink_out_of_the_folder_is_refused(name, export, tmp_path, marker):
+    outside = tmp_path / f"outside-{name}"
+    (export / name).rename(outside)
+    (export / name).symlink_to(outside)
+    assert_refused(export, marker, f"{name}: is a symbolic link")
+
+
+def test_run_directory_with_a_linked_export_is_refused(export, tmp_path, marker):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "export").symlink_to(export)
+    assert_refused(run, marker, "export: is a symbolic link")
+
+
+def test_run_directory_and_weights_file_forms_load(export, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")  # the training config a run directory holds
+    export.rename(run / "export")
+    a = load_export(run)[0]
+    b = load_export(run / "export" / "model.pt")[0]
+    wav, lengths = torch.randn(1, 8000), torch.tensor([8000])
+    with torch.no_grad():
+        assert torch.equal(a(wav, lengths).score, b(wav, lengths).score)
+
+
+def test_sqa_score_refuses_a_hostile_export_with_exit_code_2(export, payload_file, marker, capsys, tmp_path):
+    change, _ = HOSTILE_CONFIGS["oc_create_interpolation"]
+    edit_config(export, lambda c: change(c, payload_file))
+    assert score.main(["--checkpoint", str(export), str(tmp_path / "x.wav")]) == 2
+    err = capsys.readouterr().err
+    assert "config.yaml" in err and "model.backbone.n_mels holds an interpolation" in err
+    assert not marker.exists()
+
+
+TINY_TRANSFORMERS = {
+    "hidden_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 37,
+    "conv_dim": [8, 8],
+    "conv_kernel": [10, 3],
+    "conv_stride": [5, 2],
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 2,
+}
+
+
+@pytest.mark.parametrize("source", ["torchaudio", "transformers"])
+def test_wav2vec2_exports_with_pitch_and_domains_pass_the_checks(source, tmp_path):
+    from sqa.data.pitch import F0Extractor
+    from sqa.models.ssl import TorchaudioWav2Vec2, TransformersWav2Vec2
+
+    torch.manual_seed(0)
+    backbone = (
+        TorchaudioWav2Vec2()
+        if source == "torchaudio"
+        else TransformersWav2Vec2(config=TINY_TRANSFORMERS, normalize=True)
+    )
+    model = MOSPredictor(backbone, pitch="midi", num_domains=2, domain_dim=4).eval()
+    export_predictor(model, tmp_path / "exp", 16000, ["a", "b"], f0_extractor=F0Extractor(method="fcpe"))
+    loaded, _, f0 = load_export(tmp_path / "exp")
+    assert f0.settings() == F0Extractor(method="fcpe").settings()
+    args = (torch.randn(1, 8000), torch.tensor([8000]), torch.tensor([1]), torch.full((1, 26), 220.0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(*args).score, model(*args).score)
+
+
+def test_allowed_targets_are_the_public_class_names():
+    """The allow-list is derived from the classes, and names each where configs name it."""
+    from sqa.exports.config import ALLOWED_TARGETS, BACKBONE_TARGETS
+
+    assert {
+        "sqa.models.backbone.LogMelBackbone",
+        "sqa.models.ssl.TorchaudioWav2Vec2",
+        "sqa.models.ssl.S3prlWav2Vec2",
+        "sqa.models.ssl.Fairseq2Wav2Vec2",
+        "sqa.models.ssl.TransformersWav2Vec2",
+    } == BACKBONE_TARGETS
+    assert (
+        BACKBONE_TARGETS
+        | {
+            "sqa.models.predictor.MOSPredictor",
+            "sqa.data.pitch.F0Extractor",
+        }
+        == ALLOWED_TARGETS
+    )
+    for target in BACKBONE_TARGETS:
+        # The defining module may differ (sqa.models.ssl is a package); the public name resolves.
+        module, name = target.rsplit(".", 1)
+        assert getattr(importlib.import_module(module), name).export_target() == target
+
+
+# Address space a subprocess may use: importing torch and sqa maps about 4.6 GB; the rest leaves
+# room to load a small export but not for the allocations a hostile one used to cause.
+MEMORY_LIMIT = 6 << 30
+
+
+def load_under_memory_limit(path: Path) -> str:
+    """Load the export at `path` in a subprocess under MEMORY_LIMIT; returns the ExportError's message."""
+    code = (
+        "import resource, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, {MEMORY_LIMIT}))\n"
+        "from sqa.exports.format import ExportError, load_export\n"
+        "try:\n"
+        f"    load_export({str(path)!r})\n"
+        "except ExportError as err:\n"
+        "    print(err)\n"
+        "    sys.exit(0)\n"
+        "sys.exit('loaded')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        # Used to build a 3 GB model before any check.
+        (
+            lambda c: c["model"]["backbone"].update(n_mels=1_000_000),
+            "n_mels is 1000000; an export's sizes are at most",
+        ),
+        # Every size within bounds, but 10^11 parameters: the meta-device build counts them.
+        (
+            lambda c: c["model"]["backbone"].update(channels=60_000, conv_layers=6),
+            "parameters; an export holds at most",
+        ),
+        (lambda c: c["model"]["backbone"].update(kernel_size=list(range(300))), "model.backbone.kernel_size"),
+    ],
+)
+def test_huge_declared_sizes_are_refused_under_a_memory_limit(change, expected, export):
+    edit_config(export, change)
+    assert expected in load_under_memory_limit(export)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda c: c.update(sample_rate=300_000_000), "sample_rate must be an integer in 1..384000"),
+        (lambda c: c.update(sample_rate=0), "sample_rate must be an integer in 1..384000"),
+        (
+            lambda c: c.update(test={"bootstrap": 100_000_000}),
+            "test.bootstrap must be an integer in 0..100000",
+        ),
+        (lambda c: c.update(test={"seed": "x"}), "test.seed must be an integer"),
+        (
+            lambda c: c.update(data={"eval_batch_size": 10**9}),
+            "data.eval_batch_size must be an integer in 0..1024",
+        ),
+    ],
+)
+def test_rates_and_counts_are_bounded(change, expected, export, marker):
+    edit_config(export, change)
+    assert_refused(export, marker, expected)
+
+
+def test_the_highest_rate_and_bootstrap_are_accepted(export):
+    edit_config(export, lambda c: c.update(sample_rate=384_000, test={"bootstrap": 100_000, "seed": 3}))
+    assert load_export(export)[1]["sample_rate"] == 384_000
+
+
+def rewrite_archive(path: Path, compression: int, extra: dict[str, bytes] | None = None) -> None:
+    """Rewrite a torch.save archive with `compression`, adding the records `extra`."""
+    with zipfile.ZipFile(path) as archive:
+        records = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
+        for name, data in [*records, *(extra or {}).items()]:
+            archive.writestr(name, data)
+
+
+def test_a_compressed_weights_archive_is_refused_before_it_inflates(export, marker):
+    prefix = zipfile.ZipFile(export / "model.pt").namelist()[0].split("/")[0]
+    rewrite_archive(export / "model.pt", zipfile.ZIP_DEFLATED, {f"{prefix}/data/999": bytes(64 << 20)})
+    assert (export / "model.pt").stat().st_size < 1 << 20
+    assert_refused(export, marker, "model.pt: compressed records")
+    assert "compressed records" in load_under_memory_limit(export)
+
+
+def test_an_archive_larger_than_the_architecture_is_refused(export, marker):
+    rewrite_archive(export / "model.pt", zipfile.ZIP_STORED)  # the same records, rewritten: loads
+    load_export(export)
+    prefix = zipfile.ZipFile(export / "model.pt").namelist()[0].split("/")[0]
+    rewrite_archive(export / "model.pt", zipfile.ZIP_STORED, {f"{prefix}/data/999": bytes(4 << 20)})
+    assert_refused(
+        export, marker, "model.pt: declares", "uncompressed; the architecture in config.yaml allows"
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.complex64])
+def test_weights_that_are_not_floating_point_are_refused(dtype, export, marker):
+    state = small_predictor().state_dict()
+    state["head.3.bias"] = torch.ones_like(state["head.3.bias"], dtype=dtype)
+    torch.save(state, export / "model.pt")
+    assert_refused(export, marker, f"'head.3.bias' holds {dtype} values")
+
+
+def test_half_precision_weights_are_cast(export):
+    state = {k: v.half() for k, v in small_predictor().state_dict().items()}
+    torch.save(state, export / "model.pt")
+    assert load_export(export)[0].head[3].bias.dtype == torch.float32
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_non_finite_weights_are_refused(value, export, marker):
+    state = small_predictor().state_dict()
+    state["head.0.weight"][0, 0] = value
+    torch.save(state, export / "model.pt")
+    assert_refused(export, marker, "model.pt: 'head.0.weight' holds NaN or infinite values")
+
+
+@pytest.mark.parametrize("name", ["metrics.json", "notes.md"])
+def test_a_sparse_giant_data_file_is_not_read(name, export, marker):
+    with open(export / name, "wb") as fh:
+        fh.truncate(6 << 30)  # 6 GB, sparse: no disk used
+    assert_refused(export, marker, f"{name}: 6442450944 bytes; at most 16777216 are read")
+
+
+def test_a_fifo_named_like_a_data_file_is_refused_without_blocking(export, marker):
+    os.mkfifo(export / "x.json")
+    signal.alarm(20)  # a regression blocks on open; the alarm ends the test instead of hanging
+    try:
+        assert_refused(export, marker, "x.json: not a regular file")
+    finally:
+        signal.alarm(0)
+
+
+def test_a_fifo_config_is_refused(export, marker):
+    (export / "config.yaml").unlink()
+    os.mkfifo(export / "config.yaml")
+    assert_refused(export, marker, "config.yaml: not a regular file")
+
+
+@pytest.fixture
+def transformers_export(tmp_path: Path) -> Path:
+    from sqa.models.ssl import TransformersWav2Vec2
+
+    torch.manual_seed(0)
+    model = MOSPredictor(TransformersWav2Vec2(config=TINY_TRANSFORMERS, normalize=True)).eval()
+    return export_predictor(model, tmp_path / "tf", 16000, ["a"])
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "_attn_implementation",
+        "attn_implementation",
+        "auto_map",
+        "trust_remote_code",
+        "_name_or_path",
+        "_anything",
+    ],
+)
+def test_backbone_config_keys_outside_the_allow_list_are_refused(
+    key, transformers_export, marker, monkeypatch
+):
+    edit_config(
+        transformers_export, lambda c: c["model"]["backbone"]["config"].update({key: "kernels-community/x"})
+    )
+    monkeypatch.setattr(
+        "transformers.Wav2Vec2Model.__init__", lambda *a, **k: pytest.fail("reached transformers")
+    )
+    assert_refused(transformers_export, marker, f"model.backbone.config: refusing ['{key}']")
+
+
+def test_a_transformers_export_with_its_written_config_loads(transformers_export):
+    config = load_export(transformers_export)[1]["model"]["backbone"]["config"]
+    assert "hidden_size" in config and not any(k.startswith("_") for k in config)

@@ -1,0 +1,450 @@
+"""sqa-import: released predictors in their published key layouts, rebuilt and scored by sqa.
+
+Each test builds the released model's module tree as its public code defines it (the SingMOS-Pro
+authors' singmos_pro.py / singmos_v1.py, SHEET's sslmos.py: an s3prl `S3PRLUpstream` plus their
+heads) at tiny size, saves its state_dict as the release does, imports it, and compares sqa's
+score of a clip with that module's own forward: the mean over s3prl's `S3PRLUpstream` output of
+ceil(N / 320) frames, whose last real frame repeats, which the import records as its pooling. The
+frame scores are compared one by one as well.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from sqa.exports import importers
+from sqa.exports.format import load_export
+from sqa.models.ssl import S3prlWav2Vec2, patch_torchaudio_for_s3prl
+from sqa.scoring.scorer import Scorer
+from tests.models.test_ssl_sources import FAIRSEQ_TINY, fairseq_reference_model
+
+# Both hubs and s3prl's downloads are unreachable: a connection attempt fails the test.
+pytestmark = pytest.mark.usefixtures("no_network")
+
+# The base layout (GroupNorm front end, post-LN transformer), as wav2vec2_base_960.
+FAIRSEQ_TINY_BASE = {
+    **FAIRSEQ_TINY,
+    "extractor_mode": "default",
+    "conv_bias": False,
+    "layer_norm_first": False,
+}
+SAMPLES = 21_000  # not a multiple of 320: the s3prl output gets a repeated last frame
+
+
+def upstream_file(path: Path, model_cfg: dict, normalize: bool) -> Path:
+    """An s3prl-converted wav2vec2 checkpoint, the file s3prl's hub entries load."""
+    model = fairseq_reference_model(model_cfg)
+    state = {"task_cfg": {"normalize": normalize}, "model_cfg": model_cfg, "model_weight": model.state_dict()}
+    torch.save(state, path)
+    return path
+
+
+def s3prl_upstream(path: Path) -> nn.Module:
+    patch_torchaudio_for_s3prl()
+    from s3prl.nn import S3PRLUpstream
+
+    return S3PRLUpstream("wav2vec2_local", path_or_url=str(path))
+
+
+class SSLModel(nn.Module):
+    """singmos_pro.py / singmos_v1.py `SSL_Model`: the last hidden state of S3PRLUpstream."""
+
+    def __init__(self, ssl_model: nn.Module) -> None:
+        super().__init__()
+        self.ssl_model = ssl_model
+
+    def forward(self, wav: torch.Tensor, wav_length: torch.Tensor) -> torch.Tensor:
+        features, _ = self.ssl_model(wav, wav_length)
+        return features[-1]
+
+
+class ProjectionLayer(nn.Module):
+    """singmos_pro.py `Projection_Layer` / SHEET's `Projection` (scalar output, range clip)."""
+
+    def __init__(self, in_dim: int, hidden_dim: int, range_clip: bool = True) -> None:
+        super().__init__()
+        self.range_clip = range_clip
+        self.proj = nn.Tanh()
+        self.net = nn.Sequential(
+            nn.Linear(in_dim, hidden_dim), nn.ReLU(), nn.Dropout(0.3), nn.Linear(hidden_dim, 1)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        output = self.net(x)
+        return self.proj(output) * 2.0 + 3 if self.range_clip else output
+
+
+class SingMOSPro(nn.Module):
+    """singmos_pro.py `MOS_Predictor` with use_domain_id=True, domain_num=6 (the hub entry)."""
+
+    def __init__(self, upstream: Path, ssl_dim: int, hdim: int = 128, dnn_dim: int = 64) -> None:
+        super().__init__()
+        self.ssl_model = SSLModel(s3prl_upstream(upstream))
+        self.domain_emb = nn.Embedding(6, hdim)
+        self.decoder = ProjectionLayer(ssl_dim + hdim, dnn_dim)
+
+    def frame_scores(self, wav: torch.Tensor, domain_id: int) -> torch.Tensor:
+        x = self.ssl_model(wav, torch.tensor([wav.shape[1]]))
+        domain = self.domain_emb(torch.tensor([domain_id]))[:, None, :].expand(-1, x.shape[1], -1)
+        return self.decoder(torch.cat((x, domain), dim=-1)).squeeze(-1)
+
+    def forward(self, wav: torch.Tensor, domain_id: int = 1) -> torch.Tensor:
+        """`MOS_Predictor.forward` of one clip (1, N): torch.mean of the frame scores, dim 1."""
+        return torch.mean(self.frame_scores(wav, domain_id), dim=1)
+
+
+class SingMOSv1(nn.Module):
+    """singmos_v1.py `MOS_Predictor` with use_lstm=False: Linear(D, 1) per frame."""
+
+    def __init__(self, upstream: Path, ssl_dim: int) -> None:
+        super().__init__()
+        self.ssl_model = SSLModel(s3prl_upstream(upstream))
+        self.linear = nn.Linear(ssl_dim, 1)
+
+    def frame_scores(self, wav: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.ssl_model(wav, torch.tensor([wav.shape[1]]))).squeeze(-1)
+
+    def forward(self, wav: torch.Tensor) -> torch.Tensor:
+        """`MOS_Predictor.forward` of one clip (1, N): torch.mean of the frame scores, dim 1."""
+        return torch.mean(self.frame_scores(wav), dim=1)
+
+
+class SheetSSLMOS(nn.Module):
+    """SHEET's `SSLMOS` (ssl_module s3prl, layer -1, scalar range-clipped mean net)."""
+
+    def __init__(self, upstream: Path, ssl_dim: int, dnn_dim: int = 64) -> None:
+        super().__init__()
+        self.ssl_model = s3prl_upstream(upstream)
+        self.mean_net_dnn = ProjectionLayer(ssl_dim, dnn_dim)
+
+    def frame_scores(self, wav: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.ssl_model(wav, torch.tensor([wav.shape[1]]))
+        return self.mean_net_dnn(hidden[-1]).squeeze(-1)
+
+    def forward(self, wav: torch.Tensor) -> torch.Tensor:
+        """`SSLMOS.mean_net_inference` of one clip (1, N): torch.mean of the frame scores, dim 1."""
+        return torch.mean(self.frame_scores(wav), dim=1)
+
+
+def clip() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    t = np.arange(SAMPLES) / 16000
+    return (0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * rng.standard_normal(SAMPLES)).astype(np.float32)
+
+
+def reference_score(frame_scores: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """The authors' clip score (torch.mean over s3prl's padded output) and the model's real frames."""
+    real = (SAMPLES - 400) // 320 + 1
+    assert frame_scores.shape[1] == -(-SAMPLES // 320) == real + 1
+    torch.testing.assert_close(frame_scores[:, -1], frame_scores[:, -2], atol=1e-6, rtol=0)
+    return float(frame_scores[0].mean()), frame_scores[0, :real]
+
+
+def check_export(
+    export: Path, model: nn.Module, expected_frames: torch.Tensor, expected: float, **score
+) -> None:
+    scorer = Scorer(export, **score)
+    assert scorer.score_waveforms([clip()])[0] == pytest.approx(expected, abs=1e-4)
+    predictor, config, _ = load_export(export)
+    # Plain data that names no file: the architecture and its input contract only.
+    text = (export / "config.yaml").read_text()
+    assert "${" not in text and not re.search(r"^\s*(checkpoint|upstream|path):", text, re.MULTILINE)
+    wav = torch.from_numpy(clip())[None]
+    domain = torch.full((1,), scorer.domain)
+    with torch.no_grad():
+        frames = predictor(wav, torch.tensor([SAMPLES]), domain).frame_scores[0]
+    torch.testing.assert_close(frames, expected_frames, atol=1e-4, rtol=0)
+
+
+@torch.no_grad()
+def test_singmos_pro_release_imports_and_scores_like_its_own_forward(tmp_path: Path) -> None:
+    upstream = upstream_file(tmp_path / "wav2vec_vox_new.pt", FAIRSEQ_TINY, normalize=True)
+    torch.manual_seed(3)
+    released = SingMOSPro(upstream, ssl_dim=256).eval()
+    torch.save(released.state_dict(), tmp_path / "singmos_pro.pth")
+    out = tmp_path / "export"
+    args = [
+        "singmos_pro",
+        str(tmp_path / "singmos_pro.pth"),
+        str(out),
+        "--upstream-checkpoint",
+        str(upstream),
+    ]
+    assert importers.main(args) == 0
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["model"]["backbone"]["normalize"] is True  # from the upstream's task_cfg
+    assert config["domains"][0] == "domain_id_1" and sorted(config["domains"]) == [
+        f"domain_id_{i}" for i in range(6)
+    ]
+    wav = torch.from_numpy(clip())[None]
+    # sqa's default domain is torch.hub's default, ID 1; any other ID by its name.
+    for domain_id, score in ((1, {}), (4, {"domain": "domain_id_4"}), (0, {"domain": "domain_id_0"})):
+        expected, frames = reference_score(released.frame_scores(wav, domain_id))
+        check_export(out, released, frames, expected, **score)
+
+
+@torch.no_grad()
+def test_singmos_v1_release_imports_exactly_with_a_linear_head(tmp_path: Path) -> None:
+    upstream = upstream_file(tmp_path / "wav2vec_small.pt", FAIRSEQ_TINY_BASE, normalize=False)
+    torch.manual_seed(4)
+    released = SingMOSv1(upstream, ssl_dim=256).eval()
+    with torch.no_grad():
+        released.linear.bias.fill_(3.0)  # a trained head's offset, far from zero
+    torch.save(released.state_dict(), tmp_path / "singmos_v1.pt")
+    out = tmp_path / "export"
+    importers.import_predictor(
+        "singmos_v1", tmp_path / "singmos_v1.pt", out, upstream_checkpoint=str(upstream)
+    )
+    assert yaml.safe_load((out / "config.yaml").read_text())["model"]["range_clip"] is False
+    expected, frames = reference_score(released.frame_scores(torch.from_numpy(clip())[None]))
+    check_export(out, released, frames, expected)
+
+
+@pytest.mark.parametrize("trainer_checkpoint", [False, True])
+@torch.no_grad()
+def test_sheet_release_imports_from_its_config_and_s3prl_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trainer_checkpoint: bool
+) -> None:
+    from s3prl.util import download
+
+    upstream = upstream_file(tmp_path / "upstream.pt", FAIRSEQ_TINY, normalize=True)
+    torch.manual_seed(5)
+    released = SheetSSLMOS(upstream, ssl_dim=256).eval()
+    state = released.state_dict()
+    if trainer_checkpoint:  # what SHEET's trainer writes (checkpoint-<N>steps.pkl)
+        state = {"model": state, "optimizer": {"state": {}, "param_groups": []}, "steps": 100, "epochs": 1}
+    torch.save(state, tmp_path / "checkpoint-100steps.pkl")
+    config = {
+        "model_type": "SSLMOS",
+        "model_input": "waveform",
+        "sampling_rate": 16000,
+        "inference_mode": "mean_net",
+        "model_params": {
+            "ssl_module": "s3prl",
+            "s3prl_name": "wav2vec2_large_ll60k",
+            "ssl_model_output_dim": 256,
+            "ssl_model_layer_idx": -1,
+            "mean_net_dnn_dim": 64,
+            "mean_net_output_type": "scalar",
+            "mean_net_range_clipping": True,
+            "use_listener_modeling": False,
+            "use_mean_listener": False,
+        },
+    }
+    (tmp_path / "config.yml").write_text(yaml.safe_dump(config))
+    # The architecture from s3prl's cache, where torch.hub use of SHEET left the upstream.
+    monkeypatch.setattr(download, "_download_dir", tmp_path / "s3prl-cache")
+    url = "https://huggingface.co/s3prl/converted_ckpts/resolve/main/wav2vec_vox_new.pt"
+    cached = Path(download._urls_to_filepaths(url, download=False))
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(upstream.read_bytes())
+    out = tmp_path / "export"
+    args = [
+        "sheet",
+        str(tmp_path / "checkpoint-100steps.pkl"),
+        str(out),
+        "--sheet-config",
+        str(tmp_path / "config.yml"),
+    ]
+    assert importers.main(args) == 0
+    expected, frames = reference_score(released.frame_scores(torch.from_numpy(clip())[None]))
+    check_export(out, released, frames, expected)
+
+
+def test_import_errors_name_the_file_and_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    upstream = upstream_file(tmp_path / "upstream.pt", FAIRSEQ_TINY, normalize=True)
+    torch.manual_seed(6)
+    state = SingMOSPro(upstream, ssl_dim=256).state_dict()
+    base = ["--upstream-checkpoint", str(upstream)]
+    # A pitch branch the release does not have: refused, not silently dropped.
+    torch.save({**state, "pitch_hist_proj.weight": torch.zeros(128, 120)}, tmp_path / "pitch.pth")
+    assert importers.main(["singmos_pro", str(tmp_path / "pitch.pth"), str(tmp_path / "a"), *base]) == 1
+    err = capsys.readouterr().err
+    assert str(tmp_path / "pitch.pth") in err and "pitch_hist_proj.weight" in err
+    # The SingMOS-Pro file imported as SHEET: no SHEET keys.
+    (tmp_path / "config.yml").write_text(
+        yaml.safe_dump(
+            {"model_type": "SSLMOS", "model_params": {"ssl_module": "s3prl", "s3prl_name": "wavlm_large"}}
+        )
+    )
+    torch.save(state, tmp_path / "pro.pth")
+    sheet = [
+        "sheet",
+        str(tmp_path / "pro.pth"),
+        str(tmp_path / "b"),
+        "--sheet-config",
+        str(tmp_path / "config.yml"),
+    ]
+    assert importers.main([*sheet, *base]) == 1
+    assert "mean_net_output_type" in capsys.readouterr().err
+    params = {
+        "ssl_module": "s3prl",
+        "s3prl_name": "wavlm_large",
+        "ssl_model_layer_idx": -1,
+        "mean_net_output_type": "scalar",
+    }
+    (tmp_path / "config.yml").write_text(yaml.safe_dump({"model_type": "SSLMOS", "model_params": params}))
+    assert importers.main([*sheet, *base]) == 1
+    assert "ssl_model.upstream.model." in capsys.readouterr().err
+    # A WavLM SHEET model: sqa has no WavLM backbone.
+    renamed = {k.replace("ssl_model.ssl_model.", "ssl_model."): v for k, v in state.items()}
+    renamed = {k.replace("decoder.", "mean_net_dnn."): v for k, v in renamed.items() if "domain_emb" not in k}
+    torch.save(renamed, tmp_path / "wavlm.pkl")
+    sheet[1] = str(tmp_path / "wavlm.pkl")
+    assert importers.main([*sheet, *base]) == 1
+    assert "'wavlm_large' is not a wav2vec2 model" in capsys.readouterr().err
+    # Weights for another architecture than the upstream's.
+    small = upstream_file(tmp_path / "small.pt", {**FAIRSEQ_TINY, "encoder_layers": 1}, normalize=True)
+    assert (
+        importers.main(
+            [
+                "singmos_pro",
+                str(tmp_path / "pro.pth"),
+                str(tmp_path / "c"),
+                "--upstream-checkpoint",
+                str(small),
+            ]
+        )
+        == 1
+    )
+    assert "does not match" in capsys.readouterr().err
+    assert importers.main(["singmos_pro", str(tmp_path / "missing.pth"), str(tmp_path / "d"), *base]) == 1
+    assert "missing.pth does not exist" in capsys.readouterr().err
+    # An existing export is never overwritten without --overwrite.
+    assert importers.main(["singmos_pro", str(tmp_path / "pro.pth"), str(tmp_path / "e"), *base]) == 0
+    before = (tmp_path / "e" / "model.pt").read_bytes()
+    assert importers.main(["singmos_pro", str(tmp_path / "pro.pth"), str(tmp_path / "e"), *base]) == 1
+    assert (
+        "already exists" in capsys.readouterr().err and (tmp_path / "e" / "model.pt").read_bytes() == before
+    )
+    assert json.loads((tmp_path / "e" / "metrics.json").read_text()) == {}
+    assert isinstance(load_export(tmp_path / "e")[0].backbone, S3prlWav2Vec2)
+
+
+# Clips of 1-4 s at 16 kHz: N mod 320 of 40 gives s3prl two repeated frames, the others one.
+REFERENCE_SAMPLES = (16_040, 27_200, 40_321, 64_000)
+# And one clip at 44.1 kHz, which sqa resamples (soxr) before the model sees it.
+HIGH_RATE, HIGH_RATE_SAMPLES = 44_100, 97_020
+SHEET_CONFIG = {
+    "model_type": "SSLMOS",
+    "sampling_rate": 16000,
+    "model_params": {
+        "ssl_module": "s3prl",
+        "ssl_model_layer_idx": -1,
+        "mean_net_output_type": "scalar",
+        "mean_net_range_clipping": True,
+    },
+}
+# layout: (sqa-import kind, upstream model_cfg, its task_cfg normalize, SHEET's s3prl_name).
+LAYOUTS = {
+    "singmos_pro": ("singmos_pro", FAIRSEQ_TINY, True, None),
+    "singmos_v1": ("singmos_v1", FAIRSEQ_TINY_BASE, False, None),
+    "sheet_wav2vec2_large": ("sheet", FAIRSEQ_TINY, True, "wav2vec2_large_ll60k"),
+    "sheet_wav2vec2_base": ("sheet", FAIRSEQ_TINY_BASE, False, "wav2vec2"),
+}
+
+
+def reference_clips() -> list[tuple[np.ndarray, int]]:
+    """Sung-like tones with noise, (samples, rate): four at 16 kHz and one at 44.1 kHz."""
+    rng = np.random.default_rng(11)
+    clips = []
+    for n, rate in [*((n, 16000) for n in REFERENCE_SAMPLES), (HIGH_RATE_SAMPLES, HIGH_RATE)]:
+        t = np.arange(n) / rate
+        tone = 0.3 * np.sin(2 * np.pi * (200 + 40 * len(clips)) * t * (1 + 0.01 * np.sin(2 * np.pi * 5 * t)))
+        clips.append(((tone + 0.03 * rng.standard_normal(n)).astype(np.float32), rate))
+    return clips
+
+
+def released_model(layout: str, tmp_path: Path) -> tuple[nn.Module, Path, list[str]]:
+    """The authors' model of `layout`, perturbed from its init, saved as released; the import args."""
+    kind, model_cfg, normalize, s3prl_name = LAYOUTS[layout]
+    upstream = upstream_file(tmp_path / "upstream.pt", model_cfg, normalize)
+    torch.manual_seed(21)
+    model = {"singmos_pro": SingMOSPro, "singmos_v1": SingMOSv1, "sheet": SheetSSLMOS}[kind](
+        upstream, ssl_dim=256
+    )
+    with torch.no_grad():
+        # Fine-tuned weights differ from the upstream's: every tensor moves by about 1 %.
+        for tensor in model.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(0.01 * tensor.std().nan_to_num() * torch.randn_like(tensor))
+        if kind == "singmos_v1":
+            model.linear.bias.fill_(3.0)
+    model.eval()
+    weights = tmp_path / "released.pt"
+    torch.save(model.state_dict(), weights)
+    args = [kind, str(weights), str(tmp_path / "export"), "--upstream-checkpoint", str(upstream)]
+    if kind == "sheet":
+        config = {**SHEET_CONFIG, "model_params": {**SHEET_CONFIG["model_params"], "s3prl_name": s3prl_name}}
+        config["model_params"]["ssl_model_output_dim"] = 256
+        (tmp_path / "config.yml").write_text(yaml.safe_dump(config))
+        args += ["--sheet-config", str(tmp_path / "config.yml")]
+    return model, tmp_path / "export", args
+
+
+def sqa_scores(export: Path, clips: list, batch_size: int, tmp_path: Path, domain: str | None, pooling=None):
+    """Each clip's score through `sqa.load(...).score` and through `sqa-score`'s files, in order."""
+    import soundfile as sf
+
+    import sqa
+    from sqa.scoring import cli as score
+
+    scorer = sqa.load(export, batch_size=batch_size, domain=domain, pooling=pooling)
+    api = scorer.score([wav for wav, rate in clips if rate == 16000], 16000)
+    api += [scorer.score(wav, rate) for wav, rate in clips if rate != 16000]
+    paths = []
+    for i, (wav, rate) in enumerate(clips):
+        paths.append(tmp_path / f"clip{i}.wav")
+        sf.write(paths[-1], wav, rate, subtype="FLOAT")  # float samples: the file holds the array
+    out = tmp_path / f"scores_{batch_size}_{pooling}.csv"
+    args = ["--checkpoint", str(export), "--batch-size", str(batch_size), "--num-workers", "0"]
+    args += ["--output", str(out), "--overwrite", "--device", "cpu"]
+    args += [*(["--domain", domain] if domain else []), *(["--pooling", pooling] if pooling else [])]
+    assert score.main([*args, *map(str, paths)]) == 0
+    by_path = {row["path"]: float(row["score"]) for row in csv.DictReader(out.open())}
+    return np.array(api), np.array([by_path[str(p)] for p in paths])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("layout", "domain_id"),
+    [("singmos_pro", 1), ("singmos_pro", 3), ("singmos_v1", None), ("sheet_wav2vec2_large", None)]
+    + [("sheet_wav2vec2_base", None)],
+)
+@torch.no_grad()
+def test_imported_predictors_score_every_clip_as_their_authors_forward(
+    layout: str, domain_id: int | None, tmp_path: Path
+) -> None:
+    from sqa.data.audio import downmix_resample
+
+    model, export, args = released_model(layout, tmp_path)
+    assert importers.main(args) == 0
+    assert yaml.safe_load((export / "config.yaml").read_text())["model"]["pooling"] == "s3prl_padded_mean"
+    assert "s3prl_padded_mean" in (export / "README.md").read_text()
+    clips = reference_clips()
+    expected = []
+    for wav, rate in clips:
+        # The authors' models take 16 kHz input: the 44.1 kHz clip as sqa resamples it.
+        wav16 = downmix_resample(wav[:, None], rate, 16000, "clip")
+        extra = {} if domain_id is None else {"domain_id": domain_id}
+        expected.append(float(model(torch.from_numpy(wav16)[None], **extra)))
+    domain = None if domain_id is None else f"domain_id_{domain_id}"
+    worst = {}
+    for batch_size in (1, 8):
+        api, cli = sqa_scores(export, clips, batch_size, tmp_path, domain)
+        worst[batch_size] = float(max(np.abs(api - expected).max(), np.abs(cli - expected).max()))
+    print(f"max |sqa - source| {layout} domain {domain_id}: batch 1 {worst[1]:.1e}, batch 8 {worst[8]:.1e}")
+    assert max(worst.values()) <= 1e-4, worst
+    # sqa's masked mean, still available, averages only the real frames: a different score.
+    api, cli = sqa_scores(export, clips, 8, tmp_path, domain, pooling="masked_mean")
+    assert np.abs(api - expected).max() > 1e-3
+    np.testing.assert_allclose(api, cli, atol=1e-5, rtol=0)

@@ -1,0 +1,99 @@
+"""The model card of an export: every section from its sources, undefined values said plainly."""
+
+from __future__ import annotations
+
+import math
+
+from sqa.exports import model_card
+from sqa.exports.format import export_predictor, load_export
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.predictor import MOSPredictor
+
+CONFIG = {
+    "sample_rate": 16000,
+    "model": {"_target_": "sqa.models.predictor.MOSPredictor", "backbone": {"_target_": "x.LogMelBackbone"}},
+    "f0": None,
+}
+METRICS = {
+    "test1": {
+        "utt": {"rmse": 0.5, "srcc": 0.71234, "n": 40},
+        "sys": {"rmse": 0.3, "srcc": None, "n": 1},
+        "ci": {"utt": {"rmse": [0.4, 0.6], "srcc": [0.6, 0.8]}, "sys": {"rmse": [math.nan, math.nan]}},
+        "undefined": {"sys": {"srcc": "1 system"}},
+    },
+    "avg": {"utt": {"rmse": 0.5, "srcc": 0.71234, "n": 40}, "sys": {"rmse": 0.3, "srcc": math.nan, "n": 1}},
+}
+RUN_INFO = {
+    "sqa": "0.1.0",
+    "python": "3.11.7",
+    "platform": "Linux",
+    "packages": {"torch": "2.9.1", "pyworld": None},
+    "corpus": {
+        "reader": "sqa.data.readers.read_singmos_pro",
+        "fingerprint": "abc123",
+        "clips": {"train": 100, "test (test1)": 40},
+        "systems": 9,
+        "domains": ["singmospro-p1"],
+        "score_range": [1.0, 5.0],
+    },
+}
+TRAINING = {
+    "seed": 3,
+    "optim": {"_target_": "torch.optim.SGD", "lr": 0.001},
+    "data": {"batch_size": 15, "corpus": {"root": "/home/me/private/SingMOS-Pro"}},
+    "trainer": {"max_epochs": 200, "accelerator": "gpu"},
+}
+
+
+def test_metrics_rows_hold_values_and_intervals_and_say_what_is_undefined():
+    card = model_card.render(CONFIG, METRICS, run_info=RUN_INFO, training=TRAINING)
+    assert "| test1 | utterance | 40 | 0.500 [0.400, 0.600] | 0.712 [0.600, 0.800] |" in card
+    # An undefined metric (null or NaN) and an interval that cannot exist are not printed as numbers.
+    assert "| test1 | system | 1 | 0.300 | n/a |" in card
+    assert "| average | system | 1 | 0.300 | n/a |" in card
+    assert card.index("| test1 |") < card.index("| average |")
+    assert "- test1, system SRCC: 1 system" in card
+
+
+def test_data_configuration_software_use_and_citation_sections():
+    card = model_card.render(CONFIG, METRICS, run_info=RUN_INFO, training=TRAINING)
+    for heading in (
+        "## Intended use",
+        "## Data",
+        "## Test results",
+        "## Configuration",
+        "## Software",
+        "## Citation",
+    ):
+        assert heading in card
+    assert "`sqa.data.readers.read_singmos_pro`; fingerprint `abc123`" in card
+    assert "- train: 100 clips" in card and "- systems: 9" in card
+    assert "torch 2.9.1" in card and "pyworld" not in card
+    assert "lr: 0.001" in card and "batch_size: 15" in card and "max_epochs: 200" in card
+    # Local paths of the training machine stay out of a card meant to be shared.
+    assert "/home/me" not in card and "accelerator" not in card
+    assert "synthetic corpus" not in card
+    synthetic = {**RUN_INFO, "corpus": {**RUN_INFO["corpus"], "reader": model_card.SYNTHETIC_READER}}
+    assert "synthetic corpus" in model_card.render(CONFIG, METRICS, run_info=synthetic)
+
+
+def test_an_export_without_run_records_still_gets_a_card_and_loads(tmp_path):
+    export = export_predictor(MOSPredictor(LogMelBackbone()), tmp_path / "export", 16000, ["d"], METRICS)
+    card = (export / "README.md").read_text()
+    assert card.count("Not recorded") == 2 and "| test1 | utterance |" in card
+    assert not (export / "run_info.json").exists()
+    load_export(export)
+
+
+def test_a_card_on_another_scale_says_so_and_how_the_head_maps_onto_it():
+    model = {**CONFIG["model"], "range_clip": True, "score_range": [0.0, 100.0]}
+    corpus = {
+        **RUN_INFO["corpus"],
+        "reader": "sqa.data.synthetic.load_synthetic_mushra",
+        "score_range": [0, 100],
+    }
+    card = model_card.render({**CONFIG, "model": model}, METRICS, run_info={**RUN_INFO, "corpus": corpus})
+    assert "on the 0–100 scale of its training ratings" in card
+    assert "mapped linearly onto 0–100 (`score_range`)" in card and "synthetic corpus" in card
+    # On 1-5 (recorded or not) nothing is said about a map.
+    assert "mapped linearly" not in model_card.render(CONFIG, METRICS, run_info=RUN_INFO)

@@ -1,0 +1,110 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from sqa import metrics
+from sqa.core import artefacts
+from sqa.core.atomic import atomic_write_json
+from sqa.reports import results
+
+
+def write_run(path, shift):
+    pred = [1.0 + shift, 2.0, 3.5, 1.0, 2.5 + shift, 3.0, 2.0, 4.0, 1.0 + shift]
+    true = [1.0, 2.0, 3.0, 1.5, 2.0, 3.5, 2.5, 3.0, 1.5]
+    sets = ["test1"] * 3 + ["test2"] * 3 + ["test3"] * 3
+    block = metrics.evaluate_sets(pred, true, ["a", "b", "c"] * 3, sets)
+    path.mkdir(parents=True)
+    (path / "metrics.json").write_text(json.dumps(block))
+    return block
+
+
+def test_table_reports_mean_and_std_over_seeds(tmp_path, capsys):
+    a = write_run(tmp_path / "ssl" / "0", 0.0)
+    b = write_run(tmp_path / "ssl" / "1", 0.4)
+    out_csv = tmp_path / "t.csv"
+    assert results.main(["--cell", f"SSL={tmp_path}/ssl/*", "--csv", str(out_csv)]) == 0
+    printed = capsys.readouterr().out
+    mean = (a["test1"]["utt"]["rmse"] + b["test1"]["utt"]["rmse"]) / 2
+    std = abs(a["test1"]["utt"]["rmse"] - b["test1"]["utt"]["rmse"]) / 2**0.5
+    assert f"{mean:.3f}±{std:.3f}/" in printed
+    assert "| SSL | 2 |" in printed
+    rows = out_csv.read_text().splitlines()
+    assert rows[0].startswith("setting,runs,UTT RMSE") and rows[1].startswith("SSL,2,")
+    avg = (a["avg"]["sys"]["srcc"] + b["avg"]["sys"]["srcc"]) / 2
+    assert rows[1].split(",")[-1].split("|")[-1].startswith(f"{avg:.3f}±")
+
+
+def test_missing_runs_are_an_error(tmp_path, capsys):
+    assert results.main(["--cell", f"X={tmp_path}/none/*"]) == 1
+    assert "no run directory" in capsys.readouterr().err
+
+
+def test_undefined_values_are_summarised_over_the_runs_that_define_them(tmp_path, capsys):
+    sets = ["test1"] * 3 + ["test2"] * 3 + ["test3"] * 3
+    true = [1.0, 2.0, 3.0, 1.5, 2.0, 3.5, 2.5, 3.0, 1.5]
+    systems = ["a", "b", "c"] * 3
+    runs = []
+    for seed, pred in enumerate(
+        (
+            [1.0, 2.0, 3.5, 1.0, 2.5, 3.0, 2.0, 4.0, 1.0],
+            [1.5, 2.0, 3.0, 1.0, 2.0, 3.0, 2.0, 3.5, 1.5],
+            # test3 predicted constant: its correlations are undefined (null) in this run.
+            [1.0, 2.5, 3.0, 1.0, 2.5, 3.5, 2.0, 2.0, 2.0],
+        )
+    ):
+        block = metrics.evaluate_sets(pred, true, systems, sets)
+        (tmp_path / "r" / str(seed)).mkdir(parents=True)
+        atomic_write_json(tmp_path / "r" / str(seed) / "metrics.json", block)
+        runs.append(block)
+    assert json.loads((tmp_path / "r" / "2" / "metrics.json").read_text())["test3"]["sys"]["srcc"] is None
+    assert results.main(["--cell", f"X={tmp_path}/r/*"]) == 0
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("| X |"))
+    sys_srcc = row.split(" | ")[-1]
+    values = [r["test3"]["sys"]["srcc"] for r in runs[:2]]
+    mean, std = np.mean(values), np.std(values, ddof=1)
+    assert f"\\|{mean:.3f}±{std:.3f} (n=2)\\|" in sys_srcc
+    assert "nan" not in row
+
+
+def test_single_run_shows_n_1_not_a_zero_spread(tmp_path, capsys):
+    block = write_run(tmp_path / "one" / "0", 0.0)
+    assert results.main(["--cell", f"ONE={tmp_path}/one/*"]) == 0
+    printed = capsys.readouterr().out
+    assert "±" not in printed
+    assert f"{block['test1']['utt']['rmse']:.3f} (n=1)/" in printed
+    header, rows = results.build_table([("ONE", f"{tmp_path}/one/*")])
+    assert rows[0][1] == "1"
+
+
+def test_a_value_no_run_defines_prints_n_a(tmp_path):
+    pred = [1.0, 2.0, 3.0, 2.0, 2.0, 2.0]
+    true = [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
+    block = metrics.evaluate_sets(pred, true, ["a", "b", "c"] * 2, ["test1"] * 3 + ["test2"] * 3)
+    (tmp_path / "r" / "0").mkdir(parents=True)
+    atomic_write_json(tmp_path / "r" / "0" / "metrics.json", block)
+    _, rows = results.build_table([("X", f"{tmp_path}/r/*")])
+    utt_srcc = rows[0][2 + results.COLUMNS.index(("utt", "srcc"))]
+    assert utt_srcc == "1.000 (n=1)|n/a|1.000 (n=1)"
+
+
+def test_predictions_round_trip_and_bad_files_name_the_file(tmp_path):
+    rows = [
+        {"sample_id": "u1", "system_id": "s1", "test_set": "t", "mos": 3.1, "pred": 0.1 + 0.2},
+        {"sample_id": "u2", "system_id": "s2", "test_set": "t", "mos": 2.0, "pred": 4.5},
+    ]
+    rows[0] |= {"mos_lyrics": 4.0, "pred_lyrics": 3.5}
+    rows[1] |= {"mos_lyrics": math.nan, "pred_lyrics": 2.5}
+    artefacts.write_predictions(tmp_path, rows, ["lyrics"])
+    back = artefacts.read_predictions(tmp_path)
+    assert back[0] == rows[0]  # full precision: 0.1 + 0.2 is not 0.3
+    assert math.isnan(back[1]["mos_lyrics"]) and back[1]["pred_lyrics"] == 2.5
+    path = tmp_path / "predictions.csv"
+    path.write_text(path.read_text().replace("4.5", "four"))
+    with pytest.raises(ValueError, match=r"predictions\.csv:3: could not convert"):
+        artefacts.read_predictions(path)
+    path.write_text("sample_id,system_id,mos\n")
+    with pytest.raises(ValueError, match=r"predictions\.csv: missing column\(s\) test_set, pred"):
+        artefacts.read_predictions(path)

@@ -1,0 +1,95 @@
+"""The command lines as a user runs them: train.py (single run and multirun) and sqa.scoring.cli."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def run_cli(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    result = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow
+def test_train_tiny_wav2vec2_end_to_end_then_score(synthetic_root, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "train.py",
+        "model/backbone=tiny_wav2vec2",
+        f"data.corpus.root={synthetic_root}",
+        f"hydra.run.dir={run_dir}",
+        "trainer.max_steps=20",
+        "trainer.val_check_interval=20",
+        "trainer.enable_progress_bar=false",
+    )
+    assert "test1/test2|test3|Avg" in result.stdout
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["avg"]["utt"]["n"] == sum(metrics[t]["utt"]["n"] for t in ("test1", "test2", "test3"))
+    with (run_dir / "predictions.csv").open() as fh:
+        rows = list(csv.DictReader(fh))[:6]
+    wavs = [str(synthetic_root / "wav" / f"{r['sample_id']}.wav") for r in rows]
+    out = tmp_path / "scores.json"
+    # A run directory is accepted in place of its export/.
+    run_cli("-m", "sqa.scoring.cli", "--checkpoint", str(run_dir), "--output", str(out), *wavs)
+    scores = {item["path"]: item["score"] for item in json.loads(out.read_text())}
+    for wav, row in zip(wavs, rows, strict=True):
+        assert scores[wav] == pytest.approx(float(row["pred"]), abs=1e-4)
+
+
+@pytest.mark.slow
+def test_multirun_writes_one_run_directory_per_job(synthetic_root, tmp_path):
+    run_cli(
+        "train.py",
+        "-m",
+        "seed=0,1",
+        f"data.corpus.root={synthetic_root}",
+        f"hydra.sweep.dir={tmp_path}",
+        "trainer.max_steps=4",
+        "trainer.val_check_interval=2",
+        "trainer.enable_progress_bar=false",
+    )
+    for job in ("0", "1"):
+        assert (tmp_path / job / "metrics.json").is_file()
+        assert (tmp_path / job / "export" / "model.pt").is_file()
+
+
+def test_score_reports_bad_inputs_and_still_scores_good_ones(default_export, synthetic_root, tmp_path):
+    bad = tmp_path / "broken.wav"
+    bad.write_bytes(b"not audio")
+    good = sorted((synthetic_root / "wav").iterdir())[:2]
+    out = tmp_path / "s.csv"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sqa.scoring.cli",
+            "--checkpoint",
+            str(default_export),
+            "--output",
+            str(out),
+            str(bad),
+            *map(str, good),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert "broken.wav" in result.stderr
+    with out.open() as fh:
+        assert [r["path"] for r in csv.DictReader(fh)] == [str(p) for p in good]

@@ -1,0 +1,145 @@
+"""eval.py: an export scored on a labelled corpus reproduces its training run's test results."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+
+from sqa.data.corpus import Clip, Corpus, CorpusError, recorded_corpus
+from sqa.exports.format import ExportError
+from sqa.training.evaluation import evaluate, evaluation_corpus
+from sqa.training.run import run
+from sqa.training.run_outputs import recorded_data
+from tests.conftest import REPO
+from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path]:
+    """(manifest, run directory) of a tiny run on a small per-system CSV corpus."""
+    manifest = write_per_system_corpus(tmp_path_factory.mktemp("corpus"))
+    run_dir = tmp_path_factory.mktemp("run")
+    run(compose_train([*tiny_run_overrides(manifest), "trainer.max_steps=8", "bootstrap=200"]), run_dir)
+    return manifest, run_dir
+
+
+def compose_eval(overrides: list[str]):
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return compose("eval", overrides=overrides)
+
+
+def assert_same(a, b, where: str = "") -> None:
+    """Nested metrics equal to 1e-4 (NaN equal to NaN)."""
+    if isinstance(a, dict):
+        assert set(a) == set(b), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b), where
+    else:
+        assert a == pytest.approx(b, abs=1e-4), where
+
+
+def read_rows(path: Path) -> list[dict]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_eval_of_a_runs_export_reproduces_its_test_results(trained, tmp_path):
+    manifest, run_dir = trained
+    config = yaml.safe_load((run_dir / "export" / "config.yaml").read_text())
+    assert config["data"]["corpus"] == {
+        "_target_": "sqa.data.readers.read_csv_manifest",
+        "path": str(manifest.resolve()),
+        "default_split": None,
+        "sample_rate_filter": None,
+        "score_range": [1.0, 5.0],
+        "encoding": None,
+    }
+    assert config["test"] == {"seed": 0, "bootstrap": 200}
+    # The corpus recorded in the export, and the same corpus named on the command line.
+    for name, extra in (("recorded", []), ("named", ["data=csv", f"data.corpus.path={manifest}"])):
+        out = tmp_path / name
+        results = evaluate(compose_eval([f"export={run_dir / 'export'}", *extra]), out)
+        expected = json.loads((run_dir / "metrics.json").read_text())
+        assert_same(json.loads((out / "metrics.json").read_text()), expected)
+        assert_same(results, expected)
+        ours, theirs = read_rows(out / "predictions.csv"), read_rows(run_dir / "predictions.csv")
+        assert [r["sample_id"] for r in ours] == [r["sample_id"] for r in theirs]
+        for a, b in zip(ours, theirs, strict=True):
+            assert float(a["pred"]) == pytest.approx(float(b["pred"]), abs=1e-5)
+        assert {p.name for p in (out / "plots").iterdir()} == {"test_utt.png", "test_sys.png"}
+
+
+def test_eval_refuses_a_recorded_reader_outside_sqa(trained, tmp_path):
+    _, run_dir = trained
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "model.pt").write_bytes((run_dir / "export" / "model.pt").read_bytes())
+    config = yaml.safe_load((run_dir / "export" / "config.yaml").read_text())
+    marker = tmp_path / "ran"
+    hostile = (
+        {"_target_": "os.system", "command": f"touch {marker}"},
+        {"_target_": "sqa.data.readers.read_csv_manifest", "path": "${oc.env:HOME}/m.csv"},
+    )
+    # The export loader refuses both before eval.py reads anything ...
+    for corpus, message in zip(
+        hostile, ("refusing to build 'os.system'", "holds an interpolation"), strict=True
+    ):
+        config["data"]["corpus"] = corpus
+        (export / "config.yaml").write_text(yaml.safe_dump(config))
+        with pytest.raises(ExportError, match=message):
+            evaluate(compose_eval([f"export={export}"]), tmp_path / "out")
+    # ... and the corpus reader checks the recorded corpus again on its own.
+    messages = ("refusing corpus reader 'os.system'", "corpus argument 'path' is not a plain value")
+    for corpus, message in zip(hostile, messages, strict=True):
+        with pytest.raises(CorpusError, match=message):
+            recorded_corpus(corpus, export / "config.yaml")
+    assert not marker.exists()
+
+
+def test_eval_py_command_line(trained, tmp_path):
+    _, run_dir = trained
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "eval.py", f"export={run_dir / 'export'}", f"hydra.run.dir={tmp_path}"]
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "metrics.json").read_text() == (run_dir / "metrics.json").read_text()
+
+
+def test_recorded_corpus_is_plain_absolute_and_readable(synthetic_root, tmp_path, monkeypatch):
+    spec = recorded_data(compose_train([f"data.corpus.root={synthetic_root}"]))
+    assert spec["corpus"]["_target_"] == "sqa.data.synthetic.load_synthetic"
+    corpus = recorded_corpus(spec["corpus"], "config.yaml")
+    assert len(corpus.test_sets()) == 3
+    # The default root is an interpolation relative to the working directory: recorded resolved.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SQA_DATA_DIR", raising=False)
+    root = recorded_data(compose_train([]))["corpus"]["root"]
+    assert root == str(tmp_path / "data" / "synthetic-seed0-clips14")
+
+
+def test_clips_of_domains_the_export_does_not_know_are_scored_as_its_first(caplog):
+    clips = [
+        Clip("a", Path("a.wav"), 3.0, "s", "p2", "test", "test1"),
+        Clip("b", Path("b.wav"), 3.0, "s", "new", "test", "test1"),
+        Clip("c", Path("c.wav"), 3.0, "s", "p1", "train"),
+    ]
+    corpus = evaluation_corpus(Corpus(clips, ["p1", "p2", "new"]), ["p1", "p2"], uses_domains=True)
+    assert [(c.sample_id, c.domain) for c in corpus.clips] == [("a", "p2"), ("b", "p1")]
+    assert corpus.domains == ["p1", "p2"] and "['new'] are unknown to the export" in caplog.text
+    with pytest.raises(CorpusError, match="no test clips"):
+        evaluation_corpus(Corpus(clips[2:], ["p1"]), ["p1"], uses_domains=False)

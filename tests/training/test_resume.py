@@ -1,0 +1,169 @@
+"""Interrupted runs: kill -9 during training, resume=true, the same run as an uninterrupted one."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sqa.data.synthetic import load_synthetic
+from sqa.training.datamodule import BucketBatchSampler, EpochSampler
+from tests.conftest import REPO
+
+ARGS = [
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "early_stopping_patience=null",
+    "bootstrap=0",
+]
+BATCH_SIZE = 8  # conf/data/synthetic.yaml
+
+
+def epoch_batches(synthetic_root) -> int:
+    """Training batches per epoch of the default synthetic corpus."""
+    return math.ceil(len(load_synthetic(synthetic_root).split("train")) / BATCH_SIZE)
+
+
+def limits(per_epoch: int) -> dict[str, tuple[list[str], int, int]]:
+    """Per stopping rule: (overrides, resume-point writes before the kill, training steps).
+
+    By epochs: validation (and the resume point) every 20 steps, killed after the first, resumed
+    mid-epoch 1. By steps: validation every `interval` steps, a divisor of the epoch, so one check
+    falls on the end of epoch 1 (as with the paper's once-per-epoch validation); killed after that
+    epoch-end resume point. Both runs cross an epoch boundary after the resume, where an
+    off-by-one batch would shift every later batch.
+    """
+    interval = next(d for d in range(per_epoch // 2, 0, -1) if per_epoch % d == 0)
+    assert interval >= 5, f"{per_epoch} batches per epoch have no usable divisor for the step test"
+    steps = per_epoch + interval + 10
+    return {
+        "max_epochs": (["trainer.max_epochs=2", "trainer.val_check_interval=20"], 1, 2 * per_epoch),
+        "max_steps": (
+            ["trainer.max_epochs=-1", f"trainer.max_steps={steps}", f"trainer.val_check_interval={interval}"],
+            per_epoch // interval,
+            steps,
+        ),
+    }
+
+
+def train(run_dir, synthetic_root, *extra):
+    return [
+        sys.executable,
+        "train.py",
+        f"data.corpus.root={synthetic_root}",
+        f"hydra.run.dir={run_dir}",
+        *ARGS,
+        *extra,
+    ]
+
+
+def logged(run_dir) -> dict[tuple[int, str], tuple[str, str]]:
+    """Every value the CSV logger recorded, by (step, key): (epoch, value), all log versions."""
+    values = {}
+    for path in sorted((run_dir / "logs").glob("version_*/metrics.csv")):
+        with path.open() as fh:
+            for row in csv.DictReader(fh):
+                for key, value in row.items():
+                    if value and key not in ("epoch", "step"):
+                        values[(int(row["step"]), key)] = (row["epoch"], value)
+    return values
+
+
+def wait_for_writes(path, count: int, proc, timeout: float = 300) -> None:
+    """Wait until `path` has been written `count` times (by its modification stamps)."""
+    seen, stamp, deadline = 0, None, time.time() + timeout
+    while seen < count and proc.poll() is None and time.time() < deadline:
+        if path.exists():
+            current = (path.stat().st_mtime_ns, path.stat().st_ino)
+            if current != stamp:
+                seen, stamp = seen + 1, current
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("limit", ["max_epochs", "max_steps"])
+def test_kill_minus_9_then_resume_is_the_uninterrupted_run(limit, synthetic_root, tmp_path):
+    extra, saves, steps = limits(epoch_batches(synthetic_root))[limit]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    reference = tmp_path / "reference"
+    subprocess.run(
+        train(reference, synthetic_root, *extra),
+        cwd=REPO,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+
+    interrupted = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        train(interrupted, synthetic_root, *extra),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_writes(interrupted / "checkpoints" / "last.ckpt", saves, proc)
+    time.sleep(0.2)  # past the resume point, before the next one
+    assert proc.poll() is None, "training finished before it could be interrupted"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (interrupted / "metrics.json").exists()
+
+    resumed = subprocess.run(
+        train(interrupted, synthetic_root, *extra, "resume=true"),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "not resumable" not in resumed.stderr
+    # Every training loss and validation value at every step, with its epoch, and the test
+    # metrics are the uninterrupted run's, exactly.
+    expected, got = logged(reference), logged(interrupted)
+    assert len([k for k in expected if k[1] == "train/loss"]) == steps
+    assert got == expected
+    assert json.loads((interrupted / "metrics.json").read_text()) == json.loads(
+        (reference / "metrics.json").read_text()
+    )
+
+
+def test_resume_without_a_checkpoint_is_a_clear_error(synthetic_root, tmp_path):
+    result = subprocess.run(
+        train(tmp_path / "new", synthetic_root, "resume=true"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "last.ckpt does not exist" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: EpochSampler(23, seed=3),
+        lambda: BucketBatchSampler(list(range(100, 123)), batch_size=4, seed=3),
+    ],
+)
+def test_a_resumed_sampler_continues_its_epoch_and_then_runs_whole_epochs(make):
+    full = make()
+    full.set_epoch(2)
+    epoch2 = list(full)
+    full.set_epoch(3)
+    epoch3 = list(full)
+    resumed = make()
+    resumed.resume(2, 5)
+    assert list(resumed) == epoch2[5:]
+    resumed.set_epoch(3)
+    assert list(resumed) == epoch3

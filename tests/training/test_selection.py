@@ -1,0 +1,264 @@
+"""Checkpoint selection: the rule, its fallback on validation data that cannot rank, the report."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from hydra import compose, initialize_config_dir
+
+from sqa.data.corpus import LabelCounts
+from sqa.training.run import run
+from sqa.training.selection import choose_rule, selection_score, uninformative
+from tests.conftest import REPO
+
+SR = 16000
+# (system, split, per-system label, clips): every clip of a system carries its system's score, and
+# validation has two systems, the case where every ranking metric is constant over checks.
+SYSTEMS = [
+    *((f"tr{i}", "train", q, 4) for i, q in enumerate((1.5, 2.1, 2.7, 3.3, 3.9, 4.5))),
+    ("va0", "valid", 2.0, 4),
+    ("va1", "valid", 4.0, 4),
+    *((f"te{i}", "test", q, 3) for i, q in enumerate((1.8, 3.0, 4.2))),
+]
+
+
+def write_per_system_corpus(root: Path) -> Path:
+    """Sung-like tones whose noise level falls with the system's label; a CSV manifest over them."""
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
+    rows = ["wav_path,score,system_id,sample_id,split"]
+    for system, split, label, clips in SYSTEMS:
+        for k in range(clips):
+            seconds = 0.4 + 0.1 * k
+            t = np.arange(int(SR * seconds)) / SR
+            tone = 0.3 * np.sin(2 * np.pi * rng.uniform(180, 400) * t)
+            noise = rng.normal(0, 0.3 * (5.0 - label) / 3.5, t.size)
+            sf.write(root / f"{system}-{k}.wav", (tone + noise).astype(np.float32), SR)
+            rows.append(f"{system}-{k}.wav,{label},{system},{system}-{k},{split}")
+    (root / "manifest.csv").write_text("\n".join(rows) + "\n")
+    return root / "manifest.csv"
+
+
+def compose_train(overrides: list[str]):
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+def tiny_run_overrides(manifest: Path) -> list[str]:
+    """A log-mel model, a few Adam steps, validation every 4 steps, few bootstrap resamples."""
+    return [
+        "data=csv",
+        f"data.corpus.path={manifest}",
+        "data.num_workers=0",
+        "data.batch_size=8",
+        "optim=adam",
+        "optim.lr=3e-3",
+        "trainer.max_steps=24",
+        "trainer.val_check_interval=4",
+        "trainer.enable_progress_bar=false",
+        "early_stopping_patience=null",
+        "bootstrap=20",
+    ]
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    return write_per_system_corpus(tmp_path_factory.mktemp("per_system"))
+
+
+def counts(clips: int, systems: int, labels: int, system_labels: int) -> LabelCounts:
+    return LabelCounts(clips, systems, labels, system_labels)
+
+
+def test_rule_uses_ranking_metric_only_where_the_sets_can_rank():
+    big, small = counts(60, 12, 30, 12), counts(8, 2, 2, 2)
+    rule = choose_rule({"p1": big, "p2": big})
+    assert (rule.metric, rule.level, rule.mode, rule.sets, rule.warning) == (
+        "srcc",
+        "sys",
+        "max",
+        ("p1", "p2"),
+        None,
+    )
+    # One set too small: left out, with a warning naming it and its counts.
+    rule = choose_rule({"p1": big, "p2": small})
+    assert rule.sets == ("p1",) and rule.metric == "srcc"
+    assert "'p2': 8 clips, 2 systems, 2 distinct labels" in rule.warning
+    # None can rank: the fallback error measure at utterance level over every set, minimised.
+    rule = choose_rule({"p2": small}, fallback="mse")
+    assert (rule.metric, rule.level, rule.mode, rule.fallback_used) == ("mse", "utt", "min", True)
+    assert "selecting on utterance-level mse" in rule.warning
+    forced = choose_rule({"p2": small}, fallback=None)
+    assert forced.metric == "srcc" and "uninformative" in forced.warning
+    assert choose_rule({"p1": big, "p2": small}, fallback=None).sets == ("p1", "p2")
+    # Utterance level counts distinct clip labels, not systems.
+    assert choose_rule({"p2": counts(8, 2, 6, 2)}, level="utt").metric == "srcc"
+    assert choose_rule({"p2": counts(8, 2, 6, 2)}, level="utt", min_distinct_labels=7).metric == "rmse"
+    assert choose_rule({"p2": small}, metric="loss").mode == "min"
+    assert choose_rule({"p2": small}, metric="train_loss").describe().startswith("training loss")
+    with pytest.raises(ValueError, match="selection.metric must be one of"):
+        choose_rule({"p1": big}, metric="accuracy")
+
+
+def test_rule_scores_weight_sets_by_their_counts():
+    blocks = {
+        "a": {"sys": {"srcc": 0.5, "rmse": 0.4, "n": 2}, "utt": {"rmse": 0.2, "mse": 0.04, "n": 10}},
+        "b": {"sys": {"srcc": 1.0, "rmse": 0.1, "n": 6}, "utt": {"rmse": 0.6, "mse": 0.36, "n": 30}},
+    }
+    big = counts(60, 12, 30, 12)
+    assert choose_rule({"a": big, "b": big}).score(blocks) == pytest.approx((0.5 * 2 + 6.0) / 8)
+    assert choose_rule({"a": big, "b": counts(8, 2, 2, 2)}).score(blocks) == pytest.approx(0.5)
+    fallback = choose_rule({"a": counts(8, 2, 2, 2)} | {"b": counts(8, 2, 2, 2)})
+    assert fallback.score(blocks) == pytest.approx((0.2 * 10 + 0.6 * 30) / 40)
+    assert choose_rule({"a": big}, metric="loss").score(blocks, val_loss=0.7, train_loss=0.1) == 0.7
+    assert choose_rule({"a": big}, metric="train_loss").score(blocks, val_loss=0.7, train_loss=0.1) == 0.1
+    # An undefined correlation counts as chance (0), an undefined error makes the score NaN.
+    blocks["b"]["sys"]["srcc"] = None
+    assert selection_score(blocks) == pytest.approx(0.5 * 2 / 8)
+    blocks["b"]["utt"]["mse"] = math.nan
+    assert math.isnan(selection_score(blocks, "mse", "utt"))
+
+
+def test_uninformative_means_two_or_more_checks_that_never_changed():
+    assert uninformative([1.0, 1.0, 1.0])
+    assert uninformative([math.nan, math.nan])
+    assert not uninformative([1.0])
+    assert not uninformative([1.0, 1.0, 0.5])
+    assert not uninformative([0.3, math.nan])
+
+
+def read_run_info(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run_info.json").read_text())
+
+
+def selection_history(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, val/selection) of every validation check, checked against the CSV logger's values."""
+    scores = [(int(step), value) for step, value in read_run_info(run_dir)["selection"]["scores"]]
+    (path,) = (run_dir / "logs").rglob("metrics.csv")
+    with path.open() as fh:
+        logged = [float(r["val/selection"]) for r in csv.DictReader(fh) if r.get("val/selection")]
+    assert [value for _, value in scores] == pytest.approx(logged)
+    return scores
+
+
+def test_two_validation_systems_fall_back_to_an_error_measure(manifest, tmp_path, caplog, recwarn):
+    with caplog.at_level(logging.WARNING):
+        run(compose_train(tiny_run_overrides(manifest)), tmp_path)
+    warnings = [r.getMessage() for r in caplog.records if "cannot rank" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "'default': 8 clips, 2 systems, 2 distinct labels" in warnings[0]
+    assert "selecting on utterance-level rmse" in warnings[0]
+    selection = read_run_info(tmp_path)["selection"]
+    assert (selection["metric"], selection["level"], selection["mode"]) == ("rmse", "utt", "min")
+    assert selection["fallback_used"] and not selection["uninformative"]
+    history = selection_history(tmp_path)
+    assert len(history) == selection["checks"] == 6
+    # The chosen checkpoint is the lowest utterance RMSE, and not the first check.
+    best_step, _ = min(history, key=lambda h: h[1])
+    assert selection["best_checkpoint"] == f"best-step={best_step}.ckpt"
+    assert best_step != history[0][0]
+    # Small-corpus ergonomics: the logging interval fitted the 3-batch epochs, no warning about it.
+    assert not any("logging interval" in str(w.message) for w in recwarn)
+    assert read_run_info(tmp_path)["splits"]["valid/default"]["systems"] == 2
+
+
+def test_forcing_the_ranking_metric_reports_an_uninformative_selection(manifest, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        run(compose_train([*tiny_run_overrides(manifest), "selection.fallback=null"]), tmp_path)
+    selection = read_run_info(tmp_path)["selection"]
+    assert (selection["metric"], selection["level"], selection["fallback_used"]) == ("srcc", "sys", False)
+    history = selection_history(tmp_path)
+    assert len({v for _, v in history}) == 1
+    assert selection["uninformative"] and selection["best_checkpoint"] == f"best-step={history[0][0]}.ckpt"
+    assert any("selection was uninformative" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("metric", ["loss", "train_loss"])
+def test_selecting_on_a_loss_minimises_it(manifest, tmp_path, metric):
+    overrides = ["trainer.max_steps=12", "trainer.log_every_n_steps=1", f"selection.metric={metric}"]
+    run(compose_train([*tiny_run_overrides(manifest), *overrides]), tmp_path)
+    selection = read_run_info(tmp_path)["selection"]
+    assert (selection["metric"], selection["level"], selection["mode"]) == (metric, None, "min")
+    scores = selection_history(tmp_path)
+    assert len(scores) == 3
+    best_step, _ = min(scores, key=lambda h: h[1])
+    assert selection["best_checkpoint"] == f"best-step={best_step}.ckpt"
+    # Each score is the validation loss, or the mean training loss of the steps since the last check.
+    (path,) = (tmp_path / "logs").rglob("metrics.csv")
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh))
+    expected, since = [], []
+    for row in rows:
+        if row.get("train/loss"):
+            since.append(float(row["train/loss"]))
+        if row.get("val/selection"):
+            expected.append(float(row["val/loss"]) if metric == "loss" else sum(since) / len(since))
+            since = []
+    assert [v for _, v in scores] == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_set_ranks_from_exactly_the_minimum_of_distinct_system_means_or_labels():
+    # System level counts distinct system means, not systems: 9 systems with 4 distinct means
+    # cannot rank at a minimum of 5; 5 distinct means can, 4 cannot.
+    assert choose_rule({"v": counts(40, 9, 20, 4)}).fallback_used
+    assert not choose_rule({"v": counts(40, 5, 20, 5)}).fallback_used
+    assert choose_rule({"v": counts(40, 5, 20, 5)}, min_systems=6).fallback_used
+    assert not choose_rule({"v": counts(40, 9, 3, 4)}, min_systems=4).fallback_used
+    # Utterance level: distinct labels at the minimum rank, one fewer falls back; systems play no part.
+    assert not choose_rule({"v": counts(40, 1, 5, 1)}, level="utt").fallback_used
+    assert choose_rule({"v": counts(40, 9, 4, 9)}, level="utt").fallback_used
+    assert choose_rule({"v": counts(40, 9, 6, 9)}, level="utt", min_distinct_labels=7).fallback_used
+    assert not choose_rule({"v": counts(40, 9, 7, 9)}, level="utt", min_distinct_labels=7).fallback_used
+
+
+@pytest.mark.parametrize(
+    ("metric", "mode"),
+    [("srcc", "max"), ("lcc", "max"), ("ktau", "max"), ("pair_acc", "max")]
+    + [("mse", "min"), ("rmse", "min"), ("loss", "min"), ("train_loss", "min")],
+)
+def test_ranking_metrics_are_maximised_and_errors_and_losses_minimised(metric, mode):
+    big = counts(60, 12, 30, 12)
+    rule = choose_rule({"v": big}, metric=metric)
+    assert rule.mode == mode and rule.metric == metric and not rule.fallback_used
+    assert rule.describe().endswith(f"({mode})") and rule.record()["mode"] == mode
+    # A fallback is an error measure or the loss: minimised, whatever was asked.
+    small = counts(8, 2, 2, 2)
+    for fallback in ("rmse", "mse", "loss"):
+        assert choose_rule({"v": small}, fallback=fallback).mode == "min"
+
+
+def test_an_error_measure_is_used_as_asked_at_its_level_on_every_set():
+    small, big = counts(8, 2, 2, 2), counts(60, 12, 30, 12)
+    rule = choose_rule({"a": small, "b": big}, metric="rmse", level="sys")
+    assert (rule.metric, rule.level, rule.sets, rule.warning, rule.fallback_used) == (
+        "rmse",
+        "sys",
+        ("a", "b"),
+        None,
+        False,
+    )
+    assert rule.record()["requested"] == "sys rmse" and rule.describe() == (
+        "system-level rmse over valid sets a, b (min)"
+    )
+    loss = choose_rule({"a": small}, fallback="loss")
+    assert (loss.metric, loss.level, loss.describe()) == (
+        "loss",
+        None,
+        "validation loss over valid sets a (min)",
+    )
+
+
+def test_uninformative_tells_a_tiny_change_from_none():
+    assert uninformative([0.5, 0.5 + 1e-12])
+    assert not uninformative([0.5, 0.5 + 1e-6])
+    assert not uninformative([0.0, 1e-9])
+    assert not uninformative([math.nan, 0.3])
+    assert not uninformative([math.nan, math.nan, 0.3])
+    assert not uninformative([])
