@@ -1,8 +1,11 @@
-"""Dependencies point one way: data -> models -> training -> applications, never back.
+"""The package's layers, per subpackage: what each may import, and no circle of modules anywhere.
 
-Each module's imports (at any depth of the file, so lazy imports count too) are read from its
-syntax tree, without importing it.
+core -> metrics -> data -> models -> reports -> exports -> training | scoring -> baselines, with the
+applications on top. Each module's imports (at any depth of the file, so lazy imports count too)
+are read from its syntax tree, without importing it.
 """
+
+from __future__ import annotations
 
 import ast
 from pathlib import Path
@@ -10,6 +13,21 @@ from pathlib import Path
 import pytest
 
 SQA = Path(__file__).resolve().parents[1] / "sqa"
+
+# What each part of sqa may import of sqa (itself included) and which third-party packages it may
+# not: only the training layer runs Lightning and Hydra; an export loads and scores without them.
+MAY_IMPORT = {
+    "core": {"core"},
+    "metrics": {"core", "metrics"},
+    "data": {"core", "metrics", "data"},
+    "models": {"core", "data", "models"},
+    "reports": {"core", "metrics", "reports"},
+    "exports": {"core", "metrics", "data", "models", "reports", "exports"},
+    "training": {"core", "metrics", "data", "models", "reports", "exports", "training"},
+    "scoring": {"core", "metrics", "data", "models", "exports", "scoring"},
+    "baselines": {"core", "metrics", "data", "reports", "scoring", "baselines"},
+}
+TRAINING_ONLY = ("lightning", "hydra")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -24,57 +42,133 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def forbidden_imports(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
-    """`file: module` for each import of a forbidden module or of anything below it."""
-    return sorted(
-        f"{path}: {name}"
-        for path in paths
-        for name in imported_modules(path)
-        if any(name == f or name.startswith(f"{f}.") for f in forbidden)
+def module_name(path: Path, root: Path = SQA) -> str:
+    """`sqa/data/corpus.py` -> 'sqa.data.corpus'; a package's `__init__.py` -> the package."""
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def sqa_modules(root: Path = SQA) -> dict[str, Path]:
+    """Every module of the package under `root`, by dotted name."""
+    return {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
+
+
+def part(name: str) -> str:
+    """The layer a dotted sqa name belongs to: 'sqa.data.corpus' -> 'data', 'sqa.metrics' -> 'metrics'."""
+    return name.split(".")[1]
+
+
+def violations(root: Path = SQA) -> list[str]:
+    """`module: import` for each import across a layer rule."""
+    found = []
+    for name, path in sqa_modules(root).items():
+        if name == root.name:
+            continue  # the package root (`sqa.load`) is the top: it may import any layer
+        allowed = MAY_IMPORT[part(name)]
+        for imported in sorted(imported_modules(path)):
+            top = imported.split(".")[0]
+            across = top == root.name and "." in imported and part(imported) not in allowed
+            if across or (top in TRAINING_ONLY and part(name) != "training"):
+                found.append(f"{name}: {imported}")
+    return found
+
+
+def cycles(root: Path = SQA) -> list[list[str]]:
+    """The circles in the module graph (an edge per import of another sqa module)."""
+    modules = sqa_modules(root)
+    edges = {
+        name: sorted({m for m in imported_modules(path) if m in modules and m not in (name, root.name)})
+        for name, path in modules.items()
+    }
+    found: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        stack.append(name)
+        for target in edges[name]:
+            if state.get(target) == 1:
+                found.append([*stack[stack.index(target) :], target])
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[name] = 2
+
+    for name in edges:
+        if name not in state:
+            visit(name)
+    return found
+
+
+def test_every_part_of_the_package_has_a_rule():
+    parts = {part(name) for name in sqa_modules() if name != "sqa"}
+    assert parts == set(MAY_IMPORT)
+
+
+def test_no_module_imports_across_a_layer_rule():
+    assert violations() == []
+
+
+def test_no_circle_of_modules_anywhere():
+    assert cycles() == []
+
+
+def test_the_top_level_shows_the_layers_only():
+    assert {part(name) for name in sqa_modules() if name != "sqa"} == {
+        p.stem for p in SQA.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()
+    } - {"__init__"}
+    assert len(MAY_IMPORT) <= 10
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    """A throwaway `sqa` package under `root` holding `files` (relative path -> source)."""
+    for relative, source in files.items():
+        path = root / "sqa" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    return root / "sqa"
+
+
+def test_the_checks_catch_an_import_across_a_rule_lazy_or_not(tmp_path):
+    package = write_package(
+        tmp_path,
+        {
+            "__init__.py": "from sqa.scoring import scorer\n",
+            "data/__init__.py": "",
+            "data/corpus.py": "def f():\n    from sqa.training import run\n",
+            "models/backbone.py": "from sqa.data import corpus\nimport lightning.pytorch as pl\n",
+            "scoring/scorer.py": "from sqa.training.run import x\n",
+            "training/run.py": "import lightning\nfrom sqa.scoring import scorer\n",
+        },
     )
-
-
-def modules(*names: str) -> list[Path]:
-    """The files of the packages (all their modules) and modules named, relative to sqa/."""
-    paths = []
-    for name in names:
-        target = SQA / name
-        paths.extend(sorted(target.rglob("*.py")) if target.is_dir() else [target.with_suffix(".py")])
-    return paths
-
-
-@pytest.mark.parametrize(
-    ("layer", "forbidden"),
-    [
-        # The LightningDataModule that wires the data layer to a Trainer is sqa.training.datamodule, in the
-        # training layer: scoring and the baselines read data without Lightning.
-        (
-            ("data",),
-            (
-                "sqa.models",
-                "sqa.training.run",
-                "sqa.training.lit_module",
-                "sqa.training.datamodule",
-                "lightning",
-                "hydra",
-            ),
-        ),
-        (("models",), ("lightning", "hydra", "sqa.training.datamodule", "sqa.training.run")),
-        (("scoring", "score", "export"), ("lightning",)),
-    ],
-)
-def test_no_layer_imports_a_layer_above_it(layer, forbidden):
-    paths = modules(*layer)
-    assert paths and all(p.is_file() for p in paths)
-    assert forbidden_imports(paths, forbidden) == []
-
-
-def test_the_scan_sees_lazy_and_from_imports(tmp_path):
-    module = tmp_path / "m.py"
-    module.write_text(
-        "import os\nfrom sqa.models import predictor\n\ndef f():\n    import lightning.pytorch as pl\n"
-    )
-    assert imported_modules(module) >= {"sqa.models", "sqa.models.predictor", "lightning.pytorch"}
-    assert forbidden_imports([module], ("lightning", "sqa.models.backbone", "sqa.model")) == [
-        f"{module}: lightning.pytorch"
+    assert violations(package) == [
+        "sqa.data.corpus: sqa.training",
+        "sqa.data.corpus: sqa.training.run",
+        "sqa.models.backbone: lightning.pytorch",
+        "sqa.scoring.scorer: sqa.training.run",
+        "sqa.scoring.scorer: sqa.training.run.x",
+        "sqa.training.run: sqa.scoring",
+        "sqa.training.run: sqa.scoring.scorer",
     ]
+
+
+def test_a_circle_is_found_at_any_depth_and_through_lazy_imports(tmp_path):
+    package = write_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "data/__init__.py": "",
+            "data/corpus.py": "def f():\n    from sqa.data import readers\n",
+            "data/readers.py": "from sqa.data.corpus import Clip\n",
+            "data/audio.py": "import sqa.data.corpus\n",
+        },
+    )
+    assert cycles(package) == [["sqa.data.corpus", "sqa.data.readers", "sqa.data.corpus"]]
+
+
+@pytest.mark.parametrize("source", ["import sqa.data.corpus\n", "from sqa.data.corpus import Clip\n"])
+def test_an_import_of_the_layer_itself_is_allowed(tmp_path, source):
+    package = write_package(tmp_path, {"__init__.py": "", "data/corpus.py": "", "data/audio.py": source})
+    assert violations(package) == []
+    assert cycles(package) == []

@@ -1,7 +1,7 @@
-"""A corpus: its `Clip` rows, split names, label counts, and the readers an export may name.
+"""A corpus: its `Clip` rows, split names and label counts.
 
-The readers (SingMOS-Pro, SingMOS VMC'24, CSV manifests) are in `sqa.data.readers`; their
-public names stay `sqa.data.corpus.read_*`, which configs and exports record. Problems in the
+The readers (SingMOS-Pro, SingMOS VMC'24, CSV manifests) and the corpus an export records are in
+`sqa.data.readers`, which builds on this module (never the other way round). Problems in the
 metadata's structure raise `CorpusError` naming the file and the key or row at fault; problems
 of single clips (audio, scores, duplicates) are collected by `sqa.data.validate`.
 
@@ -13,12 +13,10 @@ clips (`sqa.data.valid_split`).
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from sqa.data.audio import AudioError, audio_info
 
@@ -26,18 +24,6 @@ SPLITS = ("train", "valid", "test")
 # Split names used by other toolkits (ESPnet, SHEET, VoiceMOS lists), accepted in CSV manifests
 # and SingMOS-Pro split.json.
 SPLIT_ALIASES = {"dev": "valid", "val": "valid", "validation": "valid", "eval": "test"}
-# The readers a recorded corpus (an export's `data.corpus`) may name: nothing else is built.
-CORPUS_READERS = frozenset(
-    {
-        "sqa.data.readers.read_singmos_pro",
-        "sqa.data.readers.read_vmc24",
-        "sqa.data.readers.read_csv_manifest",
-        "sqa.data.synthetic.load_synthetic",
-        "sqa.data.synthetic.load_synthetic_mushra",
-    }
-)
-
-_READER_NAMES = frozenset(n.rpartition(".")[2] for n in CORPUS_READERS if n.startswith(f"{__name__}."))
 
 
 # Listening-test conditions that are rated but are not systems under test (a MUSHRA hidden
@@ -249,50 +235,3 @@ def format_counts(counts: Mapping[str, LabelCounts]) -> str:
             f"{name:<{width}} {c.clips:>6} {c.systems:>8} {c.labels:>7} {c.system_labels:>9} {c.listeners:>9}"
         )
     return "\n".join(lines)
-
-
-def __getattr__(name: str) -> Any:
-    # The readers' recorded names (`CORPUS_READERS`, conf/data/*.yaml) stay in this module;
-    # loaded on use, since sqa.data.readers builds on this module's `Clip` and `Corpus`.
-    if name in _READER_NAMES:
-        return getattr(importlib.import_module("sqa.data.readers"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def recorded_corpus(spec: Mapping[str, Any], where: str | Path) -> Corpus:
-    """Read the corpus an export records: `{_target_: <one of CORPUS_READERS>, <plain arguments>}`.
-
-    The reader and its arguments are checked before anything is called: the target must be one
-    of sqa's readers, every argument a plain value (no nested targets, no interpolations), a
-    `path` an existing .csv file and a `root` an existing folder; a recorded synthetic corpus is
-    read where it exists, never generated.
-    """
-    if not isinstance(spec, Mapping) or "_target_" not in spec:
-        raise CorpusError(f"{where}: the recorded corpus has no reader (`_target_`)")
-    target = spec["_target_"]
-    if target not in CORPUS_READERS:
-        raise CorpusError(f"{where}: refusing corpus reader {target!r}; allowed: {sorted(CORPUS_READERS)}")
-    for key, value in spec.items():
-        if not _plain(value):
-            raise CorpusError(f"{where}: corpus argument {key!r} is not a plain value ({value!r})")
-    kwargs = {k: v for k, v in spec.items() if k != "_target_"}
-    # What the readers read: a CSV manifest (`path`) or a corpus folder (`root`), nothing else.
-    if "path" in kwargs and not (str(kwargs["path"]).endswith(".csv") and Path(kwargs["path"]).is_file()):
-        raise CorpusError(f"{where}: the recorded corpus path {kwargs['path']!r} is not a .csv file")
-    if "root" in kwargs and not Path(str(kwargs["root"])).is_dir():
-        raise CorpusError(f"{where}: the recorded corpus folder {kwargs['root']!r} does not exist")
-    if target == "sqa.data.synthetic.load_synthetic":
-        # An export's record is read, never acted on: the synthetic corpus is not generated.
-        kwargs["allow_generate"] = False
-    module, _, name = str(target).rpartition(".")
-    reader = getattr(importlib.import_module(module), name)
-    return reader(**kwargs)
-
-
-def _plain(value: object) -> bool:
-    """A string without interpolation, a number, a bool, None, or a list of those."""
-    if isinstance(value, list):
-        return all(_plain(v) for v in value)
-    if isinstance(value, str):
-        return "${" not in value
-    return value is None or isinstance(value, bool | int | float)

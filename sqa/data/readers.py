@@ -2,19 +2,23 @@
 
 Every reader returns a `Corpus` of `Clip` rows. Problems in the metadata's structure raise
 `CorpusError` naming the file and the key or row at fault, never a bare KeyError. Configs and
-exports name the readers `sqa.data.corpus.read_*` (see `sqa.data.corpus.CORPUS_READERS`).
+exports name the readers `sqa.data.readers.read_*` (`CORPUS_READERS`); `recorded_corpus` reads the
+corpus an export records.
 """
 
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from sqa.core.renames import current
 from sqa.data.corpus import (
     ROLE_ANCHOR,
     ROLE_REFERENCE,
@@ -28,6 +32,17 @@ from sqa.data.corpus import (
 from sqa.metrics import AVERAGE_KEY
 
 log = logging.getLogger(__name__)
+
+# The readers a recorded corpus (an export's `data.corpus`) may name: nothing else is built.
+CORPUS_READERS = frozenset(
+    {
+        "sqa.data.readers.read_singmos_pro",
+        "sqa.data.readers.read_vmc24",
+        "sqa.data.readers.read_csv_manifest",
+        "sqa.data.synthetic.load_synthetic",
+        "sqa.data.synthetic.load_synthetic_mushra",
+    }
+)
 
 
 def read_text(path: Path, encoding: str | None = None, hint: str = "") -> str:
@@ -366,3 +381,44 @@ def _test_set(row: Mapping[str, str], split: str, where: str) -> str | None:
 def _natural_key(name: str) -> list[tuple[int, int | str]]:
     """Sort key that orders 'p2' before 'p10'."""
     return [(0, int(t)) if t.isdigit() else (1, t) for t in re.findall(r"\d+|\D+", name)]
+
+
+def recorded_corpus(spec: Mapping[str, Any], where: str | Path) -> Corpus:
+    """Read the corpus an export records: `{_target_: <one of CORPUS_READERS>, <plain arguments>}`.
+
+    The reader and its arguments are checked before anything is called: the target must be one
+    of sqa's readers, every argument a plain value (no nested targets, no interpolations), a
+    `path` an existing .csv file and a `root` an existing folder; a recorded synthetic corpus is
+    read where it exists, never generated.
+    """
+    if not isinstance(spec, Mapping) or "_target_" not in spec:
+        raise CorpusError(f"{where}: the recorded corpus has no reader (`_target_`)")
+    target = spec["_target_"]
+    if isinstance(target, str):
+        target = current(target)
+    if target not in CORPUS_READERS:
+        raise CorpusError(f"{where}: refusing corpus reader {target!r}; allowed: {sorted(CORPUS_READERS)}")
+    for key, value in spec.items():
+        if not _plain(value):
+            raise CorpusError(f"{where}: corpus argument {key!r} is not a plain value ({value!r})")
+    kwargs = {k: v for k, v in spec.items() if k != "_target_"}
+    # What the readers read: a CSV manifest (`path`) or a corpus folder (`root`), nothing else.
+    if "path" in kwargs and not (str(kwargs["path"]).endswith(".csv") and Path(kwargs["path"]).is_file()):
+        raise CorpusError(f"{where}: the recorded corpus path {kwargs['path']!r} is not a .csv file")
+    if "root" in kwargs and not Path(str(kwargs["root"])).is_dir():
+        raise CorpusError(f"{where}: the recorded corpus folder {kwargs['root']!r} does not exist")
+    if target == "sqa.data.synthetic.load_synthetic":
+        # An export's record is read, never acted on: the synthetic corpus is not generated.
+        kwargs["allow_generate"] = False
+    module, _, name = str(target).rpartition(".")
+    reader = getattr(importlib.import_module(module), name)
+    return reader(**kwargs)
+
+
+def _plain(value: object) -> bool:
+    """A string without interpolation, a number, a bool, None, or a list of those."""
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, str):
+        return "${" not in value
+    return value is None or isinstance(value, bool | int | float)

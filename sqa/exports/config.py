@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
+from sqa.core.renames import rename_targets
 from sqa.data.audio import MAX_SAMPLE_RATE
-from sqa.data.corpus import CORPUS_READERS
 from sqa.data.pitch import F0Extractor
+from sqa.data.readers import CORPUS_READERS
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.models.ssl import SSL_BACKBONES, TransformersWav2Vec2
@@ -41,7 +42,7 @@ TARGET_PLACES = {
     ("model", "backbone"): BACKBONE_TARGETS,
     ("f0",): frozenset({F0_TARGET}),
     # The corpus a run was tested on, for `eval.py`; never built by `load_export`, and
-    # `sqa.data.corpus.recorded_corpus` checks it again before reading it.
+    # `sqa.data.readers.recorded_corpus` checks it again before reading it.
     ("data", "corpus"): CORPUS_READERS,
 }
 # Constructor arguments that read or write files: an export records an architecture, never a
@@ -94,6 +95,8 @@ def read_export_config(config_path: Path) -> dict[str, Any]:
         raise ExportError(f"{config_path}: nested too deeply") from err
     if not isinstance(config, dict):
         raise ExportError(f"{config_path}: expected a mapping at the top level, got {type(config).__name__}")
+    # Exports written before a module moved name it by its old path.
+    rename_targets(config)
     _check_plain(config, (), config_path)
     _check_top_level(config, config_path)
     _check_arguments(config["model"], ("model",), config_path)

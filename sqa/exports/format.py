@@ -21,8 +21,7 @@ import torch
 
 from sqa.core.atomic import atomic_dir, json_text
 from sqa.data.pitch import F0Extractor
-from sqa.exports import config as export_config
-from sqa.exports.config import FORMAT_VERSION, ExportError, read_bounded, read_export_config
+from sqa.exports.config import FORMAT_VERSION, ExportError, build_node, read_bounded, read_export_config
 from sqa.models.predictor import MOSPredictor
 
 # The largest model an export may hold (4 GB of float32 weights; wav2vec2 large has 317M).
@@ -229,7 +228,7 @@ def _check_against(
 def _sized_model(config: dict[str, Any], config_path: Path) -> MOSPredictor:
     """The export's model built on the meta device (no memory), refused above MAX_PARAMETERS."""
     with torch.device("meta"):
-        model = export_config.build_node(config["model"], ("model",), config_path)
+        model = build_node(config["model"], ("model",), config_path)
     count = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
     if count > MAX_PARAMETERS:
         raise ExportError(
@@ -250,7 +249,7 @@ def load_export(
     config = read_export_config(config_path)
     _check_data_files(config_path.parent)
     state = read_weights(weights_path, _sized_model(config, config_path).state_dict())
-    predictor = export_config.build_node(config["model"], ("model",), config_path)
-    f0_extractor = export_config.build_node(config["f0"], ("f0",), config_path) if config.get("f0") else None
+    predictor = build_node(config["model"], ("model",), config_path)
+    f0_extractor = build_node(config["f0"], ("f0",), config_path) if config.get("f0") else None
     predictor.load_state_dict(state)
     return predictor.eval(), config, f0_extractor

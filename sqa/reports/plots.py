@@ -12,10 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
-from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
-from lightning.pytorch.trainer.states import TrainerFn
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -31,56 +28,6 @@ SCORE_RANGE = (1.0, 5.0)
 SELECTED_LABEL = "selected checkpoint"
 
 History = dict[str, list[tuple[int, float]]]
-
-
-class MetricHistory(L.Callback):
-    """Records `train/*` values every `every_n_steps` steps and `val/*` values after each validation.
-
-    Works with any logger or none, as it reads `trainer.callback_metrics`. The history travels in
-    checkpoints, so a resumed run draws its curves from the first step.
-    """
-
-    def __init__(self, every_n_steps: int | None = None) -> None:
-        self.every_n_steps = every_n_steps
-        self.history: History = {}
-        self._last_train_step = -1
-
-    def _record(self, trainer: L.Trainer, prefix: str) -> None:
-        step = trainer.global_step
-        for key, value in trainer.callback_metrics.items():
-            if key.startswith(prefix):
-                self.history.setdefault(key, []).append((step, float(value)))
-
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        """Record the training values at the logging interval (reading them syncs with the device)."""
-        every = self.every_n_steps or trainer.log_every_n_steps
-        step = trainer.global_step
-        # Gradient accumulation repeats a global step over several batches; record each step once.
-        if step % every == 0 and step != self._last_train_step:
-            self._last_train_step = step
-            self._record(trainer, "train/")
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Record the validation values (hooked here because epoch-end callbacks run before logging)."""
-        if not trainer.sanity_checking:
-            self._record(trainer, "val/")
-
-    def state_dict(self) -> dict[str, Any]:
-        """The recorded history, saved with each checkpoint."""
-        return {"history": {key: [list(point) for point in values] for key, values in self.history.items()}}
-
-    def on_load_checkpoint(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        """Restore the history when resuming a fit."""
-        # Testing from the best checkpoint restores callbacks too; that must not cut the history.
-        state = checkpoint.get("callbacks", {}).get(self.state_key)
-        if trainer.state.fn == TrainerFn.FITTING and state:
-            self.history = {
-                key: [(int(s), float(v)) for s, v in values] for key, values in state["history"].items()
-            }
 
 
 def _figure(size: tuple[float, float]) -> Figure:
@@ -232,20 +179,3 @@ def write_run_plots(
         write_curves(history, out_dir, selected_step),
     ]
     return {f"plots/{path.stem}": path for path in paths}
-
-
-def log_figures(logger: Logger | bool | None, figures: Mapping[str, Path], step: int = 0) -> None:
-    """Log PNG files by tag to TensorBoard or wandb; other loggers keep the files as the record."""
-    if isinstance(logger, TensorBoardLogger):
-        from matplotlib.image import imread
-
-        for tag, path in figures.items():
-            logger.experiment.add_image(tag, imread(path), step, dataformats="HWC")
-        # The trainer has already finalized the logger; without a flush the images could stay buffered.
-        logger.experiment.flush()
-    elif isinstance(logger, WandbLogger):
-        import wandb
-
-        logger.experiment.log(
-            {**{tag: wandb.Image(str(path)) for tag, path in figures.items()}, "trainer/global_step": step}
-        )

@@ -1,4 +1,4 @@
-"""The training callbacks: built from the `callbacks` config group, plus sqa's own two.
+"""The training callbacks: built from the `callbacks` config group, plus sqa's own three.
 
 `conf/callbacks/` holds one file per callback; `instantiate_callbacks` adds what only the run
 knows (its directory, the selection rule's mode, the log interval) and leaves out the progress
@@ -16,9 +16,11 @@ import lightning as L
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig
 
 from sqa.core.atomic import atomic_write
+from sqa.reports.plots import History
 
 log = logging.getLogger(__name__)
 
@@ -99,3 +101,53 @@ class ValidationLog(L.Callback):
 def checkpoint_step(path: str | Path) -> int:
     """The global step at which a Lightning checkpoint was saved (read without loading its tensors)."""
     return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+
+
+class MetricHistory(L.Callback):
+    """Records `train/*` values every `every_n_steps` steps and `val/*` values after each validation.
+
+    Works with any logger or none, as it reads `trainer.callback_metrics`. The history travels in
+    checkpoints, so a resumed run draws its curves from the first step.
+    """
+
+    def __init__(self, every_n_steps: int | None = None) -> None:
+        self.every_n_steps = every_n_steps
+        self.history: History = {}
+        self._last_train_step = -1
+
+    def _record(self, trainer: L.Trainer, prefix: str) -> None:
+        step = trainer.global_step
+        for key, value in trainer.callback_metrics.items():
+            if key.startswith(prefix):
+                self.history.setdefault(key, []).append((step, float(value)))
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """Record the training values at the logging interval (reading them syncs with the device)."""
+        every = self.every_n_steps or trainer.log_every_n_steps
+        step = trainer.global_step
+        # Gradient accumulation repeats a global step over several batches; record each step once.
+        if step % every == 0 and step != self._last_train_step:
+            self._last_train_step = step
+            self._record(trainer, "train/")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Record the validation values (hooked here because epoch-end callbacks run before logging)."""
+        if not trainer.sanity_checking:
+            self._record(trainer, "val/")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The recorded history, saved with each checkpoint."""
+        return {"history": {key: [list(point) for point in values] for key, values in self.history.items()}}
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Restore the history when resuming a fit."""
+        # Testing from the best checkpoint restores callbacks too; that must not cut the history.
+        state = checkpoint.get("callbacks", {}).get(self.state_key)
+        if trainer.state.fn == TrainerFn.FITTING and state:
+            self.history = {
+                key: [(int(s), float(v)) for s, v in values] for key, values in state["history"].items()
+            }

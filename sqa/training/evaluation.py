@@ -22,8 +22,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.atomic import atomic_write_text
+from sqa.core.renames import rename_targets
 from sqa.data.audio import AudioError
-from sqa.data.corpus import Corpus, CorpusError, recorded_corpus
+from sqa.data.corpus import Corpus, CorpusError
+from sqa.data.readers import recorded_corpus
 from sqa.exports.format import ExportError, load_export
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
@@ -60,6 +62,7 @@ def _choice(*values: Any) -> Any:
 
 def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     """Score the test sets of `cfg.data` (or the export's recorded corpus); write and return the metrics."""
+    rename_targets(cfg)
     out_dir = Path(out_dir)
     export_dir = Path(cfg.export)
     predictor, config, f0_extractor = load_export(export_dir)
@@ -113,7 +116,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
 
 # An absolute path: Hydra reads a relative one as a Python package when main is imported.
 @hydra.main(
-    config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="eval", version_base="1.3"
+    config_path=str(Path(__file__).resolve().parents[2] / "conf"), config_name="eval", version_base="1.3"
 )
 def main(cfg: DictConfig) -> None:
     """Entry point of `eval.py` and `sqa-eval`; a bad export, corpus or setting ends in one line."""

@@ -17,16 +17,22 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.prediction import OVERALL
+from sqa.core.renames import rename_targets
 from sqa.data.corpus import CorpusError, count_labels, format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
 from sqa.exports.format import export_predictor, read_weights
-from sqa.reports import plots
 from sqa.training.callbacks import AtomicCheckpointIO, checkpoint_step, instantiate_callbacks
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
 from sqa.training.run_dir import is_leader, lock, log_to_file, prepare
-from sqa.training.run_outputs import recorded_data, report_selection, run_info, write_test_outputs
+from sqa.training.run_outputs import (
+    log_figures,
+    recorded_data,
+    report_selection,
+    run_info,
+    write_test_outputs,
+)
 from sqa.training.selection import SelectionRule, choose_rule
 
 log = logging.getLogger(__name__)
@@ -170,8 +176,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
 
     The run owns `run_dir` while it runs (see `sqa.training.run_dir`): a directory in use by another run,
     or holding a previous run's outputs without `cfg.resume` or `cfg.overwrite`, is an error.
-    Under DDP only the first rank claims it; the other ranks write nothing there.
+    Under DDP only the first rank claims it; the other ranks write nothing there. `_target_`s
+    that name sqa's old module paths are mapped to the current ones (`sqa.core.renames`).
     """
+    rename_targets(cfg)
     if not is_leader():
         return _fit_test_export(cfg, Path(run_dir))
     settings = RunSettings.of(cfg)
@@ -266,7 +274,7 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         score_range=datamodule.corpus.score_range,
         selected_step=checkpoint_step(checkpoint.best_model_path),
     )
-    plots.log_figures(logger, figures, step=trainer.global_step)
+    log_figures(logger, figures, step=trainer.global_step)
     export_predictor(
         module.predictor,
         export_dir,

@@ -6,15 +6,17 @@ import importlib.metadata
 import logging
 import math
 import platform
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json
 from sqa.core.provenance import package_versions
-from sqa.data.corpus import CORPUS_READERS
+from sqa.data.readers import CORPUS_READERS
 from sqa.reports import plots
 from sqa.reports.tables import format_table
 from sqa.training.datamodule import MOSDataModule
@@ -138,3 +140,20 @@ def report_selection(info: dict[str, Any], scores: list[tuple[int, float]], best
             best,
         )
     atomic_write_json(run_dir / "run_info.json", info)
+
+
+def log_figures(logger: Logger | bool | None, figures: Mapping[str, Path], step: int = 0) -> None:
+    """Log PNG files by tag to TensorBoard or wandb; other loggers keep the files as the record."""
+    if isinstance(logger, TensorBoardLogger):
+        from matplotlib.image import imread
+
+        for tag, path in figures.items():
+            logger.experiment.add_image(tag, imread(path), step, dataformats="HWC")
+        # The trainer has already finalized the logger; without a flush the images could stay buffered.
+        logger.experiment.flush()
+    elif isinstance(logger, WandbLogger):
+        import wandb
+
+        logger.experiment.log(
+            {**{tag: wandb.Image(str(path)) for tag, path in figures.items()}, "trainer/global_step": step}
+        )

@@ -280,7 +280,7 @@ def test_every_recorded_reader_name_resolves_to_its_reader():
     from hydra.utils import get_method
 
     from sqa.data import readers, synthetic
-    from sqa.data.corpus import CORPUS_READERS
+    from sqa.data.readers import CORPUS_READERS
 
     found = {name: get_method(name) for name in sorted(CORPUS_READERS)}
     assert found == {

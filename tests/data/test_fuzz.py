@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sqa.data.audio import AudioError, load_audio
-from sqa.data.corpus import CorpusError, read_csv_manifest, read_singmos_pro, read_vmc24
+from sqa.data.corpus import CorpusError
+from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

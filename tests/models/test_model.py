@@ -203,7 +203,7 @@ def test_export_records_dimensions_and_judges(tmp_path):
 
 # Exports written by sqa before the SSL sources became the `sqa.models.ssl` package (commit
 # 4b4670a): config.yaml and model.pt as that code wrote them, and the scores it gave on `golden_batch`.
-OLD_EXPORTS = Path(__file__).parent / "data" / "exports_before_ssl_package"
+OLD_EXPORTS = Path(__file__).parents[1] / "assets" / "exports_before_ssl_package"
 OLD_SCORES = {
     "torchaudio": [3.260983, 3.348874, 3.101514, 3.279855],
     "logmel": [1.98195, 1.964042],

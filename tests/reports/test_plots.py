@@ -12,6 +12,7 @@ from matplotlib.image import imread
 
 from sqa import metrics
 from sqa.reports import plots
+from sqa.training.callbacks import MetricHistory
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -119,7 +120,7 @@ def fake_trainer(**kwargs) -> SimpleNamespace:
 
 
 def test_history_records_train_values_at_the_logging_interval_and_val_after_validation():
-    history = plots.MetricHistory()
+    history = MetricHistory()
     trainer = fake_trainer()
     for step in range(1, 26):
         trainer.global_step = step
@@ -138,17 +139,17 @@ def test_history_records_train_values_at_the_logging_interval_and_val_after_vali
 
 
 def test_history_is_restored_when_resuming_a_fit_but_not_when_testing():
-    saved = plots.MetricHistory()
+    saved = MetricHistory()
     saved.history = {"train/loss": [(10, 0.5)], "val/selection": [(25, 0.4)]}
     checkpoint = {"callbacks": {saved.state_key: saved.state_dict()}}
 
     current = {"train/loss": [(10, 0.5), (20, 0.3)]}
-    tested = plots.MetricHistory()
+    tested = MetricHistory()
     tested.history = dict(current)
     tested.on_load_checkpoint(fake_trainer(state=SimpleNamespace(fn=TrainerFn.TESTING)), None, checkpoint)
     assert tested.history == current
 
-    resumed = plots.MetricHistory()
+    resumed = MetricHistory()
     resumed.on_load_checkpoint(fake_trainer(), None, checkpoint)
     assert resumed.history == saved.history
 

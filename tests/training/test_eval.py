@@ -14,7 +14,8 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from sqa.data.corpus import Clip, Corpus, CorpusError, recorded_corpus
+from sqa.data.corpus import Clip, Corpus, CorpusError
+from sqa.data.readers import recorded_corpus
 from sqa.exports.format import ExportError
 from sqa.training.evaluation import evaluate, evaluation_corpus
 from sqa.training.run import run
