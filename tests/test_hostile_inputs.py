@@ -19,8 +19,8 @@ import soundfile as sf
 
 from sqa.core.artefacts import spreadsheet_safe
 from sqa.data.audio import MAX_AUDIO_SAMPLES, AudioError, load_audio
-from sqa.data.corpus import CorpusError, recorded_corpus
-from sqa.data.readers import read_csv_manifest
+from sqa.data.corpus import CorpusError
+from sqa.data.readers import read_csv_manifest, recorded_corpus
 from sqa.data.valid_split import read_valid_split
 from sqa.exports import importers
 from sqa.reports import compare, results
