@@ -70,7 +70,7 @@ def test_over_limit_audio_is_refused_from_its_header_and_the_rest_is_scored_unde
     code = (
         "import resource, sys\n"
         f"resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, {MEMORY_LIMIT}))\n"
-        "from sqa import score\n"
+        "from sqa.scoring import cli as score\n"
         "sys.exit(score.main(sys.argv[1:]))\n"
     )
     args = [

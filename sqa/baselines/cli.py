@@ -43,7 +43,7 @@ from sqa.data.corpus import ROLES, Clip, Corpus, CorpusError
 from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 from sqa.data.synthetic import load_synthetic, load_synthetic_mushra
 from sqa.data.validate import Problem, format_report
-from sqa.reports import plots, tables
+from sqa.reports import tables
 
 CORPORA = ("synthetic", "synthetic_mushra", "singmos_pro", "singmos_vmc24", "csv")
 # DNSMOS's own scale: a corpus on it needs no map.
@@ -234,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                 block[level].update({key: math.nan for key in metrics.ERROR_METRICS})
     artefacts.write_metrics(run_dir, results)
     artefacts.write_predictions(run_dir, rows)
+    # Here, not at the top: without the baseline extra the command stops first, naming it.
+    from sqa.reports import plots
+
     plots.write_test_plots(rows, results, run_dir / "plots", corpus.score_range)
     atomic_write_json(run_dir / "run_info.json", info)
     print(f"DNSMOS {args.output.upper()} on {len(rows)} test clips ({seconds:.1f} s), written to {run_dir}:")

@@ -16,10 +16,11 @@ def test_every_moved_path_resolves_and_the_old_one_no_longer_exists(old, new):
     assert get_object(new) is not None
     module, _, name = old.rpartition(".")
     try:
-        gone = not hasattr(importlib.import_module(module), name)
-    except ModuleNotFoundError:
-        gone = True
-    assert gone, f"{old} still exists: it needs no entry"
+        found = getattr(importlib.import_module(module), name)
+    except (ModuleNotFoundError, AttributeError):
+        found = None
+    # An old module whose name a package took (sqa.training, sqa.scoring) still maps its objects.
+    assert found is None or hasattr(found, "__path__"), f"{old} still exists: it needs no entry"
 
 
 def test_an_object_entry_wins_over_its_module_entry():

@@ -288,6 +288,7 @@ def test_every_recorded_reader_name_resolves_to_its_reader():
         "sqa.data.readers.read_singmos_pro": readers.read_singmos_pro,
         "sqa.data.readers.read_vmc24": readers.read_vmc24,
         "sqa.data.synthetic.load_synthetic": synthetic.load_synthetic,
+        "sqa.data.synthetic.load_synthetic_mushra": synthetic.load_synthetic_mushra,
     }
     with pytest.raises(AttributeError, match="read_nothing"):
         from sqa.data import corpus

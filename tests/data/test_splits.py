@@ -274,7 +274,7 @@ def test_carving_rounds_to_the_nearest_count_and_keeps_a_training_clip_at_any_sh
     assert given(0.95) == {"A": 8, "B": 6, "C": 2, "D": 1}
     assert given(0.01) == {"A": 1, "B": 1, "C": 1, "D": 1}
     for share in (0, 1, -0.2, 1.5):
-        with pytest.raises(ValueError, match=rf"valid_share must be in \(0, 1\), got {share}"):
+        with pytest.raises(ValueError, match=rf"the share to carve must be in \(0, 1\), got {share}"):
             carve_valid(corpus, share, 0)
 
 

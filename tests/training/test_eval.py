@@ -69,6 +69,9 @@ def test_eval_of_a_runs_export_reproduces_its_test_results(trained, tmp_path):
         "sample_rate_filter": None,
         "score_range": [1.0, 5.0],
         "encoding": None,
+        "replicates": "per_listener",
+        "reference_systems": [],
+        "anchor_systems": [],
     }
     assert config["test"] == {"seed": 0, "bootstrap": 200}
     # The corpus recorded in the export, and the same corpus named on the command line.
