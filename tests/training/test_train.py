@@ -340,7 +340,7 @@ def test_a_0_to_100_run_reports_on_0_to_100_and_sets_references_and_anchors_apar
     # Every scatter drawn on the 0-100 axes.
     assert drawn == {(0.0, 100.0)} and mushra_runs["1-5"][3] == {(1.0, 5.0)}
     card = (run_dir / "export" / "README.md").read_text()
-    assert "on the 0–100 scale" in card and "score_range:\n  - 0.0\n  - 100.0" in card
+    assert "on the 0–100 scale" in card and "score_range:\n- 0.0\n- 100.0" in card
     # References and anchors have rows of their own, outside the average.
     assert {"reference", "anchor", "test1", "test2", "test3", "avg"} == set(results)
     assert set(saved["avg"]["averaged_over"]["utt"]["rmse"]) == {"test1", "test2", "test3"}
