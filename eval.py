@@ -1,6 +1,7 @@
 """Hydra entry point: score every test set of a labelled corpus with an exported model.
 
 python eval.py export=runs/x/export                                  # the corpus recorded in the export
+python eval.py export=runs/x/export data.corpus.root=DIR             # ... which has moved to DIR
 python eval.py export=runs/x/export data=csv data.corpus.path=m.csv  # another labelled corpus
 """
 

@@ -274,6 +274,7 @@ EXPECTED_DATA = {
         "corpus": {
             "_target_": "sqa.data.readers.read_csv_manifest",
             "path": "???",
+            "root": None,
             "default_split": None,
             "sample_rate_filter": None,
             "score_range": [1.0, 5.0],

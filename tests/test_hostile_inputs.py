@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -274,6 +275,14 @@ def test_a_recorded_synthetic_corpus_is_never_generated(synthetic_root, tmp_path
     assert list((tmp_path / "foreign").iterdir()) == []
     existing = {"_target_": "sqa.data.synthetic.load_synthetic", "root": str(synthetic_root)}
     assert len(recorded_corpus(existing, "config.yaml").test_sets()) == 3
+    # The MUSHRA-style corpus is not generated either: neither its audio nor its manifest.
+    mushra = {"_target_": "sqa.data.synthetic.load_synthetic_mushra", "root": str(tmp_path / "foreign")}
+    with pytest.raises(CorpusError, match="foreign/audio: no synthetic corpus there"):
+        recorded_corpus({**mushra, "allow_generate": True}, "config.yaml")
+    shutil.copytree(synthetic_root, tmp_path / "foreign" / "audio")
+    with pytest.raises(CorpusError, match="mushra.csv: no MUSHRA-style manifest there"):
+        recorded_corpus(mushra, "config.yaml")
+    assert sorted(p.name for p in (tmp_path / "foreign").iterdir()) == ["audio"]
 
 
 @pytest.mark.parametrize("path", ["/etc/passwd", "/etc"])

@@ -279,6 +279,7 @@ def read_csv_manifest(
     replicates: str = "per_listener",
     reference_systems: Sequence[str] = (),
     anchor_systems: Sequence[str] = (),
+    root: str | Path | None = None,
 ) -> Corpus:
     """Read a SHEET-style CSV manifest; rows of one sample from several listeners are averaged.
 
@@ -287,8 +288,10 @@ def read_csv_manifest(
     `eval` accepted), test_set, role (`reference`, `anchor` or empty) and extra score columns
     `score_<name>`. A manifest of training rows only gets its test and validation splits carved
     by the data module.
-    Relative paths resolve against the CSV's folder. The rows' scores by `listener_id` (where
-    given; a listener's repeated rows averaged) are kept in `Clip.ratings`. A clip's score is
+    A relative `path` resolves against `root` where one is given (the corpus folder, which an
+    export records so that the corpus can move); relative audio paths against the CSV's folder.
+    The rows' scores by `listener_id` (where given; a listener's repeated rows averaged) are
+    kept in `Clip.ratings`. A clip's score is
     the mean over its listeners of each listener's mean rating (`replicates="per_listener"`: a
     listener who rated a clip twice counts once; rows without a listener count as one listener
     each) or the mean of all its rows (`"pooled"`). The clips of `reference_systems` and
@@ -300,7 +303,7 @@ def read_csv_manifest(
     if replicates not in REPLICATE_MODES:
         raise ValueError(f"replicates must be one of {list(REPLICATE_MODES)}, got {replicates!r}")
     roles = {**{s: ROLE_ANCHOR for s in anchor_systems}, **{s: ROLE_REFERENCE for s in reference_systems}}
-    path = Path(path)
+    path = Path(root) / path if root is not None else Path(path)
     text = read_text(path, encoding, " or set data.corpus.encoding (e.g. latin-1)")
     reader = csv.DictReader(io.StringIO(text, newline=""))
     columns = reader.fieldnames or []
@@ -383,9 +386,12 @@ def _natural_key(name: str) -> list[tuple[int, int | str]]:
     return [(0, int(t)) if t.isdigit() else (1, t) for t in re.findall(r"\d+|\D+", name)]
 
 
-def recorded_corpus(spec: Mapping[str, Any], where: str | Path) -> Corpus:
+def recorded_corpus(spec: Mapping[str, Any], where: str | Path, root: str | Path | None = None) -> Corpus:
     """Read the corpus an export records: `{_target_: <one of CORPUS_READERS>, <plain arguments>}`.
 
+    The corpus folder is `root` where the user gives one (it has moved), else the recorded
+    `root`, which is relative to the folder of `where` (the export's config.yaml; exports of
+    older versions recorded an absolute one); a CSV manifest's `path` is relative to that folder.
     The reader and its arguments are checked before anything is called: the target must be one
     of sqa's readers, every argument a plain value (no nested targets, no interpolations), a
     `path` an existing .csv file and a `root` an existing folder; a recorded synthetic corpus is
@@ -402,13 +408,21 @@ def recorded_corpus(spec: Mapping[str, Any], where: str | Path) -> Corpus:
         if not _plain(value):
             raise CorpusError(f"{where}: corpus argument {key!r} is not a plain value ({value!r})")
     kwargs = {k: v for k, v in spec.items() if k != "_target_"}
+    move = "; if the corpus has moved, name its folder: eval.py export=... data.corpus.root=DIR"
+    if root is not None:
+        kwargs["root"] = str(root)
+    elif kwargs.get("root") is not None:
+        kwargs["root"] = str(Path(where).parent / str(kwargs["root"]))
     # What the readers read: a CSV manifest (`path`) or a corpus folder (`root`), nothing else.
-    if "path" in kwargs and not (str(kwargs["path"]).endswith(".csv") and Path(kwargs["path"]).is_file()):
-        raise CorpusError(f"{where}: the recorded corpus path {kwargs['path']!r} is not a .csv file")
-    if "root" in kwargs and not Path(str(kwargs["root"])).is_dir():
-        raise CorpusError(f"{where}: the recorded corpus folder {kwargs['root']!r} does not exist")
-    if target == "sqa.data.synthetic.load_synthetic":
-        # An export's record is read, never acted on: the synthetic corpus is not generated.
+    if "path" in kwargs:
+        path = Path(str(kwargs["path"]))
+        full = Path(kwargs["root"]) / path if kwargs.get("root") is not None else path
+        if not (path.suffix == ".csv" and full.is_file()):
+            raise CorpusError(f"{where}: the recorded corpus path {str(full)!r} is not a .csv file{move}")
+    elif kwargs.get("root") is not None and not Path(kwargs["root"]).is_dir():
+        raise CorpusError(f"{where}: the recorded corpus folder {kwargs['root']!r} does not exist{move}")
+    if target in ("sqa.data.synthetic.load_synthetic", "sqa.data.synthetic.load_synthetic_mushra"):
+        # An export's record is read, never acted on: a synthetic corpus is not generated.
         kwargs["allow_generate"] = False
     module, _, name = str(target).rpartition(".")
     reader = getattr(importlib.import_module(module), name)

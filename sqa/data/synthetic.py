@@ -321,6 +321,7 @@ def load_synthetic_mushra(
     clips_per_system: int = 14,
     systems_per_batch: tuple[int, ...] = (12, 12, 10, 8, 8),
     replicates: str = "per_listener",
+    allow_generate: bool = True,
 ) -> Corpus:
     """The synthetic corpus as a MUSHRA-style listening test: 0-100 ratings, one row per rating.
 
@@ -328,14 +329,18 @@ def load_synthetic_mushra(
     missing); `<root>/mushra.csv` holds a row per listener rating with `listener_id`, `role`
     (`reference` for each batch's clean system, `anchor` for its worst one) and `replicate`
     (1 for a listener's second rating of a clip), and is read as a CSV manifest on the 0-100
-    scale, replicates averaged as `replicates` says.
+    scale, replicates averaged as `replicates` says. `allow_generate=False` reads only what exists.
     """
     root = Path(root)
-    audio = load_synthetic(root / "audio", seed, clips_per_system, systems_per_batch)
+    audio = load_synthetic(
+        root / "audio", seed, clips_per_system, systems_per_batch, allow_generate=allow_generate
+    )
     manifest = root / MUSHRA_MANIFEST
     marker = root / "mushra.json"
     expected = {"format": MUSHRA_FORMAT_VERSION, **_signature(seed, clips_per_system, systems_per_batch)}
     if not manifest.is_file():
+        if not allow_generate:
+            raise CorpusError(f"{manifest}: no MUSHRA-style manifest there (allow_generate is false)")
         kinds = {
             s: v["type"]
             for s, v in json.loads((root / "audio" / "info" / "sys_info.json").read_text()).items()

@@ -12,8 +12,9 @@ against them before the real model is built.
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ def export_predictor(
     test: Mapping[str, Any] | None = None,
     run_info: Mapping[str, Any] | None = None,
     training: Mapping[str, Any] | None = None,
+    files: Sequence[Path] = (),
 ) -> Path:
     """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`.
 
@@ -54,7 +56,8 @@ def export_predictor(
     dimensions and judge count; `data` (plain values: the corpus reader and its arguments) and
     `test` (seed and bootstrap of the test metrics) let `eval.py` recompute those metrics.
     README.md is the model card (`sqa.exports.model_card`), drawn also from the run's `run_info` (copied
-    to run_info.json) and resolved `training` configuration.
+    to run_info.json) and resolved `training` configuration. `files` (a run's split CSVs) are
+    copied in by name.
     """
     # Here, not at the top: loading an export needs only the core install (no omegaconf).
     from omegaconf import OmegaConf
@@ -83,6 +86,8 @@ def export_predictor(
             (tmp / "run_info.json").write_text(json_text(run_info))
         card = model_card.render(config, metrics or {}, dimension_metrics, run_info, training)
         (tmp / "README.md").write_text(card, encoding="utf-8")
+        for path in files:
+            shutil.copyfile(path, tmp / path.name)
     return directory
 
 

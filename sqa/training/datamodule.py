@@ -32,6 +32,18 @@ def available_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def _log_moved(split: str, clips: Sequence[Clip], split_csv: str | None, carving: str) -> None:
+    """Say how many training clips of how many systems went to `split`, and from where."""
+    log.info(
+        "%s split: %d training clip(s) of %d systems moved to %s (%s)",
+        split,
+        len(clips),
+        len({c.system_id for c in clips}),
+        split,
+        f"from {split_csv}" if split_csv else carving,
+    )
+
+
 class MOSDataModule(L.LightningDataModule):
     """Loaders over a `Corpus`: shuffled training clips, per-domain validation, per-set test.
 
@@ -141,12 +153,7 @@ class MOSDataModule(L.LightningDataModule):
         else:
             return corpus
         self.carved_test = corpus.split("test")
-        log.info(
-            "test split: %d training clip(s) of %d systems moved to test (%s)",
-            len(self.carved_test),
-            len({c.system_id for c in self.carved_test}),
-            f"from {split_csv}" if split_csv else f"carved by {by}: {share:g}, seed {seed}",
-        )
+        _log_moved("test", self.carved_test, split_csv, f"carved by {by}: {share:g}, seed {seed}")
         return corpus
 
     def _with_valid_split(
@@ -161,12 +168,7 @@ class MOSDataModule(L.LightningDataModule):
         else:
             return corpus
         self.carved_valid = [c for c in corpus.split("valid") if c.sample_id not in before]
-        log.info(
-            "validation split: %d training clip(s) of %d systems moved to validation (%s)",
-            len(self.carved_valid),
-            len({c.system_id for c in self.carved_valid}),
-            f"from {split_csv}" if split_csv else f"carved by {by}: {share:g}, seed {seed}",
-        )
+        _log_moved("validation", self.carved_valid, split_csv, f"carved by {by}: {share:g}, seed {seed}")
         return corpus
 
     def label_counts(self) -> dict[str, LabelCounts]:

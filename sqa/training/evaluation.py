@@ -1,6 +1,7 @@
 """Evaluate-only: score every test set of a labelled corpus with an exported model.
 
     python eval.py export=<export dir>                                # the corpus the export records
+    python eval.py export=<export dir> data.corpus.root=DIR           # ... which has moved to DIR
     python eval.py export=<export dir> data=csv data.corpus.path=m.csv  # another corpus
 
 Writes metrics.json (metrics_<dim>.json), predictions.csv and plots/ into the output folder
@@ -26,6 +27,7 @@ from sqa.core.renames import rename_targets
 from sqa.data.audio import AudioError
 from sqa.data.corpus import Corpus, CorpusError
 from sqa.data.readers import recorded_corpus
+from sqa.data.valid_split import read_valid_split
 from sqa.exports.format import ExportError, load_export
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
@@ -47,12 +49,26 @@ def evaluation_corpus(corpus: Corpus, domains: list[str], uses_domains: bool) ->
     """
     clips = [c for c in corpus.clips if c.split == "test"]
     if not clips:
-        raise CorpusError("the corpus has no test clips to evaluate")
+        raise CorpusError(
+            "the corpus has no test clips to evaluate; for a corpus whose test split a run carved, "
+            "name it: data.test_split_csv=<run dir>/test_split.csv"
+        )
     unknown = sorted({c.domain for c in clips} - set(domains))
     if unknown and uses_domains:
         log.warning("domains %s are unknown to the export; scored as its domain %r", unknown, domains[0])
     clips = [replace(c, domain=domains[0]) if c.domain in unknown else c for c in clips]
     return Corpus(clips, list(domains), corpus.score_range, corpus.systems)
+
+
+def recorded_split(export_dir: Path, name: object) -> Path | None:
+    """The export's copy of its run's carved test split (`test_split.csv`), or None."""
+    if name is None:
+        return None
+    # Only a file of the export itself, whatever the record says.
+    path = export_dir / Path(str(name)).name
+    if path.is_symlink() or not path.is_file():
+        raise ExportError(f"{path}: the export's test split is missing; the export is incomplete")
+    return path
 
 
 def _choice(*values: Any) -> Any:
@@ -68,19 +84,26 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     predictor, config, f0_extractor = load_export(export_dir)
     recorded = config.get("data") or {}
     test = config.get("test") or {}
-    if cfg.get("data") is not None:
+    user_corpus = OmegaConf.select(cfg, "data.corpus._target_") is not None
+    if user_corpus:
         # The user's own config (a data group on the command line) is trusted like train.py's.
         corpus = instantiate(cfg.data.corpus)
         batch_size = cfg.data.get("eval_batch_size")
         source = OmegaConf.to_container(cfg.data.corpus, resolve=True)
+        split_csv = cfg.data.get("test_split_csv")
     elif recorded.get("corpus"):
-        corpus = recorded_corpus(recorded["corpus"], export_dir / "config.yaml")
+        root = OmegaConf.select(cfg, "data.corpus.root")
+        corpus = recorded_corpus(recorded["corpus"], export_dir / "config.yaml", root)
         batch_size = recorded.get("eval_batch_size")
-        source = recorded["corpus"]
+        source = {**recorded["corpus"], **({"root": root} if root is not None else {})}
+        split_csv = recorded_split(export_dir, recorded.get("test_split_csv"))
     else:
         raise CorpusError(
             f"{export_dir / 'config.yaml'}: records no corpus; name one, e.g. data=csv data.corpus.path=..."
         )
+    if split_csv is not None and not corpus.split("test"):
+        # A run carved its test split from a corpus without one: the same clips are its test set.
+        corpus = corpus.with_test(read_valid_split(split_csv), split_csv)
     domains = list(config.get("domains") or ["default"])
     datamodule = MOSDataModule(
         evaluation_corpus(corpus, domains, predictor.domain is not None),

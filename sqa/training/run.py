@@ -230,10 +230,11 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         info["selection"] = rule.record()
         if datamodule.carved_valid:
             write_valid_split(datamodule.carved_valid, run_dir / "valid_split.csv")
-            info["valid_split_csv"] = str(run_dir / "valid_split.csv")
+            # Relative to the run directory (and the export, which holds a copy).
+            info["valid_split_csv"] = "valid_split.csv"
         if datamodule.carved_test:
             write_valid_split(datamodule.carved_test, run_dir / "test_split.csv")
-            info["test_split_csv"] = str(run_dir / "test_split.csv")
+            info["test_split_csv"] = "test_split.csv"
         atomic_write_json(run_dir / "run_info.json", info)
         if datamodule.problems:
             atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
@@ -284,10 +285,11 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         dimension_metrics=module.dimension_results,
         overwrite=settings.overwrite_export,
         f0_extractor=datamodule.f0_extractor,
-        data=recorded_data(cfg),
+        data=recorded_data(cfg, export_dir, info.get("test_split_csv")),
         test={"seed": settings.seed, "bootstrap": settings.bootstrap},
         run_info=info,
         training=OmegaConf.to_container(cfg, resolve=True),
+        files=[run_dir / info[key] for key in ("valid_split_csv", "test_split_csv") if key in info],
     )
     log.info("Exported the best model to %s", export_dir)
     return outcome

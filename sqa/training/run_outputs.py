@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import math
+import os
 import platform
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
@@ -104,19 +106,41 @@ def write_test_outputs(
     return figures
 
 
-def recorded_data(cfg: DictConfig) -> dict[str, Any] | None:
+def corpus_name(cfg: DictConfig) -> str:
+    """The corpus's name: the data config chosen (`data=synthetic`), else its reader's name."""
+    try:
+        choice = HydraConfig.get().runtime.choices.get("data")
+    except ValueError:
+        # Composed outside a Hydra application (tests, the API): no choices are recorded.
+        choice = None
+    return str(choice or str(cfg.data.corpus.get("_target_", "")).rpartition(".")[2])
+
+
+def recorded_data(
+    cfg: DictConfig, export_dir: str | Path, test_split: str | None = None
+) -> dict[str, Any] | None:
     """The corpus of this run as plain values for an export (None for a reader outside sqa's).
 
-    Interpolations are resolved and the readers' `root`/`path` made absolute, so that
-    `eval.py export=<dir>` finds the same clips from any working directory.
+    Interpolations are resolved. No absolute path is recorded: the corpus folder (`root`; a CSV
+    manifest's folder unless a root is set) relative to `export_dir`, and a manifest's `path`
+    relative to that folder, so that the export and the corpus can move together, and a user
+    whose corpus lies elsewhere names its folder (`eval.py export=E data.corpus.root=DIR`).
+    `test_split` names the export's copy of a carved test split (`test_split.csv`).
     """
     corpus = OmegaConf.to_container(cfg.data.corpus, resolve=True)
     if corpus.get("_target_") not in CORPUS_READERS:
         return None
-    for key in ("root", "path"):
-        if isinstance(corpus.get(key), str):
-            corpus[key] = str(Path(corpus[key]).resolve())
-    return {"corpus": corpus, "eval_batch_size": int(cfg.data.eval_batch_size)}
+    root = corpus.get("root")
+    if isinstance(corpus.get("path"), str):
+        path = (Path(root) / corpus["path"] if root is not None else Path(corpus["path"])).resolve()
+        root = path.parent if root is None else root
+        corpus["path"] = os.path.relpath(path, Path(root).resolve())
+    if root is not None:
+        corpus["root"] = os.path.relpath(Path(root).resolve(), Path(export_dir).resolve())
+    data = {"name": corpus_name(cfg), "corpus": corpus, "eval_batch_size": int(cfg.data.eval_batch_size)}
+    if test_split is not None:
+        data["test_split_csv"] = test_split
+    return data
 
 
 def report_selection(info: dict[str, Any], scores: list[tuple[int, float]], best: str, run_dir: Path) -> None:

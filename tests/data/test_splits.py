@@ -13,8 +13,10 @@ from sqa.data.corpus import CorpusError, count_labels
 from sqa.data.readers import read_csv_manifest, read_singmos_pro
 from sqa.data.valid_split import carve_test, carve_valid, read_valid_split, write_valid_split
 from sqa.training.datamodule import MOSDataModule
+from sqa.training.evaluation import evaluate
 from sqa.training.run import run
 from tests.data.test_corpus import make_singmos_pro
+from tests.training.test_eval import assert_same, compose_eval
 from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
 
 
@@ -263,6 +265,16 @@ def test_a_one_table_manifest_trains_to_the_end_with_no_extra_option(tmp_path):
     assert (tmp_path / "a" / "export" / "config.yaml").is_file()
     info = json.loads((tmp_path / "a" / "run_info.json").read_text())
     assert info["splits"]["test/test"]["clips"] == len(test)
+    # The export holds the carved test split, so eval.py scores the same test clips.
+    assert read_valid_split(tmp_path / "a" / "export" / "test_split.csv") == test
+    results = evaluate(compose_eval([f"export={tmp_path / 'a' / 'export'}"]), tmp_path / "eval")
+    assert_same(results, json.loads((tmp_path / "a" / "metrics.json").read_text()))
+    # The same manifest named on the command line needs the run's test split; the error says so.
+    named = [f"export={tmp_path / 'a' / 'export'}", "data=csv", f"data.corpus.path={manifest}"]
+    with pytest.raises(CorpusError, match="no test clips to evaluate; .* data.test_split_csv="):
+        evaluate(compose_eval(named), tmp_path / "eval2")
+    split = f"data.test_split_csv={tmp_path / 'a' / 'test_split.csv'}"
+    assert_same(evaluate(compose_eval([*named, split]), tmp_path / "eval3"), results)
 
 
 def test_carving_rounds_to_the_nearest_count_and_keeps_a_training_clip_at_any_share(tmp_path):

@@ -6,8 +6,10 @@ import csv
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,9 +64,12 @@ def read_rows(path: Path) -> list[dict]:
 def test_eval_of_a_runs_export_reproduces_its_test_results(trained, tmp_path):
     manifest, run_dir = trained
     config = yaml.safe_load((run_dir / "export" / "config.yaml").read_text())
+    assert config["data"]["name"] == "read_csv_manifest"
     assert config["data"]["corpus"] == {
         "_target_": "sqa.data.readers.read_csv_manifest",
-        "path": str(manifest.resolve()),
+        # The manifest's folder relative to the export, the manifest relative to that folder.
+        "root": os.path.relpath(manifest.parent, run_dir / "export"),
+        "path": "manifest.csv",
         "default_split": None,
         "sample_rate_filter": None,
         "score_range": [1.0, 5.0],
@@ -124,16 +129,51 @@ def test_eval_py_command_line(trained, tmp_path):
     assert (tmp_path / "metrics.json").read_text() == (run_dir / "metrics.json").read_text()
 
 
-def test_recorded_corpus_is_plain_absolute_and_readable(synthetic_root, tmp_path, monkeypatch):
-    spec = recorded_data(compose_train([f"data.corpus.root={synthetic_root}"]))
+def test_recorded_corpus_is_relative_to_the_export_and_readable(synthetic_root, tmp_path, monkeypatch):
+    export = tmp_path / "runs" / "x" / "export"
+    spec = recorded_data(compose_train([f"data.corpus.root={synthetic_root}"]), export)
     assert spec["corpus"]["_target_"] == "sqa.data.synthetic.load_synthetic"
-    corpus = recorded_corpus(spec["corpus"], "config.yaml")
+    assert spec["corpus"]["root"] == os.path.relpath(synthetic_root, export)
+    export.mkdir(parents=True)
+    corpus = recorded_corpus(spec["corpus"], export / "config.yaml")
     assert len(corpus.test_sets()) == 3
-    # The default root is an interpolation relative to the working directory: recorded resolved.
+    # The default root is an interpolation relative to the working directory: recorded from
+    # where it resolves, relative to the export (a relative export path too).
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SQA_DATA_DIR", raising=False)
-    root = recorded_data(compose_train([]))["corpus"]["root"]
-    assert root == str(tmp_path / "data" / "synthetic-seed0-clips14")
+    spec = recorded_data(compose_train([]), Path("runs/x/export"))
+    assert spec["corpus"]["root"] == os.path.join("..", "..", "..", "data", "synthetic-seed0-clips14")
+    # A manifest named relative to a root is recorded relative to that root.
+    csv_train = compose_train(["data=csv", "data.corpus.root=corpus", "data.corpus.path=sub/m.csv"])
+    recorded = recorded_data(csv_train, "runs/x/export")["corpus"]
+    assert (recorded["root"], recorded["path"]) == (os.path.join("..", "..", "..", "corpus"), "sub/m.csv")
+
+
+def test_a_moved_export_evaluates_on_its_moved_corpus_and_names_no_path_of_the_trainer(trained, tmp_path):
+    manifest, run_dir = trained
+    # Both moved together, keeping their relative places: no option is needed.
+    together = tmp_path / "together"
+    shutil.copytree(manifest.parent, together / manifest.parent.name)
+    shutil.copytree(run_dir, together / run_dir.name)
+    assert_same(
+        evaluate(compose_eval([f"export={together / run_dir.name / 'export'}"]), tmp_path / "a"),
+        json.loads((run_dir / "metrics.json").read_text()),
+    )
+    # The export alone on another machine: the corpus is named by its new folder.
+    export = tmp_path / "elsewhere" / "model"
+    shutil.copytree(run_dir / "export", export)
+    corpus = tmp_path / "data" / "my corpus"
+    shutil.copytree(manifest.parent, corpus)
+    moved = r"not a .csv file; if the corpus has moved, .* data.corpus.root=DIR"
+    with pytest.raises(CorpusError, match=moved):
+        evaluate(compose_eval([f"export={export}"]), tmp_path / "b")
+    results = evaluate(compose_eval([f"export={export}", f"data.corpus.root={corpus}"]), tmp_path / "c")
+    assert_same(results, json.loads((run_dir / "metrics.json").read_text()))
+    # No file of the export names the training machine's folders.
+    for path in export.iterdir():
+        text = path.read_bytes()
+        for folder in (manifest.parent, run_dir, Path(tempfile.gettempdir())):
+            assert str(folder).encode() not in text, path.name
 
 
 def test_clips_of_domains_the_export_does_not_know_are_scored_as_its_first(caplog):
