@@ -8,6 +8,8 @@ this machine's disk); SQA_CORE_PYTHON the interpreter (default python3.11).
 from __future__ import annotations
 
 import csv
+import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -82,6 +84,43 @@ def test_core_install_scores_an_export_as_the_dev_install_does(core_venv, defaul
     for result in Scorer(default_export).score_files(paths):
         # Another torch release may order float sums differently, nothing more.
         assert fresh[Path(result.path).name] == pytest.approx(result.score, abs=1e-4)
+
+
+# Each console script of pyproject.toml, and the repository's Hydra entry points.
+COMMANDS = [
+    "sqa-score",
+    "sqa-eval",
+    "sqa-table",
+    "sqa-compare",
+    "sqa-baseline",
+    "sqa-import",
+    "train.py",
+    "eval.py",
+]
+
+
+def test_every_entry_point_works_or_names_its_extra_in_one_line(core_venv):
+    scripts = [
+        e.name for e in importlib.metadata.distribution("sqa").entry_points if e.group == "console_scripts"
+    ]
+    assert sorted(c for c in COMMANDS if c.startswith("sqa-")) == sorted(scripts)
+    said = {}
+    for command in COMMANDS:
+        if command.endswith(".py"):
+            done = _run(core_venv / "bin" / "python", REPO / command, "--help")
+        else:
+            done = _run(core_venv / "bin" / command, "--help")
+        assert "Traceback" not in done.stderr, (command, done.stderr[-2000:])
+        if done.returncode == 0:
+            assert "usage" in done.stdout.lower(), command
+            said[command] = "works"
+        else:
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            assert len(lines) == 1 and "pip install 'sqa[" in lines[0], (command, done.stderr)
+            said[command] = lines[0]
+    # Scoring, tables and comparisons need nothing but the core.
+    assert {said[c] for c in ("sqa-score", "sqa-table", "sqa-compare")} == {"works"}
+    print(json.dumps(said, indent=1))
 
 
 if __name__ == "__main__":
