@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sqa.metrics import AVERAGE_KEY, CI_KEY, UNDEFINED_KEY
-from sqa.reports.tables import metric_cell
+from sqa.reports.tables import interval_note, metric_cell
 
 LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
 # Training settings a reader of the card needs; paths (corpus root, pretrained weights) stay out.
@@ -86,9 +86,7 @@ def metrics_table(results: Mapping[str, Any]) -> list[str]:
         lines += ["", "n/a: undefined for that set:", *reasons]
     if any(CI_KEY in b for b in blocks.values()):
         lines.append("")
-        lines.append(
-            "[lo, hi]: bootstrap 95 % intervals (utterance level resamples clips, system level systems)."
-        )
+        lines.append(interval_note())
     return lines
 
 
