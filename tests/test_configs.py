@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import lightning as L
 import numpy as np
@@ -91,6 +94,53 @@ def test_sweeper_and_launcher_configs_compose(override, node, target):
     if node == "sweeper":
         assert cfg.hydra.sweeper.direction == "maximize"
         assert set(cfg.hydra.sweeper.params) == {"optim.lr", "model.head_dim", "model.dropout"}
+
+
+@contextmanager
+def logged(listen: list[str], levels: dict[str, str]) -> Iterator[list[str]]:
+    """Messages reaching the loggers `listen`, with hydra's root level INFO and these loggers' levels."""
+    messages: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    loggers = {name: logging.getLogger(name) for name in ["", *levels]}
+    before = {name: logger.level for name, logger in loggers.items()}
+    try:
+        for name, level in {"": "INFO", **levels}.items():
+            loggers[name].setLevel(level)
+        for name in listen:
+            logging.getLogger(name).addHandler(handler)
+        yield messages
+    finally:
+        for name in listen:
+            logging.getLogger(name).removeHandler(handler)
+        for name, logger in loggers.items():
+            logger.setLevel(before[name])
+
+
+def test_an_optuna_sweep_quiets_the_plugin_lines_and_keeps_their_warnings():
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+    from alembic.runtime.plugins import Plugin
+
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=["hparams_search=optuna"], return_hydra_config=True)
+    quiet = {name: spec.level for name, spec in cfg.hydra.hydra_logging.loggers.items()}
+
+    def plugin_lines(levels: dict[str, str]) -> list[str]:
+        # What a sweep's start logs: alembic sets up its plugins, optuna's storage makes the study.
+        with logged(["alembic", "optuna.storages"], levels) as messages:
+            Plugin("sqa.test.quiet").remove()
+            optuna.create_study(study_name="sqa-test")
+            logging.getLogger("optuna.storages._in_memory").warning("a warning still shows")
+        return messages
+
+    # Under hydra's logging (root at INFO) both lines show, unless the sweep's levels quiet them.
+    assert plugin_lines({}) == [
+        "setup plugin sqa.test.quiet",
+        "A new study created in memory with name: sqa-test",
+        "a warning still shows",
+    ]
+    assert plugin_lines(quiet) == ["a warning still shows"]
 
 
 def test_compile_option_compiles_the_predictor(synthetic_root):

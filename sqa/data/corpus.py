@@ -30,6 +30,8 @@ SPLIT_ALIASES = {"dev": "valid", "val": "valid", "validation": "valid", "eval": 
 # reference and its anchors): their clips are scored on their own, outside the headline metrics.
 ROLE_REFERENCE, ROLE_ANCHOR = "reference", "anchor"
 ROLES = (ROLE_REFERENCE, ROLE_ANCHOR)
+# The domain of a clip whose corpus names none (a CSV manifest without `domain_id`).
+DEFAULT_DOMAIN = "default"
 
 
 class CorpusError(ValueError):

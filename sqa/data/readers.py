@@ -20,6 +20,7 @@ from typing import Any
 
 from sqa.core.renames import current
 from sqa.data.corpus import (
+    DEFAULT_DOMAIN,
     ROLE_ANCHOR,
     ROLE_REFERENCE,
     SPLITS,
@@ -356,7 +357,7 @@ def read_csv_manifest(
                 path=wav if wav.is_absolute() else path.parent / wav,
                 mos=mos,
                 system_id=first["system_id"],
-                domain=first.get("domain_id") or "default",
+                domain=first.get("domain_id") or DEFAULT_DOMAIN,
                 split=split,
                 test_set=_test_set(first, split, f"{path}:{lineno}"),
                 extra_scores=extra,

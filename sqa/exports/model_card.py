@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sqa.metrics import AVERAGE_KEY, CI_KEY, UNDEFINED_KEY
-from sqa.reports.tables import metric_cell
+from sqa.reports.tables import interval_note, metric_cell
 
 LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
 # Training settings a reader of the card needs; paths (corpus root, pretrained weights) stay out.
@@ -86,9 +86,7 @@ def metrics_table(results: Mapping[str, Any]) -> list[str]:
         lines += ["", "n/a: undefined for that set:", *reasons]
     if any(CI_KEY in b for b in blocks.values()):
         lines.append("")
-        lines.append(
-            "[lo, hi]: bootstrap 95 % intervals (utterance level resamples clips, system level systems)."
-        )
+        lines.append(interval_note())
     return lines
 
 
@@ -115,6 +113,39 @@ def _scale_note(model: Mapping[str, Any]) -> list[str]:
         f"Its head predicts on 1–5 inside (the `range_clip` below is of that scale); every score it"
         f" gives is mapped linearly onto {low:g}–{high:g} (`score_range`), as the metrics below are.",
     ]
+
+
+def _domain_note(config: Mapping[str, Any]) -> list[str]:
+    """For a model with domain embeddings, the domains it scores as (none for one without)."""
+    if not config["model"].get("domain_dim"):
+        return []
+    domains = [str(d) for d in config.get("domains") or []]
+    return [
+        "",
+        "It scores every clip as coming from one of the domains (annotation batches) it was trained"
+        f" on: {', '.join(f'`{d}`' for d in domains)}; the first unless `--domain` (or"
+        " `sqa.load(..., domain=...)`) names another.",
+    ]
+
+
+def checkpoint_section(run_info: Mapping[str, Any] | None) -> list[str]:
+    """The selected checkpoint (its step and the rule that chose it) and why training stopped."""
+    lines = ["## Selected checkpoint", ""]
+    if not run_info:
+        return [*lines, "Not recorded (this export was not written by a training run)."]
+    selection = run_info.get("selection") or {}
+    step, best = selection.get("selected_step"), selection.get("best_checkpoint")
+    where = f"step {step}" if step is not None else "an unrecorded step"
+    where += f" (`{best}`)" if best else ""
+    how = f", the best {selection['rule']}" if selection.get("rule") else ""
+    checks = f" of {selection['checks']} validation checks" if selection.get("checks") else ""
+    lines.append(f"- exported weights: {where}{how}{checks}")
+    end = run_info.get("training_end")
+    if end:
+        lines.append(f"- training stopped at step {end['step']}: {end['reason']}")
+    else:
+        lines.append("- why training stopped: not recorded (a run from before sqa recorded it)")
+    return lines
 
 
 def _yaml_block(value: Any) -> list[str]:
@@ -151,6 +182,18 @@ def render(
         "python -m sqa.scoring.cli --checkpoint <this folder> --output scores.csv clip.wav more/clips/",
         "```",
         "",
+        "In Python (`audio`: a float numpy array or torch tensor, `(samples,)` or `(channels, samples)`,"
+        " at any sample rate; files: `model.score_files([...])`"
+        + ("; `score` is a dict by score dimension" if len(dimensions) > 1 else "")
+        + "):",
+        "",
+        "```python",
+        "import sqa",
+        'model = sqa.load("<this folder>")',
+        "score = model.score(audio, sample_rate)",
+        "```",
+        *_domain_note(config),
+        "",
         "## Intended use",
         "",
         "Automatic quality estimates for singing voice synthesis and conversion research: ranking systems,"
@@ -172,11 +215,10 @@ def render(
             lines.append(f"- {split}: {count} clips")
         if corpus.get("systems") is not None:
             lines.append(f"- systems: {corpus['systems']}")
-        if corpus.get("domains"):
-            lines.append(f"- domains: {', '.join(corpus['domains'])}")
     else:
         lines.append("Not recorded (this export was not written by a training run).")
-    lines += [f"- sample rate of the model: {config.get('sample_rate')} Hz", "", "## Test results", ""]
+    lines += [f"- sample rate of the model: {config.get('sample_rate')} Hz", ""]
+    lines += [*checkpoint_section(run_info), "", "## Test results", ""]
     lines += metrics_table(metrics)
     for dim, dim_metrics in (dimension_metrics or {}).items():
         lines += ["", f"### {dim} (clips with a {dim} score)", ""]

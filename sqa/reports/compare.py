@@ -8,6 +8,10 @@ clips (systems) once and scores both runs on them, so the difference B − A is 
 the runs' shared noise cancelled. Reported: the observed difference, its percentile 95 % interval
 and p = 2·min(share of resampled differences ≤ 0, share ≥ 0) (capped at 1); "significant" when the
 interval excludes 0. For rmse and mse a negative difference means B is better.
+
+Resamples where B − A is exactly 0 (ties: both runs rank the drawn points alike, common at system
+level with few systems) count on both sides of p, which keeps p consistent with the interval
+but lets it reach 1 beside an interval that is not [0, 0]; the output gives their share.
 """
 
 from __future__ import annotations
@@ -24,7 +28,19 @@ from sqa import metrics
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_text, json_text
 
-UNDEFINED_COMPARISON = {"diff": math.nan, "ci": None, "p": math.nan, "significant": False, "resamples": 0}
+UNDEFINED_COMPARISON = {
+    "diff": math.nan,
+    "ci": None,
+    "p": math.nan,
+    "significant": False,
+    "resamples": 0,
+    "ties": 0,
+}
+TIES_NOTE = (
+    "ties: the share of resamples where B - A is exactly 0 (both runs rank the drawn clips or systems "
+    "alike, common with few systems). p counts them on both sides, so where they are many p is high, "
+    "up to 1, beside an interval that is not [0, 0]: on those points the runs cannot be told apart."
+)
 
 
 def read_predictions(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -78,7 +94,7 @@ def summarise(observed: float, diffs: np.ndarray) -> dict[str, Any]:
     """Observed difference, 95 % interval, two-sided p and significance of resampled `diffs` (R,).
 
     `resamples` counts the resamples where both runs' metric is defined, which the p-value and
-    interval rest on.
+    interval rest on; `ties` those of them where the difference is exactly 0.
     """
     valid = diffs[~np.isnan(diffs)]
     lo, hi = metrics.interval(valid)
@@ -89,6 +105,7 @@ def summarise(observed: float, diffs: np.ndarray) -> dict[str, Any]:
         "p": float(p),
         "significant": bool(lo > 0 or hi < 0),
         "resamples": int(valid.size),
+        "ties": int(np.count_nonzero(valid == 0)),
     }
 
 
@@ -112,10 +129,11 @@ def compare(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Paired bootstrap of `metric` B − A per test set (sorted) and `avg`, at `utt` and `sys` level.
 
-    Each entry: a, b (observed values), diff, ci [lo, hi], p, significant and resamples (those
-    defining the difference). Where the metric is undefined for either run the entry has
-    `undefined` (the reason) and no difference, interval or p; the average leaves such sets out
-    and then lists the sets it is over under `averaged_over`. With fewer points than
+    Each entry: a, b (observed values), diff, ci [lo, hi], p, significant, resamples (those
+    defining the difference) and ties (those of them where it is exactly 0). Where the metric is
+    undefined for either run the entry has `undefined` (the reason) and no difference, interval
+    or p; the average leaves such sets out and then lists the sets it is over under
+    `averaged_over`. With fewer points than
     `metrics.MIN_INTERVAL_POINTS` the entry has the difference but `no_interval` (the reason)
     instead of an interval and p.
     """
@@ -190,9 +208,13 @@ def _p_text(r: dict[str, Any]) -> str:
 
 
 def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str) -> str:
-    """One line per test set and level: A, B, B − A, its interval, p and the verdict."""
+    """One line per test set and level: A, B, B − A, its interval, p, the share of ties and the verdict.
+
+    Where any resample tied, `TIES_NOTE` below the table says what that does to p.
+    """
     lower_is_better = metric in metrics.ERROR_METRICS
-    lines = [f"{'set':<8} {'level':<5} {'A':>7} {'B':>7} {'B-A':>7}  {'95 % interval':<18} {'p':>6}"]
+    lines = [f"{'set':<8} {'level':<5} {'A':>7} {'B':>7} {'B-A':>7}  {'95 % interval':<18} {'p':>6}  ties"]
+    tied = False
     for name, block in result.items():
         for level, r in block.items():
             a, b = (f"{v:>7.3f}" if metrics.defined(v) else f"{'n/a':>7}" for v in (r["a"], r["b"]))
@@ -210,7 +232,11 @@ def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str)
                 lines.append(f"{head}no interval: {r['no_interval']}{verdict}")
                 continue
             interval = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]"
-            lines.append(f"{head}{interval:<18} {_p_text(r):>6}{verdict}")
+            ties = f"{100 * r['ties'] / r['resamples']:.0f} %" if r["resamples"] else "n/a"
+            tied = tied or r["ties"] > 0
+            lines.append(f"{head}{interval:<18} {_p_text(r):>6}  {ties:>4}{verdict}")
+    if tied:
+        lines += ["", TIES_NOTE]
     return "\n".join(lines)
 
 

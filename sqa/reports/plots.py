@@ -8,7 +8,9 @@ comes from `sqa.metrics` (via the run's results), never from a second computatio
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,18 @@ LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
 # The MOS scale of the corpora sqa reads (Corpus.score_range).
 SCORE_RANGE = (1.0, 5.0)
 SELECTED_LABEL = "selected checkpoint"
+# The curves' width in inches: the panels and their legends beside them.
+CURVES_WIDTH = 8.0
+# A scatter's title: the heading wrapped at this many characters, then this many metrics a line,
+# so that the title fits the figure's width.
+TITLE_WIDTH = 48
+METRICS_PER_LINE = 3
+# The curves' keys (`sqa.training.callbacks.MetricHistory`): the two losses share the first panel.
+LOSS_SERIES = {"train/loss": "training", "val/loss": "validation"}
+SELECTION_KEY = "val/selection"
+# Metrics logged per validation set (`val/<set>/<key>`, `val/<dim>/<set>/<key>` for another score
+# dimension), in panel order: their panel's title and y label.
+SET_METRICS = {"sys_srcc": ("system-level SRCC", "SRCC"), "utt_rmse": ("utterance-level RMSE", "RMSE")}
 
 History = dict[str, list[tuple[int, float]]]
 
@@ -37,12 +51,14 @@ def _figure(size: tuple[float, float]) -> Figure:
 
 
 def metric_title(heading: str, block: Mapping[str, float]) -> str:
-    """A title line `heading (n=N)` over `RMSE .. LCC .. SRCC .. KTAU ..` (n/a where undefined)."""
-    values = "  ".join(
+    """`heading (n=N)` (wrapped) over lines of `RMSE .. MSE .. LCC ..` (n/a where undefined)."""
+    values = [
         f"{name.upper()} {block[name]:.3f}" if metrics.defined(block[name]) else f"{name.upper()} n/a"
         for name in metrics.METRIC_NAMES
-    )
-    return f"{heading} (n={int(block['n'])})\n{values}"
+    ]
+    lines = textwrap.wrap(f"{heading} (n={int(block['n'])})", TITLE_WIDTH)
+    lines += ["  ".join(values[i : i + METRICS_PER_LINE]) for i in range(0, len(values), METRICS_PER_LINE)]
+    return "\n".join(lines)
 
 
 def scatter(
@@ -125,44 +141,100 @@ def safe_file_name(name: str) -> str:
     return f"_{safe}" if safe.startswith(".") or not safe else safe
 
 
-def curves(history: Mapping[str, Sequence[tuple[int, float]]], selected_step: int | None = None) -> Figure:
-    """One panel per metric over steps; per-set validation series of a metric share a panel.
+@dataclass(frozen=True)
+class CurveNames:
+    """What the curves call the selection score (e.g. "system-level SRCC") and each validation set.
+
+    `sets` maps a validation set's name (its domain) to its legend label; unnamed sets keep theirs.
+    """
+
+    selection: str | None = None
+    sets: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Panel:
+    """One panel of the curves: its title, y label and (step, value) series by legend label."""
+
+    title: str
+    ylabel: str
+    series: dict[str, Sequence[tuple[int, float]]] = field(default_factory=dict)
+
+
+def curve_panels(
+    history: Mapping[str, Sequence[tuple[int, float]]], names: CurveNames | None = None
+) -> list[Panel]:
+    """The panels of `history` in a fixed order, whatever order the keys were recorded in.
+
+    1. loss: training and validation; 2. the selection score; 3. per validation set, each
+    metric of `SET_METRICS` of the overall MOS, then of every other score dimension (by name);
+    4. any other recorded key (by key).
+    """
+    names = names or CurveNames()
+    panels: dict[tuple, Panel] = {}
+    # The loss series first, so that the loss legend reads training, validation.
+    keys = sorted(history, key=lambda k: list(LOSS_SERIES).index(k) if k in LOSS_SERIES else len(LOSS_SERIES))
+    for key in keys:
+        parts = key.split("/")
+        if key in LOSS_SERIES:
+            order, title, ylabel, label = (0,), "loss", "loss", LOSS_SERIES[key]
+        elif key == SELECTION_KEY:
+            order, ylabel, label = (1,), names.selection or "selection score", "selection score"
+            title = f"selection score: {names.selection}" if names.selection else "selection score"
+        elif parts[0] == "val" and len(parts) in (3, 4) and parts[-1] in SET_METRICS:
+            dimension = parts[1] if len(parts) == 4 else ""
+            metric, ylabel = SET_METRICS[parts[-1]]
+            order = (2, dimension, list(SET_METRICS).index(parts[-1]))
+            title = f"{dimension}: {metric}" if dimension else metric
+            title += " per validation set"
+            label = names.sets.get(parts[-2], parts[-2])
+        else:
+            order, title, ylabel, label = (3, key), key, parts[-1], parts[-1]
+        panels.setdefault(order, Panel(title, ylabel)).series[label] = history[key]
+    return [panels[order] for order in sorted(panels)]
+
+
+def curves(
+    history: Mapping[str, Sequence[tuple[int, float]]],
+    selected_step: int | None = None,
+    names: CurveNames | None = None,
+) -> Figure:
+    """One panel per quantity over steps (`curve_panels`); per-set validation series share one.
 
     With `selected_step`, every panel marks the step of the selected (tested and exported)
     checkpoint with a vertical line.
     """
-    # `val/<set>/sys_srcc` for every set goes into the `val/*/sys_srcc` panel, one line per set.
-    panels: dict[str, dict[str, Sequence[tuple[int, float]]]] = {}
-    for key in sorted(history):
-        parts = key.split("/")
-        panel = "/".join([parts[0], "*", parts[-1]]) if len(parts) > 2 else key
-        label = "/".join(parts[1:-1]) or parts[-1]
-        panels.setdefault(panel, {})[label] = history[key]
-    figure = _figure((6.0, 2.5 * max(len(panels), 1)))
+    panels = curve_panels(history, names)
+    figure = _figure((CURVES_WIDTH, 2.5 * max(len(panels), 1)))
     if not panels:
         figure.text(0.5, 0.5, "no values recorded", ha="center", va="center")
         return figure
     axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
-    for ax, (panel, series) in zip(axes, panels.items(), strict=True):
-        for label, points in series.items():
+    for ax, panel in zip(axes, panels, strict=True):
+        for label, points in panel.series.items():
             steps = [s for s, _ in points]
             values = [v for _, v in points]
             ax.plot(steps, values, marker="." if len(points) < 50 else None, label=label)
         if selected_step is not None:
             ax.axvline(selected_step, color="0.4", linestyle=":", linewidth=1, label=SELECTED_LABEL)
-        ax.set_title(panel, fontsize=9)
+        ax.set_title(panel.title, fontsize=9)
         ax.set_xlabel("step")
+        ax.set_ylabel(panel.ylabel)
         ax.grid(alpha=0.3)
-        if len(series) > 1 or selected_step is not None:
-            ax.legend(fontsize=8)
+        if len(panel.series) > 1 or selected_step is not None:
+            # Beside the panel, never over the curves (constrained layout narrows the axes for it).
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return figure
 
 
 def write_curves(
-    history: Mapping[str, Sequence[tuple[int, float]]], out_dir: str | Path, selected_step: int | None = None
+    history: Mapping[str, Sequence[tuple[int, float]]],
+    out_dir: str | Path,
+    selected_step: int | None = None,
+    names: CurveNames | None = None,
 ) -> Path:
     """Write the training/validation curves to `<out_dir>/curves.png`."""
-    return save(curves(history, selected_step), Path(out_dir) / "curves.png")
+    return save(curves(history, selected_step, names), Path(out_dir) / "curves.png")
 
 
 def write_run_plots(
@@ -172,10 +244,11 @@ def write_run_plots(
     out_dir: str | Path,
     score_range: tuple[float, float] = SCORE_RANGE,
     selected_step: int | None = None,
+    names: CurveNames | None = None,
 ) -> dict[str, Path]:
     """Write the test scatters and the curves into `out_dir`; return them by tag `plots/<name>`."""
     paths = [
         *write_test_plots(rows, results, out_dir, score_range),
-        write_curves(history, out_dir, selected_step),
+        write_curves(history, out_dir, selected_step, names),
     ]
     return {f"plots/{path.stem}": path for path in paths}

@@ -77,6 +77,22 @@ def _notes(results: Mapping[str, Mapping[str, Mapping]], sets: Sequence[str]) ->
     return notes
 
 
+def interval_note() -> str:
+    """What `[lo, hi]` means and when a value has none (`MIN_INTERVAL_POINTS`), for table footnotes."""
+    by_need: dict[int, list[str]] = {}
+    for name in METRIC_NAMES:
+        by_need.setdefault(MIN_INTERVAL_POINTS.get(name, 2), []).append(name.upper())
+    needs = "; ".join(
+        f"{' and '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)} {need}"
+        for need, names in sorted(by_need.items())
+    )
+    return (
+        "[lo, hi]: bootstrap 95 % intervals, resampling clips (utterance level) or systems (system "
+        f"level). A value gets one only from this many clips or systems: {needs} (resamples of fewer "
+        "repeat so few distinct points that a correlation is ±1 or undefined)."
+    )
+
+
 def format_table(results: Mapping[str, Mapping[str, Mapping]]) -> str:
     """Render results as the paper's `R1/R2|R3|Avg` table, one row per level and metric.
 
@@ -95,8 +111,5 @@ def format_table(results: Mapping[str, Mapping[str, Mapping]]) -> str:
     lines.append(f"({counts})")
     lines += _notes(results, sets)
     if CI_KEY in results[AVERAGE_KEY]:
-        lines.append(
-            "[lo, hi]: bootstrap 95 % intervals, given from "
-            f"{MIN_INTERVAL_POINTS['srcc']} points for correlations and pair_acc, 2 for error measures"
-        )
+        lines.append(interval_note())
     return "\n".join(lines)

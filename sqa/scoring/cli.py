@@ -58,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
         "--device", default="auto", help="auto (the GPU when present; the default), cpu, cuda, cuda:1, ..."
     )
     parser.add_argument(
-        "--domain", help="domain name or index for models trained with domain IDs (default: the first domain)"
+        "--domain",
+        help="domain name or index for models trained with domain IDs (default: the first domain); "
+        "refused for a model without",
     )
     parser.add_argument(
         "--chunk-seconds",

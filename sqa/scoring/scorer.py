@@ -116,12 +116,13 @@ class Scorer:
 
     A predictor trained with domain IDs scores every clip as coming from `domain` (a domain name
     or index of the export's `domains` list); the default is the first domain of that list
-    (annotation batch p1 for SingMOS-Pro). A predictor trained with judges scores as its mean
-    judge. `dimensions` are the export's score dimensions, the overall "mos" first. With
-    `chunk_seconds`, longer clips are scored in windows of about that length and their scores
-    averaged weighted by frames, which bounds memory (attention is quadratic in length). An input
-    whose header declares more than `max_samples` samples (frames x channels, or resampled to
-    the export's rate) is refused before it is decoded, like an unreadable file.
+    (annotation batch p1 for SingMOS-Pro); a `domain` for a predictor without domain IDs is a
+    ValueError. A predictor trained with judges scores as its mean judge. `dimensions` are the
+    export's score dimensions, the overall "mos" first. With `chunk_seconds`, longer clips are
+    scored in windows of about that length and their scores averaged weighted by frames, which
+    bounds memory (attention is quadratic in length). An input whose header declares more than
+    `max_samples` samples (frames x channels, or resampled to the export's rate) is refused
+    before it is decoded, like an unreadable file.
     `pooling` (one of `sqa.models.predictor.POOLINGS`; None: the export's own) chooses how frame
     scores become a clip's score, e.g. "masked_mean" for an imported predictor that records
     its authors' "s3prl_padded_mean".
@@ -151,6 +152,12 @@ class Scorer:
             self.predictor.pooling = pooling
         self.predictor.to(self.device)
         self.dimensions = list(self.predictor.dimensions)
+        if domain is not None and self.predictor.domain is None:
+            # Scoring "as a domain" would change nothing: refused rather than silently ignored.
+            raise ValueError(
+                f"domain {domain!r}: this model has no domain embedding (it was trained without domain "
+                "IDs), so it scores every clip alike; leave the domain out"
+            )
         self.domain = resolve_domain(domain, self.config.get("domains", []))
         self.sample_rate = int(self.config["sample_rate"])
         self.min_samples = int(self.predictor.backbone.min_samples)

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelSummary
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.model_summary import get_formatted_model_size, get_human_readable_count
 from omegaconf import DictConfig
 
 from sqa.core.atomic import atomic_write
@@ -81,6 +84,58 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         """Write `checkpoint` to `path`; a kill leaves the previous file or the complete new one."""
         atomic_write(path, lambda fh: torch.save(checkpoint, fh))
+
+
+def summary_table(
+    columns: Sequence[tuple[str, Sequence[str]]],
+    trainable: int,
+    total: int,
+    size_mb: float,
+    flops: int = 0,
+) -> str:
+    """Lightning's summary layout: a row per layer of `columns` (name, values), then the counts.
+
+    The FLOPs column and total are left out unless FLOPs were counted (`flops` > 0).
+    """
+    if not flops:
+        columns = [(name, values) for name, values in columns if name != "FLOPs"]
+    widths = [max([len(name), *(len(str(v)) for v in values)]) for name, values in columns]
+    rule = "-" * (sum(widths) + 3 * len(columns))
+    lines = [" | ".join(f"{name:<{w}}" for (name, _), w in zip(columns, widths, strict=True)), rule]
+    for row in zip(*(values for _, values in columns), strict=True):
+        lines.append(" | ".join(f"{str(v):<{w}}" for v, w in zip(row, widths, strict=True)))
+    lines.append(rule)
+    totals = [
+        (get_human_readable_count(trainable), "Trainable params"),
+        (get_human_readable_count(total - trainable), "Non-trainable params"),
+        (get_human_readable_count(total), "Total params"),
+        (get_formatted_model_size(size_mb), "Total estimated model params size (MB)"),
+    ]
+    if flops:
+        totals.append((get_human_readable_count(flops), "Total FLOPs"))
+    return "\n".join([*lines, *(f"{value:<10}{what}" for value, what in totals)])
+
+
+class ParameterSummary(ModelSummary):
+    """Lightning's layer and parameter summary, logged (so also in train.log), less FLOPs not counted.
+
+    Lightning counts FLOPs only on a module's `example_input_array`, which MOSModule has none of
+    (clips differ in length), so its FLOPs column and "Total FLOPs" would read 0.
+    """
+
+    @staticmethod
+    def summarize(
+        summary_data: list[tuple[str, list[str]]],
+        total_parameters: int,
+        trainable_parameters: int,
+        model_size: float,
+        total_training_modes: dict[str, int],
+        total_flops: int = 0,
+        **summarize_kwargs: Any,
+    ) -> None:
+        """Log the summary table (Lightning before 2.5.2 passes no `total_flops`)."""
+        table = summary_table(summary_data, trainable_parameters, total_parameters, model_size, total_flops)
+        log.info("Model summary:\n%s", table)
 
 
 class ValidationLog(L.Callback):

@@ -22,6 +22,7 @@ from sqa.data.corpus import CorpusError, count_labels, format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
 from sqa.exports.format import export_predictor, read_weights
+from sqa.reports.plots import CurveNames
 from sqa.training.callbacks import AtomicCheckpointIO, checkpoint_step, instantiate_callbacks
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
@@ -31,6 +32,7 @@ from sqa.training.run_outputs import (
     recorded_data,
     report_selection,
     run_info,
+    training_end,
     write_test_outputs,
 )
 from sqa.training.selection import SelectionRule, choose_rule
@@ -259,6 +261,9 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         # sampler resumes itself (MOSDataModule._resume_point).
         warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if settings.resume else None)
+    end = training_end(trainer, callbacks.get("early_stopping"))
+    if trainer.is_global_zero:
+        log.info("Training stopped at step %d: %s", end["step"], end["reason"])
     trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
     results = module.test_results
     outcome = RunResult(results, float(checkpoint.best_model_score), rule.mode)
@@ -266,14 +271,17 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         # The metrics were gathered from every rank; the first rank writes and exports them.
         return outcome
     best = Path(checkpoint.best_model_path).name
-    report_selection(info, history.history.get("val/selection", []), best, run_dir)
+    selected_step = checkpoint_step(checkpoint.best_model_path)
+    info["training_end"] = end
+    report_selection(info, history.history.get("val/selection", []), best, selected_step, run_dir)
     figures = write_test_outputs(
         module,
         run_dir,
         history.history,
         heading=f"Test results (best checkpoint {best})",
         score_range=datamodule.corpus.score_range,
-        selected_step=checkpoint_step(checkpoint.best_model_path),
+        selected_step=selected_step,
+        names=CurveNames(rule.label, datamodule.valid_set_labels()),
     )
     log_figures(logger, figures, step=trainer.global_step)
     export_predictor(

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
@@ -19,6 +21,7 @@ from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json
 from sqa.core.provenance import package_versions
 from sqa.data.readers import CORPUS_READERS
+from sqa.metrics import count_text
 from sqa.reports import plots
 from sqa.reports.tables import format_table
 from sqa.training.datamodule import MOSDataModule
@@ -84,19 +87,20 @@ def write_test_outputs(
     heading: str = "Test results",
     score_range: tuple[float, float] = plots.SCORE_RANGE,
     selected_step: int | None = None,
+    names: plots.CurveNames | None = None,
 ) -> dict[str, Path]:
     """Write a test phase's metrics.json (metrics_<dim>.json), predictions.csv and plots; log them.
 
     The one writer of test results: training runs and `eval.py` call it alike. With `history`,
-    the training curves are drawn too (marking `selected_step`). Scatters span `score_range`.
-    Returns the figures by tag.
+    the training curves are drawn too (marking `selected_step`, naming things by `names`).
+    Scatters span `score_range`. Returns the figures by tag.
     """
     results = module.test_results
     artefacts.write_metrics(out_dir, results, module.dimension_results)
     artefacts.write_predictions(out_dir, module.test_predictions, module.extra_dimensions)
     rows, plot_dir = module.test_predictions, out_dir / "plots"
     if history is not None:
-        figures = plots.write_run_plots(rows, results, history, plot_dir, score_range, selected_step)
+        figures = plots.write_run_plots(rows, results, history, plot_dir, score_range, selected_step, names)
     else:
         paths = plots.write_test_plots(rows, results, plot_dir, score_range)
         figures = {f"plots/{path.stem}": path for path in paths}
@@ -143,16 +147,52 @@ def recorded_data(
     return data
 
 
-def report_selection(info: dict[str, Any], scores: list[tuple[int, float]], best: str, run_dir: Path) -> None:
+def training_end(trainer: L.Trainer, early_stopping: EarlyStopping | None) -> dict[str, Any]:
+    """Where and why fitting ended, for run_info.json: `step`, `stopped_by` and `reason`.
+
+    `stopped_by` is early_stopping, max_steps, max_epochs or callback (another callback set
+    `trainer.should_stop`); `reason` says it in words.
+    """
+    step, epoch = trainer.global_step, trainer.current_epoch
+    # The epoch tells only whether max_epochs was reached: after a stop within an epoch Lightning
+    # counts that epoch as done, one more than the validation log's last epoch, so it is not recorded.
+    # Lightning 2.6 says why early stopping stopped; its patience count says it in any version.
+    message = getattr(early_stopping, "stopping_reason_message", None)
+    if early_stopping is not None and early_stopping.wait_count >= early_stopping.patience:
+        stopped_by = "early_stopping"
+        checks = count_text(early_stopping.patience, "validation check")
+        reason = f"early stopping: {early_stopping.monitor} did not improve in {checks}"
+    elif message:
+        stopped_by, reason = "early_stopping", f"early stopping: {message}"
+    # A limit of -1 (or None for epochs) is none.
+    elif trainer.max_steps is not None and 0 <= trainer.max_steps <= step:
+        stopped_by, reason = "max_steps", f"trainer.max_steps={trainer.max_steps} reached"
+    elif trainer.max_epochs is not None and 0 <= trainer.max_epochs <= epoch:
+        stopped_by, reason = "max_epochs", f"trainer.max_epochs={trainer.max_epochs} reached"
+    else:
+        stopped_by, reason = "callback", "a callback stopped training (trainer.should_stop)"
+    return {"step": step, "stopped_by": stopped_by, "reason": reason}
+
+
+def report_selection(
+    info: dict[str, Any], scores: list[tuple[int, float]], best: str, selected_step: int, run_dir: Path
+) -> None:
     """Add the selection's outcome to run_info.json; warn when its score never changed.
 
-    `scores` are the (step, val/selection) pairs of every validation check.
+    `scores` are the (step, val/selection) pairs of every validation check; `best` is the
+    selected checkpoint's file name, saved at `selected_step`.
     """
     values = [value for _, value in scores]
     flat = uninformative(values)
     # NaN (a diverged check) is not JSON: written as null.
     points = [[step, None if math.isnan(value) else value] for step, value in scores]
-    info["selection"].update(checks=len(values), scores=points, best_checkpoint=best, uninformative=flat)
+    info["selection"].update(
+        checks=len(values),
+        scores=points,
+        best_checkpoint=best,
+        selected_step=selected_step,
+        uninformative=flat,
+    )
     if flat:
         log.warning(
             "selection was uninformative: val/selection (%s) stayed at %.4g over all %d validation "

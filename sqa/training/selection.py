@@ -48,6 +48,13 @@ class SelectionRule:
         """`max` for ranking metrics, `min` for error measures and losses."""
         return "max" if self.metric in metrics.RANKING_METRICS else "min"
 
+    @property
+    def label(self) -> str:
+        """The score in a few words, e.g. `system-level SRCC` (the curves' axis)."""
+        if self.metric in LOSS_SCORES:
+            return "training loss" if self.metric == "train_loss" else "validation loss"
+        return f"{LEVEL_NAMES[self.level]}-level {self.metric.upper()}"
+
     def describe(self) -> str:
         """One line, e.g. `system-level srcc over valid sets p1, p2 (max)`."""
         if self.metric == "train_loss":

@@ -314,3 +314,21 @@ def test_the_valid_split_csv_lists_clips_sorted_and_reads_back_with_clear_errors
     (tmp_path / "blank.csv").write_text("")
     with pytest.raises(CorpusError, match=r"blank.csv: no 'sample_id' column; found None"):
         read_valid_split(tmp_path / "blank.csv")
+
+
+def test_validation_sets_are_named_for_the_reader_validation_and_carved(tmp_path):
+    # One table without domains: its one set is "validation", "(carved)" where moved from training.
+    carved = MOSDataModule(read_csv_manifest(write_manifest(tmp_path, {"A": 6, "B": 6}, splits=None)))
+    assert carved.valid_names == ["default"]
+    assert carved.valid_set_labels() == {"default": "validation (carved)"}
+    given = write_manifest(tmp_path, {"A": 6, "B": 6}, splits=("train", "valid", "test"))
+    assert MOSDataModule(read_csv_manifest(given)).valid_set_labels() == {"default": "validation"}
+    # Named domains keep their names, "(carved)" added where carved.
+    for splits, suffix in ((("train", "valid", "test"), ""), (("train", "test"), " (carved)")):
+        manifest = write_manifest(tmp_path, {"A": 6, "B": 6}, splits=splits)
+        rows = manifest.read_text().splitlines()
+        domain = {"A": "p1", "B": "p2"}
+        rows = [rows[0] + ",domain_id"] + [f"{row},{domain[row[0]]}" for row in rows[1:]]
+        manifest.write_text("\n".join(rows) + "\n")
+        labels = MOSDataModule(read_csv_manifest(manifest), valid_share=0.3).valid_set_labels()
+        assert labels == {"p1": f"p1{suffix}", "p2": f"p2{suffix}"}

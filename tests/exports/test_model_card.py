@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
+
+import numpy as np
 
 from sqa.exports import model_card
 from sqa.exports.format import export_predictor, load_export
@@ -80,7 +83,7 @@ def test_data_configuration_software_use_and_citation_sections():
 def test_an_export_without_run_records_still_gets_a_card_and_loads(tmp_path):
     export = export_predictor(MOSPredictor(LogMelBackbone()), tmp_path / "export", 16000, ["d"], METRICS)
     card = (export / "README.md").read_text()
-    assert card.count("Not recorded") == 2 and "| test1 | utterance |" in card
+    assert card.count("Not recorded") == 3 and "| test1 | utterance |" in card
     assert not (export / "run_info.json").exists()
     load_export(export)
 
@@ -97,3 +100,57 @@ def test_a_card_on_another_scale_says_so_and_how_the_head_maps_onto_it():
     assert "mapped linearly onto 0–100 (`score_range`)" in card and "synthetic corpus" in card
     # On 1-5 (recorded or not) nothing is said about a map.
     assert "mapped linearly" not in model_card.render(CONFIG, METRICS, run_info=RUN_INFO)
+
+
+SELECTION = {
+    "rule": "system-level srcc over valid sets p1, p2 (max)",
+    "checks": 49,
+    "best_checkpoint": "best-step=925.ckpt",
+    "selected_step": 925,
+}
+END = {
+    "step": 1225,
+    "stopped_by": "early_stopping",
+    "reason": "early stopping: val/selection did not improve in 12 validation checks",
+}
+
+
+def test_the_card_states_the_selected_step_and_why_training_stopped():
+    card = model_card.render(
+        CONFIG, METRICS, run_info={**RUN_INFO, "selection": SELECTION, "training_end": END}
+    )
+    assert (
+        "- exported weights: step 925 (`best-step=925.ckpt`), the best system-level srcc over valid sets"
+        " p1, p2 (max) of 49 validation checks" in card
+    )
+    assert (
+        "- training stopped at step 1225: early stopping: val/selection did not improve in 12"
+        " validation checks" in card
+    )
+    assert card.index("## Selected checkpoint") < card.index("## Test results")
+    # A run from before these were recorded: what is known, and what is not.
+    old = {**RUN_INFO, "selection": {"best_checkpoint": "best-step=50.ckpt"}}
+    card = model_card.render(CONFIG, METRICS, run_info=old)
+    assert "- exported weights: an unrecorded step (`best-step=50.ckpt`)" in card
+    assert "- why training stopped: not recorded" in card
+
+
+def test_domains_are_listed_only_for_a_model_that_embeds_them():
+    card = model_card.render({**CONFIG, "domains": ["singmospro-p1"]}, METRICS, run_info=RUN_INFO)
+    assert "singmospro-p1" not in card and "domain" not in card
+    model = {**CONFIG["model"], "domain_dim": 4, "num_domains": 2}
+    card = model_card.render({**CONFIG, "model": model, "domains": ["p1", "p2"]}, METRICS, run_info=RUN_INFO)
+    assert "one of the domains (annotation batches) it was trained on: `p1`, `p2`; the first unless" in card
+
+
+def test_the_python_example_runs_as_written(tmp_path):
+    import sqa
+
+    export = export_predictor(MOSPredictor(LogMelBackbone()), tmp_path / "export", 16000, ["d"], METRICS)
+    card = (export / "README.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", card, flags=re.S)
+    assert len(code.splitlines()) == 3
+    audio, sample_rate = 0.1 * np.sin(np.linspace(0, 2000, 32000)).astype(np.float32), 32000
+    scope = {"audio": audio, "sample_rate": sample_rate}
+    exec(code.replace("<this folder>", str(export)), scope)
+    assert scope["score"] == sqa.load(export).score(audio, sample_rate)

@@ -147,8 +147,8 @@ def test_p_below_the_resolution_prints_as_a_bound(corpus, tmp_path, capsys):
     assert json.loads(out.read_text())["results"]["avg"]["utt"]["p"] == 0.0
     assert " <0.005 " in utt and "0.000 " not in utt.split("]")[1]
     entry = {"a": 0.5, "b": 0.6, "diff": 0.1, "ci": [0.01, 0.2], "p": 0.0, "significant": True}
-    line = compare.format_comparison({"t": {"utt": {**entry, "resamples": 1000}}}, "srcc").splitlines()[1]
-    assert line.endswith(" <0.001  significant (B better)")
+    line = compare.format_comparison({"t": {"utt": {**entry, "resamples": 1000, "ties": 0}}}, "srcc")
+    assert line.splitlines()[1].endswith(" <0.001   0 %  significant (B better)")
 
 
 def test_too_few_points_give_a_difference_but_no_interval():
@@ -205,3 +205,35 @@ def test_p_and_interval_of_a_comparison_by_a_hand_count_over_the_drawn_resamples
     assert r["p"] == pytest.approx(2 * below / len(diffs))
     np.testing.assert_allclose(r["ci"], np.percentile(diffs, [2.5, 97.5]), rtol=1e-9)
     assert r["significant"] == (r["ci"][0] > 0 or r["ci"][1] < 0)
+
+
+def test_tied_resamples_are_counted_and_explained_beside_a_p_of_one():
+    # 3 of 5 resampled differences are exactly 0: p = 2 * min(4/5, 4/5), capped at 1, although
+    # the interval is not [0, 0].
+    r = compare.summarise(-0.02, np.array([-0.2, 0.0, 0.0, 0.0, 0.1]))
+    assert (r["p"], r["ties"], r["resamples"]) == (1.0, 3, 5) and r["ci"] != [0.0, 0.0]
+    lines = compare.format_comparison({"t": {"sys": {"a": 0.9, "b": 0.88, **r}}}, "srcc").splitlines()
+    assert lines[0].endswith("p  ties")
+    assert lines[1].split()[-2:] == ["60", "%"] and lines[1].split()[-3] == "1.000"
+    assert lines[-1] == compare.TIES_NOTE
+    untied = compare.summarise(0.35, np.array([-0.2, -0.1, 0.1, 0.2, 0.3]))
+    assert untied["ties"] == 0
+    text = compare.format_comparison({"t": {"utt": {"a": 0.5, "b": 0.85, **untied}}}, "srcc")
+    assert text.splitlines()[1].split()[-2:] == ["0", "%"] and compare.TIES_NOTE not in text
+
+
+def test_few_systems_tie_in_many_resamples_and_the_output_says_why_p_is_high(tmp_path, capsys):
+    # Ten systems that both runs rank almost alike: most resamples draw systems ranked the same.
+    rng = np.random.default_rng(1)
+    systems = [f"s{i % 10}" for i in range(100)]
+    quality = {f"s{i}": rng.uniform(1, 5) for i in range(10)}
+    true = np.array([quality[s] for s in systems]) + rng.normal(0, 0.3, 100)
+    a = write_predictions(tmp_path / "a.csv", true + rng.normal(0, 0.8, 100), true, systems, ["t"] * 100)
+    b = write_predictions(tmp_path / "b.csv", true + rng.normal(0, 0.8, 100), true, systems, ["t"] * 100)
+    assert compare.main([str(a), str(b), "--json", str(tmp_path / "c.json")]) == 0
+    result = json.loads((tmp_path / "c.json").read_text())["results"]["t"]["sys"]
+    assert result["p"] == 1.0 and result["ci"][0] < 0 and result["ties"] > 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("t        sys"))
+    assert row.split()[-2:] == [f"{100 * result['ties'] / result['resamples']:.0f}", "%"]
+    assert compare.TIES_NOTE in out

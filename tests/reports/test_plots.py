@@ -154,20 +154,78 @@ def test_history_is_restored_when_resuming_a_fit_but_not_when_testing():
     assert resumed.history == saved.history
 
 
-def test_curves_group_per_set_validation_series(tmp_path):
+def test_scatter_titles_fit_inside_the_figure(rows):
+    # A long test-set name too: the heading wraps rather than running off the figure.
+    long = [{**r, "test_set": "singmospro-listening-test-batch-2024-unseen-systems"} for r in rows[:24]]
+    figures = {
+        **plots.scatter_figures(rows, evaluate_rows(rows)),
+        **plots.scatter_figures(long, evaluate_rows(long)),
+    }
+    for name, figure in figures.items():
+        figure.canvas.draw()
+        box = figure.axes[0].title.get_window_extent(figure.canvas.get_renderer())
+        assert box.x0 >= 0 and box.x1 <= figure.bbox.width, name
+        assert box.y0 >= 0 and box.y1 <= figure.bbox.height, name
+    title = figures["test1_sys"].axes[0].get_title()
+    assert title.splitlines()[0] == "test1, system level (n=5)"
+    assert len(title.splitlines()) == 1 + len(metrics.METRIC_NAMES) // plots.METRICS_PER_LINE
+
+
+def panels(figure) -> list[tuple[str, str, list[str]]]:
+    """(title, y label, legend labels of the data lines) of every panel, top to bottom."""
+    return [
+        (
+            ax.get_title(),
+            ax.get_ylabel(),
+            [line.get_label() for line in ax.lines if line.get_label() != plots.SELECTED_LABEL],
+        )
+        for ax in figure.axes
+    ]
+
+
+def test_curves_panels_have_titles_y_labels_and_a_fixed_order_whatever_the_recording_order():
+    history = {
+        "val/lyrics/valid1/sys_srcc": [(25, 0.1)],
+        "val/valid1/utt_rmse": [(25, 0.9), (50, 0.7)],
+        "val/valid1/sys_srcc": [(25, 0.2), (50, 0.4)],
+        "train/lr": [(10, 0.01)],
+        "val/selection": [(25, 0.3), (50, 0.5)],
+        "val/loss": [(25, 0.9), (50, 0.8)],
+        "val/valid2/sys_srcc": [(25, 0.4), (50, 0.6)],
+        "train/loss": [(10, 1.0), (20, 0.8)],
+    }
+    names = plots.CurveNames("system-level SRCC", {"valid1": "validation (carved)"})
+    expected = [
+        ("loss", "loss", ["training", "validation"]),
+        ("selection score: system-level SRCC", "system-level SRCC", ["selection score"]),
+        ("system-level SRCC per validation set", "SRCC", ["validation (carved)", "valid2"]),
+        ("utterance-level RMSE per validation set", "RMSE", ["validation (carved)"]),
+        ("lyrics: system-level SRCC per validation set", "SRCC", ["validation (carved)"]),
+        ("train/lr", "lr", ["lr"]),
+    ]
+    assert panels(plots.curves(history, names=names)) == expected
+    # Panels keep their order; series keep the order the sets were recorded in (the loss's: fixed).
+    reordered = panels(plots.curves(dict(reversed(history.items())), names=names))
+    assert [(title, ylabel) for title, ylabel, _ in reordered] == [(t, y) for t, y, _ in expected]
+    assert reordered[0][2] == ["training", "validation"]
+    # Unnamed: the selection score and the sets keep generic names.
+    unnamed = panels(plots.curves(history))
+    assert unnamed[1] == ("selection score", "selection score", ["selection score"])
+    assert unnamed[2][2] == ["valid1", "valid2"]
+
+
+def test_curves_draw_each_series_on_its_panel(tmp_path):
     history = {
         "train/loss": [(10, 1.0), (20, 0.8)],
-        "val/selection": [(25, 0.3), (50, 0.5)],
+        "val/loss": [(25, 0.9), (50, 0.7)],
         "val/valid1/sys_srcc": [(25, 0.2), (50, 0.4)],
         "val/valid2/sys_srcc": [(25, 0.4), (50, 0.6)],
     }
-    figure = plots.curves(history)
-    panels = {ax.get_title(): ax for ax in figure.axes}
-    assert set(panels) == {"train/loss", "val/selection", "val/*/sys_srcc"}
-    lines = panels["val/*/sys_srcc"].lines
-    assert [line.get_label() for line in lines] == ["valid1", "valid2"]
-    np.testing.assert_allclose(lines[1].get_ydata(), [0.4, 0.6])
-    path = plots.write_curves(history, tmp_path)
+    loss, srcc = plots.curves(history).axes
+    np.testing.assert_allclose(loss.lines[0].get_xdata(), [10, 20])
+    np.testing.assert_allclose(loss.lines[1].get_ydata(), [0.9, 0.7])
+    np.testing.assert_allclose(srcc.lines[1].get_ydata(), [0.4, 0.6])
+    path = plots.write_curves(history, tmp_path, names=plots.CurveNames("x", {"valid1": "v"}))
     assert path == tmp_path / "curves.png" and path.read_bytes()[:8] == PNG_SIGNATURE
 
 

@@ -130,6 +130,30 @@ def test_to_moves_and_refuses_an_unavailable_device(default_export):
         scorer.to(f"cuda:{torch.cuda.device_count()}")
 
 
+def test_a_domain_is_refused_for_a_model_without_domain_ids_in_the_api_and_sqa_score(
+    default_export, tmp_path, capsys
+):
+    for domain in ("d", 0):
+        with pytest.raises(ValueError, match=r"^domain .*: this model has no domain embedding") as err:
+            sqa.load(default_export, domain=domain)
+        assert "\n" not in str(err.value)
+    wav = tmp_path / "clip.wav"
+    sf.write(wav, stereo(1.0, 16000)[0], 16000)
+    args = ["--checkpoint", str(default_export), "--device", "cpu", "--num-workers", "0"]
+    assert score.main([*args, "--domain", "d", str(wav)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("sqa-score: domain 'd': this model has no domain embedding")
+    # A model with domain IDs takes one, by name or index, and each scores differently.
+    torch.manual_seed(0)
+    model = MOSPredictor(LogMelBackbone(), num_domains=2, domain_dim=4)
+    export = export_predictor(model, tmp_path / "domains", 16000, ["p1", "p2"])
+    clip = stereo(1.0, 16000)[0]
+    assert sqa.load(export).score(clip, 16000) == sqa.load(export, domain="p1").score(clip, 16000)
+    assert sqa.load(export, domain=1).score(clip, 16000) == sqa.load(export, domain="p2").score(clip, 16000)
+    assert sqa.load(export, domain="p2").score(clip, 16000) != sqa.load(export).score(clip, 16000)
+    assert score.main([*args[:1], str(export), *args[2:], "--domain", "p2", str(wav)]) == 0
+
+
 def test_run_directory_and_model_pt_load_the_same_predictor(default_export, tmp_path):
     clip = stereo(1.0, 16000)[0]
     expected = sqa.load(default_export).score(clip, 16000)

@@ -262,3 +262,13 @@ def test_uninformative_tells_a_tiny_change_from_none():
     assert not uninformative([math.nan, 0.3])
     assert not uninformative([math.nan, math.nan, 0.3])
     assert not uninformative([])
+
+
+def test_the_rule_names_its_score_in_a_few_words_for_the_curves():
+    big, small = counts(60, 12, 30, 12), counts(8, 2, 2, 2)
+    assert choose_rule({"v": big}).label == "system-level SRCC"
+    assert choose_rule({"v": big}, metric="ktau", level="utt").label == "utterance-level KTAU"
+    # The fallback's name, not the request's.
+    assert choose_rule({"v": small}).label == "utterance-level RMSE"
+    assert choose_rule({"v": small}, fallback="loss").label == "validation loss"
+    assert choose_rule({"v": big}, metric="train_loss").label == "training loss"

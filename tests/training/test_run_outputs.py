@@ -1,0 +1,86 @@
+"""What a run records of its end: why training stopped, the selected step, and how curves name things."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from lightning.pytorch.callbacks import EarlyStopping
+
+from sqa.reports import plots
+from sqa.training.run import run
+from sqa.training.run_outputs import training_end
+from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
+
+
+def trainer(step: int, epoch: int, max_steps: int = -1, max_epochs: int | None = 60) -> SimpleNamespace:
+    return SimpleNamespace(global_step=step, current_epoch=epoch, max_steps=max_steps, max_epochs=max_epochs)
+
+
+def stopper(wait_count: int, patience: int = 3) -> EarlyStopping:
+    callback = EarlyStopping(monitor="val/selection", patience=patience)
+    callback.wait_count = wait_count
+    return callback
+
+
+def test_training_end_says_which_limit_or_callback_stopped_training():
+    patience = training_end(trainer(75, 2, max_steps=75), stopper(3))
+    assert patience == {
+        "step": 75,
+        "stopped_by": "early_stopping",
+        "reason": "early stopping: val/selection did not improve in 3 validation checks",
+    }
+    # One check short of the patience: the limit that was reached.
+    steps = training_end(trainer(75, 2, max_steps=75), stopper(2))
+    assert (steps["stopped_by"], steps["reason"]) == ("max_steps", "trainer.max_steps=75 reached")
+    assert training_end(trainer(74, 2, max_steps=75), None)["stopped_by"] == "callback"
+    epochs = training_end(trainer(900, 60, max_epochs=60), stopper(0))
+    assert (epochs["stopped_by"], epochs["reason"]) == ("max_epochs", "trainer.max_epochs=60 reached")
+    assert training_end(trainer(900, 59, max_epochs=60), None)["stopped_by"] == "callback"
+    # Early stopping for another reason (a non-finite score) says it in Lightning's words.
+    nan = stopper(0)
+    nan.stopping_reason_message = "Monitored metric val/selection = nan is not finite."
+    assert training_end(trainer(50, 1), nan)["reason"] == (
+        "early stopping: Monitored metric val/selection = nan is not finite."
+    )
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory):
+    return write_per_system_corpus(tmp_path_factory.mktemp("per_system"))
+
+
+def test_a_run_records_its_selected_step_and_why_it_stopped_and_names_its_curves(
+    manifest, tmp_path, monkeypatch
+):
+    drawn = []
+    real = plots.curves
+    monkeypatch.setattr(plots, "curves", lambda *args: drawn.append(args) or real(*args))
+    run(compose_train([*tiny_run_overrides(manifest), "trainer.max_steps=12"]), tmp_path)
+    info = json.loads((tmp_path / "run_info.json").read_text())
+    assert info["training_end"] == {
+        "step": 12,
+        "stopped_by": "max_steps",
+        "reason": "trainer.max_steps=12 reached",
+    }
+    step = info["selection"]["selected_step"]
+    assert info["selection"]["best_checkpoint"] == f"best-step={step}.ckpt"
+    card = (tmp_path / "export" / "README.md").read_text()
+    assert f"- exported weights: step {step} (`best-step={step}.ckpt`)" in card
+    assert "- training stopped at step 12: trainer.max_steps=12 reached" in card
+    # Two validation systems: the rule falls back to utterance RMSE; the manifest's set has no domain.
+    ((_, selected, names),) = drawn
+    assert selected == step and names == plots.CurveNames("utterance-level RMSE", {"default": "validation"})
+    log = (tmp_path / "train.log").read_text()
+    assert "Model summary:" in log and "Total params" in log and "FLOPs" not in log
+    assert "Training stopped at step 12: trainer.max_steps=12 reached" in log
+
+
+def test_a_run_that_stops_early_says_so(manifest, tmp_path):
+    # No learning: the selection score never improves, so patience 1 stops at the second check.
+    overrides = ["optim.lr=0", "early_stopping_patience=1", "trainer.max_steps=40"]
+    run(compose_train([*tiny_run_overrides(manifest), *overrides]), tmp_path)
+    end = json.loads((tmp_path / "run_info.json").read_text())["training_end"]
+    assert (end["step"], end["stopped_by"]) == (8, "early_stopping")
+    assert end["reason"] == "early stopping: val/selection did not improve in 1 validation check"
