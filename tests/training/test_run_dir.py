@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities import rank_zero_only
 
 from sqa.training.run import run
-from sqa.training.run_dir import ClaimRunDirectory, RunDirError, lock, prepare, previous_outputs
+from sqa.training.run_dir import (
+    LINK_REFUSED,
+    LOCK_NAME,
+    LOG_NAME,
+    ClaimRunDirectory,
+    NoFollowFileHandler,
+    RunDirError,
+    _owner,
+    lock,
+    prepare,
+    previous_outputs,
+)
 from tests.conftest import REPO
 
 HOLD = """
@@ -38,19 +54,124 @@ def held(tmp_path):
     proc.wait()
 
 
+@pytest.fixture
+def other_run():
+    """Lock directories as another run does: its own open of `.lock`, flocked, its owner written.
+
+    flock locks belong to an open file description, so this process is refused exactly as a second
+    process would be (without the seconds a second Python process takes to start).
+    """
+    fds: list[int] = []
+
+    def hold(run_dir: Path, owner: str = "PID 4242 on host-b\n") -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, owner.encode())
+        fds.append(fd)
+
+    yield hold
+    for fd in fds:
+        os.close(fd)
+
+
+def is_free(run_dir: Path) -> bool:
+    """Whether another run could lock `run_dir` now (a fresh open of its `.lock`)."""
+    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+@pytest.fixture
+def claim(monkeypatch):
+    """`claim(run_dir, *overrides)`: ClaimRunDirectory.on_run_start as Hydra calls it; returns the callback.
+
+    The config is train.yaml composed with its `hydra` node and `hydra.run.dir=run_dir`; the
+    callbacks are ended and Hydra's global config cleared afterwards.
+    """
+    monkeypatch.setattr(rank_zero_only, "rank", 0)
+    callbacks: list[ClaimRunDirectory] = []
+
+    def start(run_dir: Path | str, *overrides: str) -> ClaimRunDirectory:
+        with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+            config = compose(
+                "train", overrides=[f"hydra.run.dir={run_dir}", *overrides], return_hydra_config=True
+            )
+        callback = ClaimRunDirectory()
+        callbacks.append(callback)
+        callback.on_run_start(config=config, config_name="train")
+        return callback
+
+    yield start
+    for callback in callbacks:
+        callback.on_run_end()
+    HydraConfig.instance().cfg = None
+
+
 def compose_train(overrides: list[str]):
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
         return compose("train", overrides=overrides)
 
 
+# What a start that failed before training leaves (not a previous run), and what a finished run adds.
+FAILED_START = {
+    "config.yaml": "seed: 0\n",
+    "run_info.json": "{}",
+    "data_problems.txt": "1 clip unreadable\n",
+    "train.log": "old log\n",
+    "notes.txt": "mine",
+    "checkpoints/": None,
+}
+FINISHED = {
+    **FAILED_START,
+    "checkpoints/best-step=25.ckpt": "old",
+    "plots/curves.png": "old",
+    "metrics.json": "{}",
+}
+# Its outputs as the refusal and the overwrite line name them (sorted).
+FINISHED_OUTPUTS = "checkpoints, metrics.json, plots"
+
+
+def write_tree(run_dir: Path, files: dict[str, str | None]) -> None:
+    """Write `files` (relative path: text; a path ending in / with None: an empty folder) into `run_dir`."""
+    for name, text in files.items():
+        path = run_dir / name
+        if text is None:
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
+
+def tree(run_dir: Path) -> list[str]:
+    """The files and folders under `run_dir` but the lock, as sorted relative paths."""
+    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.name != LOCK_NAME)
+
+
 def make_previous_run(run_dir):
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "best-step=25.ckpt").write_bytes(b"old")
-    (run_dir / "plots").mkdir()
-    (run_dir / "plots" / "curves.png").write_bytes(b"old")
-    (run_dir / "metrics.json").write_text("{}")
-    (run_dir / "config.yaml").write_text("seed: 0\n")
-    (run_dir / "notes.txt").write_text("mine")
+    write_tree(run_dir, FINISHED)
+
+
+def previous_outputs_message(run_dir: Path) -> str:
+    return (
+        f"{run_dir} holds a previous run's outputs ({FINISHED_OUTPUTS}); continue that run with "
+        "resume=true, start it over with overwrite=true (removes them), or choose another hydra.run.dir"
+    )
+
+
+CONTRADICTION = "resume=true and overwrite=true contradict each other; choose one"
+
+
+def in_use_message(run_dir: Path, owner: str) -> str:
+    return (
+        f"{run_dir.resolve()} is in use by another run ({owner}); wait for it to finish or choose "
+        "another run directory (hydra.run.dir=...)"
+    )
 
 
 def test_a_second_run_into_a_locked_directory_stops_naming_it_and_the_owner(held, synthetic_root):
@@ -70,23 +191,184 @@ def test_a_killed_owner_leaves_no_stale_lock(held):
         assert (run_dir / ".lock").read_text().startswith(f"PID {os.getpid()} ")
 
 
-def test_nested_claims_in_one_process_share_the_lock(tmp_path):
-    with lock(tmp_path), lock(tmp_path):
+@pytest.mark.parametrize(
+    ("written", "owner"),
+    [
+        ("PID 4242 on host-b\n", "PID 4242 on host-b"),
+        # Locked, its PID not written yet (or only blanks).
+        ("", "a process that has not written its PID yet"),
+        (" \n", "a process that has not written its PID yet"),
+    ],
+)
+def test_a_locked_directory_is_refused_naming_its_owner(written, owner, tmp_path, other_run):
+    run_dir = tmp_path / "run"
+    other_run(run_dir, written)
+    with pytest.raises(RunDirError) as err, lock(run_dir):
         pass
-    # Released after the outer block: another lock on a fresh descriptor succeeds.
+    assert str(err.value) == in_use_message(run_dir, owner)
+    # The owner's record is left as it was.
+    assert (run_dir / LOCK_NAME).read_text() == written
+
+
+def test_a_lock_file_gone_before_it_is_read_has_an_unknown_owner(tmp_path):
+    # Between a refused flock and the read, the file may be removed or replaced by a folder.
+    assert _owner(tmp_path / "gone") == "a process that has not written its PID yet"
+    assert _owner(tmp_path) == "a process that has not written its PID yet"
+
+
+def test_a_run_records_itself_as_the_owner(tmp_path):
     with lock(tmp_path):
-        pass
+        assert (tmp_path / LOCK_NAME).read_text() == f"PID {os.getpid()} on {socket.gethostname()}\n"
 
 
-def test_only_the_first_ddp_rank_claims_the_directory(held, monkeypatch):
-    run_dir, _ = held
-    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        config = compose("train", overrides=[f"hydra.run.dir={run_dir}"], return_hydra_config=True)
+def test_nested_claims_in_one_process_share_the_lock_until_the_outer_one_ends(tmp_path):
+    with lock(tmp_path):
+        with lock(tmp_path):
+            assert not is_free(tmp_path)
+        # The inner block's end leaves the outer block's claim.
+        assert not is_free(tmp_path)
+    assert is_free(tmp_path)
+    with lock(tmp_path):
+        assert not is_free(tmp_path)
+    assert is_free(tmp_path)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_the_lock_and_log_are_created_as_the_umask_says_and_not_executable(umask, tmp_path):
+    old = os.umask(umask)
+    try:
+        with lock(tmp_path):
+            pass
+        NoFollowFileHandler(tmp_path / LOG_NAME).close()
+    finally:
+        os.umask(old)
+    for name in (LOCK_NAME, LOG_NAME):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("dangling", [False, True], ids=["to_a_file", "dangling"])
+@pytest.mark.parametrize("name", [LOCK_NAME, LOG_NAME])
+def test_a_link_in_place_of_the_lock_or_log_is_refused_and_its_target_untouched(name, dangling, tmp_path):
+    target = tmp_path / "precious.txt"
+    if not dangling:
+        target.write_text("keep me\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / name).symlink_to(target)
+    with pytest.raises(RunDirError) as err:
+        if name == LOCK_NAME:
+            with lock(run_dir):
+                pass
+        else:
+            NoFollowFileHandler(run_dir / name)
+    assert str(err.value) == f"{run_dir.resolve() / name}: {LINK_REFUSED}"
+    # A dangling link's target is not created either.
+    assert target.read_text() == "keep me\n" if not dangling else not target.exists()
+
+
+def test_the_log_handler_appends_in_its_encoding(tmp_path):
+    path = tmp_path / LOG_NAME
+    path.write_bytes(b"earlier run\n")
+    handler = NoFollowFileHandler(path, encoding="latin-1")
+    handler.handle(logging.makeLogRecord({"msg": "café"}))
+    handler.close()
+    assert path.read_bytes() == b"earlier run\ncaf\xe9\n"
+
+
+def test_the_log_handler_replaces_what_its_encoding_cannot_write_when_told_to(tmp_path):
+    path = tmp_path / LOG_NAME
+    handler = NoFollowFileHandler(path, encoding="ascii", errors="replace")
+    handler.handle(logging.makeLogRecord({"msg": "note ♪"}))
+    handler.close()
+    assert path.read_bytes() == b"note ?\n"
+
+
+def test_only_the_first_ddp_rank_claims_the_directory(tmp_path, other_run, claim, monkeypatch):
+    run_dir = tmp_path / "run"
+    other_run(run_dir)
     monkeypatch.setattr(rank_zero_only, "rank", 1)
-    ClaimRunDirectory().on_run_start(config=config)
+    claim(run_dir)
     monkeypatch.setattr(rank_zero_only, "rank", 0)
     with pytest.raises(SystemExit, match="in use by another run"):
-        ClaimRunDirectory().on_run_start(config=config)
+        claim(run_dir)
+
+
+def test_the_callback_holds_the_directory_from_run_start_to_run_end(tmp_path, claim):
+    run_dir = tmp_path / "run"
+    callback = claim(run_dir)
+    assert (run_dir / LOCK_NAME).read_text() == f"PID {os.getpid()} on {socket.gethostname()}\n"
+    assert not is_free(run_dir)
+    callback.on_run_end(config=None, config_name="train", job_return=None)
+    assert is_free(run_dir)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "left"),
+    [
+        (["resume=true"], [*FINISHED, "plots"]),
+        # train.log too: Hydra's job logging opens it next.
+        (["overwrite=true"], ["notes.txt"]),
+    ],
+)
+def test_the_callback_resumes_or_starts_over_as_the_command_line_says(overrides, left, tmp_path, claim):
+    run_dir = tmp_path / "run"
+    write_tree(run_dir, FINISHED)
+    callback = claim(run_dir, *overrides)
+    assert tree(run_dir) == sorted(name.rstrip("/") for name in left)
+    assert not is_free(run_dir)
+    callback.on_run_end()
+    assert is_free(run_dir)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [([], previous_outputs_message), (["resume=true", "overwrite=true"], lambda _: CONTRADICTION)],
+    ids=["neither", "both"],
+)
+def test_the_callback_refuses_a_previous_run_unless_told_and_releases_the_directory(
+    overrides, message, tmp_path, claim
+):
+    run_dir = tmp_path / "run"
+    write_tree(run_dir, FINISHED)
+    before = tree(run_dir)
+    with pytest.raises(SystemExit) as err:
+        claim(run_dir, *overrides)
+    assert err.value.code == f"Error: {message(run_dir)}"
+    assert tree(run_dir) == before and is_free(run_dir)
+
+
+def test_the_callback_refuses_a_linked_train_log_before_hydra_logs_into_it(tmp_path, claim):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / LOG_NAME).symlink_to(target)
+    with pytest.raises(SystemExit) as err:
+        claim(run_dir)
+    assert err.value.code == f"Error: {run_dir / LOG_NAME}: {LINK_REFUSED}"
+    assert target.read_text() == "keep me\n" and is_free(run_dir)
+
+
+@pytest.mark.parametrize("name", ["../run", "../link", "{tmp}/link", "{tmp}/elsewhere/../run"])
+def test_the_callback_claims_the_directory_whatever_path_names_it(
+    name, tmp_path, claim, other_run, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    write_tree(run_dir, FINISHED)
+    (tmp_path / "link").symlink_to(run_dir, target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    name = name.format(tmp=tmp_path)
+    # Started over through that name: the real directory's outputs go, the link stays a link.
+    callback = claim(name, "overwrite=true")
+    assert tree(run_dir) == ["notes.txt"] and (tmp_path / "link").is_symlink()
+    assert not is_free(run_dir)
+    callback.on_run_end()
+    # Held by another run: refused through that name, naming the directory and its owner.
+    other_run(run_dir)
+    with pytest.raises(SystemExit) as err:
+        claim(name)
+    assert err.value.code == f"Error: {in_use_message(run_dir, 'PID 4242 on host-b')}"
 
 
 def test_a_previous_run_is_refused_with_both_ways_out(tmp_path, synthetic_root):
@@ -99,26 +381,60 @@ def test_a_previous_run_is_refused_with_both_ways_out(tmp_path, synthetic_root):
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name != ".lock") == before
 
 
-def test_overwrite_removes_the_previous_runs_outputs_only(tmp_path):
-    make_previous_run(tmp_path)
-    prepare(tmp_path, resume=False, overwrite=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
-    assert previous_outputs(tmp_path) == []
+@pytest.mark.parametrize("finished", [True, False], ids=["finished_run", "failed_start"])
+@pytest.mark.parametrize(
+    ("resume", "overwrite"), [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_prepare_for_each_setting_with_and_without_a_previous_run(resume, overwrite, finished, tmp_path):
+    write_tree(tmp_path, FINISHED if finished else FAILED_START)
+    before = tree(tmp_path)
+    if resume and overwrite:
+        error = CONTRADICTION
+    elif finished and not resume and not overwrite:
+        error = previous_outputs_message(tmp_path)
+    else:
+        error = None
+    if error:
+        with pytest.raises(RunDirError) as err:
+            prepare(tmp_path, resume=resume, overwrite=overwrite)
+        assert str(err.value) == error
+    else:
+        prepare(tmp_path, resume=resume, overwrite=overwrite)
+    # Only an overwrite of a finished run removes anything: its outputs and the files every run
+    # rewrites; train.log stays unless asked (the logging may have opened it).
+    removed = finished and overwrite and not resume
+    assert tree(tmp_path) == (["notes.txt", "train.log"] if removed else before)
+    assert (previous_outputs(tmp_path) == []) == (removed or not finished)
 
 
-def test_resume_keeps_everything_and_contradicting_flags_are_refused(tmp_path):
-    make_previous_run(tmp_path)
-    prepare(tmp_path, resume=True, overwrite=False)
-    assert (tmp_path / "checkpoints" / "best-step=25.ckpt").read_bytes() == b"old"
-    with pytest.raises(RunDirError, match="contradict"):
-        prepare(tmp_path, resume=True, overwrite=True)
+@pytest.mark.parametrize(("remove_log", "left"), [(False, ["notes.txt", "train.log"]), (True, ["notes.txt"])])
+def test_an_overwrite_removes_train_log_only_when_asked(remove_log, left, tmp_path):
+    write_tree(tmp_path, FINISHED)
+    prepare(tmp_path, resume=False, overwrite=True, remove_log=remove_log)
+    assert tree(tmp_path) == left
 
 
-def test_files_a_failed_start_leaves_are_not_a_previous_run(tmp_path):
-    (tmp_path / "config.yaml").write_text("seed: 0\n")
-    (tmp_path / "run_info.json").write_text("{}")
-    (tmp_path / "checkpoints").mkdir()
-    prepare(tmp_path, resume=False, overwrite=False)
+def test_an_overwrite_says_what_it_removed_and_from_where(tmp_path, caplog):
+    write_tree(tmp_path, FINISHED)
+    with caplog.at_level(logging.INFO, logger="sqa.training.run_dir"):
+        prepare(tmp_path, resume=False, overwrite=True)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"overwrite=true: removed the previous run's {FINISHED_OUTPUTS} from {tmp_path}"
+    ]
+
+
+def test_an_overwrite_removes_linked_outputs_as_links_never_their_targets(tmp_path):
+    outside = tmp_path / "outside"
+    write_tree(outside, {"plots/curves.png": "theirs", "metrics.json": "theirs", "train.log": "theirs"})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "plots").symlink_to(outside / "plots", target_is_directory=True)
+    for name in ("metrics.json", "train.log"):
+        (run_dir / name).symlink_to(outside / name)
+    prepare(run_dir, resume=False, overwrite=True, remove_log=True)
+    assert tree(run_dir) == []
+    assert tree(outside) == ["metrics.json", "plots", "plots/curves.png", "train.log"]
+    assert all(p.read_text() == "theirs" for p in outside.rglob("*") if p.is_file())
 
 
 def test_train_py_refuses_a_directory_in_use_before_hydra_writes_into_it(held):
@@ -136,20 +452,23 @@ def test_train_py_refuses_a_directory_in_use_before_hydra_writes_into_it(held):
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]
 
 
-def test_the_lock_is_the_directorys_whatever_path_names_it(held, tmp_path, monkeypatch):
-    run_dir, proc = held
+def test_the_lock_is_the_directorys_whatever_path_names_it(other_run, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    other_run(run_dir)
     (tmp_path / "link").symlink_to(run_dir)
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    # The directory the other process holds, named relatively from another directory, through a
+    # The directory another run holds, named relatively from another directory, through a
     # symlink and with `..` in it: refused each time, naming the owner.
     for name in ("../run", tmp_path / "link", tmp_path / "elsewhere" / ".." / "run"):
-        with pytest.raises(RunDirError, match=f"PID {proc.pid}"), lock(name):
+        with pytest.raises(RunDirError) as err, lock(name):
             pass
+        assert str(err.value) == in_use_message(run_dir, "PID 4242 on host-b")
     # Nested claims in one process by different names of one directory share its lock.
     mine = tmp_path / "mine"
     (tmp_path / "mine-link").symlink_to(mine, target_is_directory=True)
     with lock(mine), lock("../mine"), lock(tmp_path / "mine-link"):
         assert (mine / ".lock").read_text().startswith(f"PID {os.getpid()} ")
+    assert is_free(mine)
     with lock("../mine-link"):
-        pass
+        assert not is_free(mine)
