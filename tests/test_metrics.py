@@ -1,5 +1,6 @@
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -457,6 +458,17 @@ def test_row_pearson_matches_scipy_including_constant_rows():
     got = resampling.row_pearson(a, b)
     assert np.isnan(got[[4, 7]]).all()
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15, equal_nan=True)
+    # A constant row whose mean rounds (ten times 0.3 averages to 0.3 + 5.6e-17): its centred
+    # values are not exactly 0, yet its correlation is undefined, not ±1.
+    c = rng.normal(size=(2, 10))
+    c[0] = 0.3
+    assert (c[0] - c[0].mean()).any()
+    got = resampling.row_pearson(c, rng.normal(size=(2, 10)))
+    assert math.isnan(got[0]) and not math.isnan(got[1])
+    # Constant rows are expected in bootstrap resamples: no warning for them.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(resampling.row_pearson(np.ones((1, 5)), rng.normal(size=(1, 5)))).all()
 
 
 def test_paper_layout_joins_sets_and_average():
