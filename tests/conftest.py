@@ -1,4 +1,4 @@
-"""Shared fixtures: offline mode and a small synthetic corpus generated once per session."""
+"""Shared fixtures: offline mode, one intra-op thread, and the corpora, runs and exports shared by modules."""
 
 from __future__ import annotations
 
@@ -12,6 +12,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# One intra-op thread in the test process and the processes it starts (set before torch is
+# imported). The suite's models are small and the test machines have 2 shared cores: two threads
+# per process ran a 40-step training 1.5-4x slower than one under load. Tests that compare a
+# subprocess's numbers with the test process's need both on the same thread count anyway.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 
