@@ -23,7 +23,7 @@ from sqa.reports import tables
 from sqa.scoring import cli as score
 from sqa.training.callbacks import checkpoint_step, instantiate_callbacks, progress_bar
 from sqa.training.run import run
-from tests.conftest import REPO
+from tests.conftest import REPO, small_corpus_overrides
 
 
 def compose_train(overrides: list[str]):
@@ -171,11 +171,11 @@ def test_export_carries_a_model_card_and_the_run_info(default_run):
 
 
 @pytest.mark.parametrize("logger", ["tensorboard", "wandb"])
-def test_other_loggers_write_into_the_run_directory(logger, synthetic_root, tmp_path):
+def test_other_loggers_write_into_the_run_directory(logger, small_synthetic_root, tmp_path):
     cfg = compose_train(
         [
             f"logger={logger}",
-            f"data.corpus.root={synthetic_root}",
+            *small_corpus_overrides(small_synthetic_root),
             "trainer.max_steps=2",
             "trainer.val_check_interval=2",
             "trainer.enable_progress_bar=false",
