@@ -65,6 +65,22 @@ def small_corpus_overrides(root: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(manifest, run directory with its export) of the tiny log-mel run on the per-system CSV corpus.
+
+    The run of `tests.training.test_selection.tiny_run_overrides` (24 Adam steps, validation every
+    4), trained once for the modules that read its outputs.
+    """
+    from sqa.training.run import run
+    from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
+
+    manifest = write_per_system_corpus(tmp_path_factory.mktemp("per-system-corpus"))
+    run_dir = tmp_path_factory.mktemp("tiny-run")
+    run(compose_train(tiny_run_overrides(manifest)), run_dir)
+    return manifest, run_dir
+
+
+@pytest.fixture(scope="session")
 def default_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An export of an untrained default log-mel predictor (for scorer plumbing tests)."""
     import torch
