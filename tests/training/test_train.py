@@ -31,11 +31,23 @@ def compose_train(overrides: list[str]):
         return compose("train", overrides=overrides)
 
 
+# The whole default run goes on until early stopping (past step 900 for seed 0); by step 250 it
+# has learned what the tests below check (system SRCC 0.75, RMSE 21 % below the constant
+# predictor's), in a fraction of the time.
+DEFAULT_RUN_STEPS = 250
+
+
 @pytest.fixture(scope="module")
 def default_run(synthetic_root, tmp_path_factory):
-    """The default configuration (seed 0) trained once on the session's synthetic corpus."""
+    """The default configuration (seed 0), stopped at step 250, on the session's synthetic corpus."""
     run_dir = tmp_path_factory.mktemp("run")
-    cfg = compose_train([f"data.corpus.root={synthetic_root}", "trainer.enable_progress_bar=false"])
+    cfg = compose_train(
+        [
+            f"data.corpus.root={synthetic_root}",
+            "trainer.enable_progress_bar=false",
+            f"trainer.max_steps={DEFAULT_RUN_STEPS}",
+        ]
+    )
     return run_dir, run(cfg, run_dir).test
 
 
