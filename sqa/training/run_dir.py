@@ -20,7 +20,6 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
@@ -213,6 +212,9 @@ def log_to_file(run_dir: str | Path) -> Iterator[None]:
 
 def is_leader() -> bool:
     """Whether this process is the first DDP rank (the only one that owns the run directory)."""
+    # Imported here: `lock` and `prepare` stay free of torch and Lightning (seconds to import).
+    from lightning.pytorch.utilities import rank_zero_only
+
     return rank_zero_only.rank == 0
 
 

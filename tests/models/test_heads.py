@@ -14,17 +14,18 @@ from sqa.data.synthetic import load_synthetic
 from sqa.scoring import cli as score
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.run import run
+from tests.conftest import small_corpus_overrides
 from tests.training.test_train import compose_train, read_predictions
 
 DIMS = ["mos", "lyrics", "melody"]
 
 
 @pytest.fixture(scope="module")
-def heads_run(synthetic_root, tmp_path_factory):
-    """A short three-head, judge-aware run (seed 0) on the session's synthetic corpus."""
+def heads_run(small_synthetic_root, tmp_path_factory):
+    """A short three-head, judge-aware run (seed 0) on the session's small synthetic corpus."""
     run_dir = tmp_path_factory.mktemp("heads")
     overrides = [
-        f"data.corpus.root={synthetic_root}",
+        *small_corpus_overrides(small_synthetic_root),
         f"model.dimensions=[{','.join(DIMS)}]",
         "model.judge_dim=8",
         "trainer.max_steps=6",
@@ -93,10 +94,10 @@ def test_per_dimension_metrics_equal_evaluate_sets_over_labelled_clips(heads_run
         ).read_text()
 
 
-def test_export_then_score_writes_one_column_per_dimension(heads_run, synthetic_root, tmp_path):
+def test_export_then_score_writes_one_column_per_dimension(heads_run, small_synthetic_root, tmp_path):
     run_dir, _ = heads_run
     rows = read_predictions(run_dir / "predictions.csv")[:20]
-    paths = [str(synthetic_root / "wav" / f"{r['sample_id']}.wav") for r in rows]
+    paths = [str(small_synthetic_root / "wav" / f"{r['sample_id']}.wav") for r in rows]
     out = tmp_path / "scores.csv"
     assert (
         score.main(

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import lightning as L
 import numpy as np
@@ -21,7 +22,7 @@ from hydra import compose, initialize_config_dir
 
 from sqa.training.datamodule import BucketBatchSampler, EpochSampler, eval_batches
 from sqa.training.run import build
-from tests.conftest import REPO
+from tests.conftest import REPO, small_corpus_overrides
 
 
 def test_epoch_sampler_gives_ranks_equal_disjoint_shares():
@@ -45,19 +46,29 @@ def test_eval_batches_of_all_ranks_are_the_single_process_batches():
     assert eval_batches(3, 16, 2, 1) == [[0, 1, 2]]
 
 
-def test_two_process_ddp_reports_the_one_process_metrics(synthetic_root, tmp_path):
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread, as the DDP processes use, for this test only."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_two_process_ddp_reports_the_one_process_metrics(small_synthetic_root, tmp_path, one_thread):
     run_dir = tmp_path / "ddp"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    corpus = small_corpus_overrides(small_synthetic_root)
     cmd = [
         sys.executable,
         "train.py",
-        f"data.corpus.root={synthetic_root}",
+        *corpus,
         f"hydra.run.dir={run_dir}",
         "trainer.accelerator=cpu",
         "trainer.devices=2",
         "trainer.strategy=ddp",
-        "trainer.max_steps=12",
-        "trainer.val_check_interval=6",
+        "trainer.max_steps=6",
+        "trainer.val_check_interval=3",
         "trainer.enable_progress_bar=false",
         "early_stopping_patience=null",
     ]
@@ -71,9 +82,7 @@ def test_two_process_ddp_reports_the_one_process_metrics(synthetic_root, tmp_pat
     assert len({r["sample_id"] for r in rows}) == len(rows)
 
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(
-            "train", overrides=[f"data.corpus.root={synthetic_root}", "trainer.enable_progress_bar=false"]
-        )
+        cfg = compose("train", overrides=[*corpus, "trainer.enable_progress_bar=false"])
     datamodule, module = build(cfg)
     assert len(rows) == sum(len(c) for c in datamodule.corpus.test_sets().values())
     best = next((run_dir / "checkpoints").glob("best-*.ckpt"))
@@ -85,7 +94,6 @@ def test_two_process_ddp_reports_the_one_process_metrics(synthetic_root, tmp_pat
         enable_progress_bar=False,
         default_root_dir=tmp_path,
     )
-    torch.set_num_threads(1)
     trainer.test(module, datamodule=datamodule, ckpt_path=str(best), verbose=False)
     # Exact equality: each clip was scored in the same batch as here and the rows are merged back
     # into dataset order before any metric is computed.
@@ -179,7 +187,7 @@ PER_RANK_BATCH = 4
 
 
 @pytest.mark.slow
-def test_a_ddp_step_equals_a_one_process_step_on_the_global_batch(tmp_path):
+def test_a_ddp_step_equals_a_one_process_step_on_the_global_batch(tmp_path, one_thread):
     from sqa.data.synthetic import generate
 
     root = generate(tmp_path / "corpus", seed=0, clips_per_system=14, systems_per_batch=(3, 3, 3, 2, 2))
@@ -192,7 +200,6 @@ def test_a_ddp_step_equals_a_one_process_step_on_the_global_batch(tmp_path):
         _ddp_worker, args=(2, port, str(root), overrides, str(tmp_path)), nprocs=2, join=True
     )
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
-    torch.set_num_threads(1)
     single = _one_step(str(root), overrides, 1, 2 * PER_RANK_BATCH)
     for key, initial in single["initial"].items():
         assert torch.equal(ranks[0]["initial"][key], initial)

@@ -20,19 +20,9 @@ from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.readers import recorded_corpus
 from sqa.exports.format import ExportError
 from sqa.training.evaluation import evaluate, evaluation_corpus
-from sqa.training.run import run
 from sqa.training.run_outputs import recorded_data
 from tests.conftest import REPO
-from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[Path, Path]:
-    """(manifest, run directory) of a tiny run on a small per-system CSV corpus."""
-    manifest = write_per_system_corpus(tmp_path_factory.mktemp("corpus"))
-    run_dir = tmp_path_factory.mktemp("run")
-    run(compose_train([*tiny_run_overrides(manifest), "trainer.max_steps=8", "bootstrap=200"]), run_dir)
-    return manifest, run_dir
+from tests.training.test_selection import compose_train
 
 
 def compose_eval(overrides: list[str]):
@@ -61,8 +51,8 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
-def test_eval_of_a_runs_export_reproduces_its_test_results(trained, tmp_path):
-    manifest, run_dir = trained
+def test_eval_of_a_runs_export_reproduces_its_test_results(tiny_run, tmp_path):
+    manifest, run_dir = tiny_run
     config = yaml.safe_load((run_dir / "export" / "config.yaml").read_text())
     assert config["data"]["name"] == "read_csv_manifest"
     assert config["data"]["corpus"] == {
@@ -78,7 +68,7 @@ def test_eval_of_a_runs_export_reproduces_its_test_results(trained, tmp_path):
         "reference_systems": [],
         "anchor_systems": [],
     }
-    assert config["test"] == {"seed": 0, "bootstrap": 200}
+    assert config["test"] == {"seed": 0, "bootstrap": 20}
     # The corpus recorded in the export, and the same corpus named on the command line.
     for name, extra in (("recorded", []), ("named", ["data=csv", f"data.corpus.path={manifest}"])):
         out = tmp_path / name
@@ -93,8 +83,8 @@ def test_eval_of_a_runs_export_reproduces_its_test_results(trained, tmp_path):
         assert {p.name for p in (out / "plots").iterdir()} == {"test_utt.png", "test_sys.png"}
 
 
-def test_eval_refuses_a_recorded_reader_outside_sqa(trained, tmp_path):
-    _, run_dir = trained
+def test_eval_refuses_a_recorded_reader_outside_sqa(tiny_run, tmp_path):
+    _, run_dir = tiny_run
     export = tmp_path / "export"
     export.mkdir()
     (export / "model.pt").write_bytes((run_dir / "export" / "model.pt").read_bytes())
@@ -120,8 +110,8 @@ def test_eval_refuses_a_recorded_reader_outside_sqa(trained, tmp_path):
     assert not marker.exists()
 
 
-def test_eval_py_command_line(trained, tmp_path):
-    _, run_dir = trained
+def test_eval_py_command_line(tiny_run, tmp_path):
+    _, run_dir = tiny_run
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "eval.py", f"export={run_dir / 'export'}", f"hydra.run.dir={tmp_path}"]
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -149,8 +139,8 @@ def test_recorded_corpus_is_relative_to_the_export_and_readable(synthetic_root, 
     assert (recorded["root"], recorded["path"]) == (os.path.join("..", "..", "..", "corpus"), "sub/m.csv")
 
 
-def test_a_moved_export_evaluates_on_its_moved_corpus_and_names_no_path_of_the_trainer(trained, tmp_path):
-    manifest, run_dir = trained
+def test_a_moved_export_evaluates_on_its_moved_corpus_and_names_no_path_of_the_trainer(tiny_run, tmp_path):
+    manifest, run_dir = tiny_run
     # Both moved together, keeping their relative places: no option is needed.
     together = tmp_path / "together"
     shutil.copytree(manifest.parent, together / manifest.parent.name)

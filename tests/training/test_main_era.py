@@ -14,7 +14,6 @@ import pytest
 import soundfile as sf
 
 import sqa
-from sqa.data.synthetic import generate
 from sqa.exports.config import read_export_config
 from tests.conftest import REPO
 
@@ -33,11 +32,10 @@ OVERRIDES = [
 
 
 @pytest.fixture(scope="module")
-def era_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The synthetic corpus the run was trained on (seed 0, 3 clips per system), generated again."""
-    data = tmp_path_factory.mktemp("era-data")
-    generate(data / "synthetic-seed0-clips3", seed=0, clips_per_system=3)
-    return data
+def era_corpus(small_synthetic_root: Path) -> Path:
+    """The data folder of the corpus the run was trained on: the session's small synthetic corpus."""
+    assert small_synthetic_root.name == "synthetic-seed0-clips3"
+    return small_synthetic_root.parent
 
 
 def test_the_export_records_old_paths_and_loads():

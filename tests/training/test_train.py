@@ -23,7 +23,7 @@ from sqa.reports import tables
 from sqa.scoring import cli as score
 from sqa.training.callbacks import checkpoint_step, instantiate_callbacks, progress_bar
 from sqa.training.run import run
-from tests.conftest import REPO
+from tests.conftest import REPO, small_corpus_overrides
 
 
 def compose_train(overrides: list[str]):
@@ -31,11 +31,23 @@ def compose_train(overrides: list[str]):
         return compose("train", overrides=overrides)
 
 
+# The whole default run goes on until early stopping (past step 900 for seed 0); by step 250 it
+# has learned what the tests below check (system SRCC 0.75, RMSE 21 % below the constant
+# predictor's), in a fraction of the time.
+DEFAULT_RUN_STEPS = 250
+
+
 @pytest.fixture(scope="module")
 def default_run(synthetic_root, tmp_path_factory):
-    """The default configuration (seed 0) trained once on the session's synthetic corpus."""
+    """The default configuration (seed 0), stopped at step 250, on the session's synthetic corpus."""
     run_dir = tmp_path_factory.mktemp("run")
-    cfg = compose_train([f"data.corpus.root={synthetic_root}", "trainer.enable_progress_bar=false"])
+    cfg = compose_train(
+        [
+            f"data.corpus.root={synthetic_root}",
+            "trainer.enable_progress_bar=false",
+            f"trainer.max_steps={DEFAULT_RUN_STEPS}",
+        ]
+    )
     return run_dir, run(cfg, run_dir).test
 
 
@@ -171,11 +183,11 @@ def test_export_carries_a_model_card_and_the_run_info(default_run):
 
 
 @pytest.mark.parametrize("logger", ["tensorboard", "wandb"])
-def test_other_loggers_write_into_the_run_directory(logger, synthetic_root, tmp_path):
+def test_other_loggers_write_into_the_run_directory(logger, small_synthetic_root, tmp_path):
     cfg = compose_train(
         [
             f"logger={logger}",
-            f"data.corpus.root={synthetic_root}",
+            *small_corpus_overrides(small_synthetic_root),
             "trainer.max_steps=2",
             "trainer.val_check_interval=2",
             "trainer.enable_progress_bar=false",
