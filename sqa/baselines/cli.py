@@ -8,6 +8,9 @@
     sqa-baseline --corpus synthetic_mushra                          (0-100, the MUSHRA-style corpus)
     sqa-baseline --corpus csv --manifest FILE --score-range 0 100
 
+Clips are read by `sqa-score`'s loader (headers checked first, length-sorted batches of files
+decoded by `--num-workers` processes) and scored a batch at a time (`DNSMOS.score_files`).
+
 Writes `predictions.csv` (sample_id, system_id, test_set, mos, pred), `metrics.json` with 95 %
 bootstrap intervals and the scatter plots into the run directory exactly as a training run does,
 so `sqa-table` and any tool reading a run's files treats the baseline like a trained model, and
@@ -38,7 +41,6 @@ from sqa.baselines.dnsmos import DNSMOS, OUTPUTS
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json
 from sqa.core.provenance import package_versions
-from sqa.data.audio import AudioError
 from sqa.data.corpus import ROLES, Clip, Corpus, CorpusError
 from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 from sqa.data.synthetic import load_synthetic, load_synthetic_mushra
@@ -126,27 +128,33 @@ def evaluate_on_scale(
 
 
 def score_clips(
-    scorer: DNSMOS, test_sets: dict[str, list[Clip]], output: str
+    scorer: DNSMOS, test_sets: dict[str, list[Clip]], output: str, num_workers: int = 0
 ) -> tuple[list[dict[str, Any]], list[Problem]]:
-    """Prediction rows (`output` as `dnsmos`) of every readable clip, and a problem for each other one."""
+    """Prediction rows (`output` as `dnsmos`) of every readable clip, and a problem for each other one.
+
+    Clips are read and scored in batches (`DNSMOS.score_files`); rows and problems keep the
+    order of the sets and their clips.
+    """
+    named = [(name, clip) for name, clips in test_sets.items() for clip in clips]
+    results = {
+        r.index: r for r in scorer.score_files([clip.path for _, clip in named], num_workers=num_workers)
+    }
     rows, problems = [], []
-    for name, clips in test_sets.items():
-        for clip in clips:
-            try:
-                scores = scorer.score_file(clip.path)
-            except AudioError as err:
-                what = str(err).removeprefix(f"{clip.path}: ")
-                problems.append(Problem(str(clip.path), clip.sample_id, what))
-                continue
-            rows.append(
-                {
-                    "sample_id": clip.sample_id,
-                    "system_id": clip.system_id,
-                    "test_set": name,
-                    "mos": clip.mos,
-                    "dnsmos": scores[output],
-                }
-            )
+    for i, (name, clip) in enumerate(named):
+        result = results[i]
+        if result.error is not None:
+            what = result.error.removeprefix(f"{clip.path}: ")
+            problems.append(Problem(str(clip.path), clip.sample_id, what))
+            continue
+        rows.append(
+            {
+                "sample_id": clip.sample_id,
+                "system_id": clip.system_id,
+                "test_set": name,
+                "mos": clip.mos,
+                "dnsmos": result.scores[output],
+            }
+        )
     return rows, problems
 
 
@@ -196,7 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bootstrap", type=int, default=1000, help="resamples of the 95 %% intervals (0: none)"
     )
+    parser.add_argument(
+        "--num-workers", type=int, default=0, help="decoding processes, 0: none (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
+    if args.num_workers < 0:
+        print(f"sqa-baseline: --num-workers must be 0 or more, got {args.num_workers}", file=sys.stderr)
+        return 2
     run_dir = args.run_dir or Path("outputs") / f"dnsmos-{args.corpus}-{args.output}"
     try:
         corpus = read_corpus(args)
@@ -209,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         print("sqa-baseline: the corpus has no test clips", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    rows, problems = score_clips(scorer, test_sets, args.output)
+    rows, problems = score_clips(scorer, test_sets, args.output, args.num_workers)
     seconds = time.perf_counter() - start
     if problems:
         print(format_report(problems), file=sys.stderr)
@@ -219,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     info["score_range"] = list(corpus.score_range)
     if tuple(corpus.score_range) != DNSMOS_RANGE:
         # Errors on the corpus's scale need DNSMOS's scores mapped onto it: fitted on training clips.
-        train, _ = score_clips(scorer, {"train": corpus.split("train")}, args.output)
+        train, _ = score_clips(scorer, {"train": corpus.split("train")}, args.output, args.num_workers)
         line = fit_scale_map([r["dnsmos"] for r in train], [r["mos"] for r in train])
         info["scale_map"] = {"a": line[0], "b": line[1], "train_clips": len(train)} if line else None
         if line is None:

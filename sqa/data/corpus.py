@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -195,20 +196,23 @@ def _file_sample_rate(path: Path) -> int | None:
 class LabelCounts:
     """Clips, systems and distinct MOS labels of a group of clips (and distinct system means).
 
-    `listeners` counts the distinct listeners of the clips' ratings (0 where none are published).
+    `clips_per_system` is the median number of clips of a system (each system mean is averaged
+    over about that many clips); `listeners` counts the distinct listeners of the clips' ratings
+    (0 where none are published).
     """
 
     clips: int
     systems: int
     labels: int
     system_labels: int
+    clips_per_system: float
     listeners: int = 0
 
     def describe(self) -> str:
-        """`N clips, S systems, L distinct labels (M distinct system means)`."""
+        """`N clips, S systems, L distinct labels (M distinct system means), median C clips per system`."""
         return (
             f"{self.clips} clips, {self.systems} systems, {self.labels} distinct labels "
-            f"({self.system_labels} distinct system means)"
+            f"({self.system_labels} distinct system means), median {self.clips_per_system:g} clips per system"
         )
 
 
@@ -222,6 +226,7 @@ def count_labels(clips: Sequence[Clip]) -> LabelCounts:
         systems=len(by_system),
         labels=len({round(c.mos, 9) for c in clips}),
         system_labels=len({round(sum(v) / len(v), 9) for v in by_system.values()}),
+        clips_per_system=float(statistics.median(len(v) for v in by_system.values())) if by_system else 0.0,
         listeners=len({j for c in clips for j in c.ratings}),
     )
 

@@ -1,19 +1,20 @@
 """From audio to the pieces a predictor scores: checked samples, warnings, windows and f0 tracks.
 
-Shared by arrays (`Scorer.score`) and files (`FileClips`, decoded in DataLoader workers).
+Shared by arrays (`Scorer.score`) and files (`file_batches`: `FileClips` decoded in DataLoader
+workers in length-sorted batches), which `sqa-score` and `sqa-baseline` read alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
-from sqa.data.audio import MAX_AUDIO_SAMPLES, AudioError, load_audio, pad_to
+from sqa.data.audio import MAX_AUDIO_SAMPLES, AudioError, audio_info, check_audio_size, load_audio, pad_to
 from sqa.data.pitch import F0Extractor
 from sqa.models.backbone import W2V_HOP, W2V_WINDOW, conv_frame_lengths
 
@@ -172,3 +173,36 @@ class FileClips(Dataset):
 def as_list(items: list[PreparedClip]) -> list[PreparedClip]:
     """Collation of `FileClips` batches: the prepared clips as they are."""
     return items
+
+
+def file_batches(
+    paths: Sequence[str],
+    prepare: ClipPreparer,
+    batch_size: int,
+    num_workers: int = 0,
+    max_samples: int = MAX_AUDIO_SAMPLES,
+) -> Iterator[list[PreparedClip]]:
+    """Batches of prepared clips of `paths` (`index`: the position in `paths`), as they are decoded.
+
+    Every header is read and checked (`check_audio_size`) first: a file that fails comes at once
+    as a batch of its own with `error` set. The others are decoded by `num_workers` DataLoader
+    workers (0: in this process) in batches of `batch_size` files of similar length, sorted by
+    the length in their headers, so decoded audio held at once is bounded by the batch.
+    """
+    lengths: dict[int, float] = {}
+    for i, path in enumerate(paths):
+        try:
+            rate, frames, channels = audio_info(path)
+            check_audio_size(path, rate, frames, channels, prepare.sample_rate, max_samples)
+        except AudioError as err:
+            yield [PreparedClip(i, [], str(err))]
+            continue
+        lengths[i] = frames / rate
+    order = sorted(lengths, key=lengths.__getitem__)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    yield from DataLoader(
+        FileClips(paths, prepare, max_samples),
+        batch_sampler=batches,
+        num_workers=num_workers,
+        collate_fn=as_list,
+    )

@@ -20,16 +20,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
-from sqa.data.audio import (
-    MAX_AUDIO_SAMPLES,
-    MAX_SAMPLE_RATE,
-    AudioError,
-    audio_info,
-    check_audio_size,
-    downmix_resample,
-)
+from sqa.data.audio import MAX_AUDIO_SAMPLES, MAX_SAMPLE_RATE, check_audio_size, downmix_resample
 from sqa.data.batching import pad_batch
 from sqa.exports.format import load_export
 from sqa.models.backbone import W2V_HOP
@@ -37,12 +29,11 @@ from sqa.models.predictor import POOLINGS
 from sqa.scoring.clips import (
     ClipPreparer,
     ClipWarning,
-    FileClips,
     Piece,
     PreparedClip,
-    as_list,
     as_samples,
     clip_warning,
+    file_batches,
 )
 
 # The shortest window (seconds) whose chunked scores stayed within 0.02 MOS of whole-clip scores
@@ -229,24 +220,7 @@ class Scorer:
         with `error` set.
         """
         paths = [str(p) for p in paths]
-        lengths: dict[int, float] = {}
-        for i, path in enumerate(paths):
-            try:
-                rate, frames, channels = audio_info(path)
-                check_audio_size(path, rate, frames, channels, self.sample_rate, self.max_samples)
-            except AudioError as err:
-                yield ScoreResult(path, None, str(err), index=i)
-                continue
-            lengths[i] = frames / rate
-        order = sorted(lengths, key=lengths.__getitem__)
-        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        loader = DataLoader(
-            FileClips(paths, self.prepare, self.max_samples),
-            batch_sampler=batches,
-            num_workers=num_workers,
-            collate_fn=as_list,
-        )
-        for items in loader:
+        for items in file_batches(paths, self.prepare, self.batch_size, num_workers, self.max_samples):
             for item in items:
                 if item.error is not None:
                     yield ScoreResult(paths[item.index], None, item.error, index=item.index)

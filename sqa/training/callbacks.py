@@ -1,29 +1,33 @@
-"""The training callbacks: built from the `callbacks` config group, plus sqa's own three.
+"""The training callbacks: built from the `callbacks` config group, plus sqa's own.
 
 `conf/callbacks/` holds one file per callback; `instantiate_callbacks` adds what only the run
 knows (its directory, the selection rule's mode, the log interval) and leaves out the progress
-bar off a terminal and early stopping without a patience.
+bar off a terminal and early stopping without a patience. The best checkpoint and early stopping
+follow the selection rule's tie rule (`SelectionCheckpoint`, `SelectionEarlyStopping`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import ModelSummary
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.model_summary import get_formatted_model_size, get_human_readable_count
 from omegaconf import DictConfig
 
 from sqa.core.atomic import atomic_write
 from sqa.reports.plots import History
+from sqa.training.selection import LEVEL_NAMES, TIEBREAK_KEY, TIEBREAK_LEVEL, TIEBREAK_METRIC, better
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +140,153 @@ class ParameterSummary(ModelSummary):
         """Log the summary table (Lightning before 2.5.2 passes no `total_flops`)."""
         table = summary_table(summary_data, trainable_parameters, total_parameters, model_size, total_flops)
         log.info("Model summary:\n%s", table)
+
+
+def logged_tiebreak(values: Mapping[str, Any]) -> float:
+    """The tiebreak value of the latest validation among logged `values` (NaN where none was logged)."""
+    value = values.get(TIEBREAK_KEY)
+    return math.nan if value is None else float(value)
+
+
+class SelectionCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint whose equal scores are ordered by the utterance RMSE (`selection.better`).
+
+    Lightning's own keeps the earlier of two equal scores, so a nearly constant first model wins
+    every tie of a coarse ranking score. Here a check whose score is within `tie_tolerance`
+    (`selection.tie_tolerance`) of a kept one beats it when its logged `val/selection_tiebreak`
+    is lower. Overrides Lightning 2.6's `check_monitor_top_k` and `_update_best_and_save`.
+    """
+
+    def __init__(self, *args: Any, tie_tolerance: float = 1e-6, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tie_tolerance = tie_tolerance
+        # The tiebreak value of every kept checkpoint, by path, as `best_k_models` holds scores.
+        self.tiebreaks: dict[str, float] = {}
+
+    @property
+    def state_key(self) -> str:
+        """ModelCheckpoint's key: run directories saved before the tie rule resume with their best."""
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
+    def _beats(self, score: float, tiebreak: float, path: str) -> bool:
+        """Whether (score, tiebreak) beats the kept checkpoint at `path`."""
+        kept = float(self.best_k_models[path])
+        return better(
+            score, tiebreak, kept, self.tiebreaks.get(path, math.nan), self.mode, self.tie_tolerance
+        )
+
+    def check_monitor_top_k(self, trainer: L.Trainer, current: torch.Tensor | None = None) -> bool:
+        """Whether this check's score (and tiebreak) enters the kept checkpoints."""
+        if current is None:
+            return False
+        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
+            return True
+        decision = self._beats(
+            float(current), logged_tiebreak(trainer.callback_metrics), self.kth_best_model_path
+        )
+        return trainer.strategy.reduce_boolean_decision(decision)
+
+    def _update_best_and_save(
+        self, current: torch.Tensor, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]
+    ) -> None:
+        """Save this check, dropping the worst kept one if full, and name the best and worst anew."""
+        k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
+        del_filepath = None
+        if len(self.best_k_models) == k and k > 0:
+            del_filepath = self.kth_best_model_path
+            self.best_k_models.pop(del_filepath)
+            self.tiebreaks.pop(del_filepath, None)
+        if torch.isnan(current):
+            # As Lightning does: a NaN score is kept as the worst possible one.
+            current = torch.tensor(float("inf" if self.mode == "min" else "-inf"), device=current.device)
+        filepath = self._get_metric_interpolated_filepath_name(monitor_candidates, trainer, del_filepath)
+        self.current_score = current
+        self.best_k_models[filepath] = current
+        self.tiebreaks[filepath] = logged_tiebreak(monitor_candidates)
+        # In the order the checks were kept: a full tie leaves the earlier one best.
+        paths = list(self.best_k_models)
+        best = worst = paths[0]
+        for path in paths[1:]:
+            score, tiebreak = float(self.best_k_models[path]), self.tiebreaks[path]
+            if self._beats(score, tiebreak, best):
+                best = path
+            if not self._beats(score, tiebreak, worst):
+                worst = path
+        if len(self.best_k_models) == k:
+            self.kth_best_model_path, self.kth_value = worst, self.best_k_models[worst]
+        self.best_model_path, self.best_model_score = best, self.best_k_models[best]
+        if self.verbose:
+            rank_zero_info(
+                f"step {trainer.global_step}: {self.monitor!r} reached {float(current):0.5f} "
+                f"(best {float(self.best_model_score):0.5f}), saving model to {filepath!r}"
+            )
+        self._save_checkpoint(trainer, filepath)
+        if del_filepath and self._should_remove_checkpoint(trainer, del_filepath, filepath):
+            self._remove_checkpoint(trainer, del_filepath)
+
+    def state_dict(self) -> dict[str, Any]:
+        """ModelCheckpoint's state and the kept checkpoints' tiebreak values."""
+        return {**super().state_dict(), "tiebreaks": dict(self.tiebreaks)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the state; a checkpoint saved before the tie rule has no tiebreak values (NaN)."""
+        super().load_state_dict(state_dict)
+        if state_dict.get("dirpath", self.dirpath) == self.dirpath:
+            self.tiebreaks = dict(state_dict.get("tiebreaks", {}))
+
+
+class SelectionEarlyStopping(EarlyStopping):
+    """EarlyStopping under `SelectionCheckpoint`'s tie rule.
+
+    A check whose score ties the best within `tie_tolerance` and has a lower utterance RMSE
+    becomes the selected checkpoint, so it counts as an improvement and patience restarts; a tie
+    without a lower RMSE counts as none. Overrides Lightning 2.6's `_run_early_stopping_check`
+    and `_evaluate_stopping_criteria`.
+    """
+
+    def __init__(self, *args: Any, tie_tolerance: float = 1e-6, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tie_tolerance = tie_tolerance
+        self.best_tiebreak = math.nan
+        self._tiebreak = math.nan
+
+    @property
+    def state_key(self) -> str:
+        """EarlyStopping's key: run directories saved before the tie rule resume with their count."""
+        return super().state_key.replace(type(self).__qualname__, EarlyStopping.__qualname__, 1)
+
+    def _run_early_stopping_check(self, trainer: L.Trainer) -> None:
+        """Read this check's tiebreak value, then decide as EarlyStopping does."""
+        self._tiebreak = logged_tiebreak(trainer.callback_metrics)
+        super()._run_early_stopping_check(trainer)
+
+    def _evaluate_stopping_criteria(self, current: torch.Tensor) -> tuple[bool, str | None]:
+        """EarlyStopping's decision, with ties within `tie_tolerance` decided by the tiebreak."""
+        score, best = float(current), float(self.best_score)
+        if math.isfinite(score) and math.isfinite(best) and abs(score - best) <= self.tie_tolerance:
+            if better(score, self._tiebreak, best, self.best_tiebreak, self.mode, self.tie_tolerance):
+                self.best_score, self.best_tiebreak, self.wait_count = current, self._tiebreak, 0
+                reason = (
+                    f"Metric {self.monitor} tied the best score {best:.4f} with a lower "
+                    f"{LEVEL_NAMES[TIEBREAK_LEVEL]}-level {TIEBREAK_METRIC} ({self._tiebreak:.4f})"
+                )
+                return False, reason
+            # A tie that does not win is no improvement: judged as the best score itself would be.
+            current = self.best_score.to(current.device)
+        before = self.best_score
+        should_stop, reason = super()._evaluate_stopping_criteria(current)
+        if self.best_score is not before:
+            self.best_tiebreak = self._tiebreak
+        return should_stop, reason
+
+    def state_dict(self) -> dict[str, Any]:
+        """EarlyStopping's state and the best check's tiebreak value."""
+        return {**super().state_dict(), "best_tiebreak": self.best_tiebreak}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the state; a checkpoint saved before the tie rule has no tiebreak value (NaN)."""
+        super().load_state_dict(state_dict)
+        self.best_tiebreak = float(state_dict.get("best_tiebreak", math.nan))
 
 
 class ValidationLog(L.Callback):

@@ -15,7 +15,7 @@ from sqa.core.artefacts import score_columns
 from sqa.core.prediction import OVERALL, Prediction
 from sqa.data.corpus import ROLES
 from sqa.models.predictor import MOSPredictor
-from sqa.training.selection import SelectionRule
+from sqa.training.selection import TIEBREAK_KEY, SelectionRule
 
 LossFn = Callable[..., torch.Tensor]
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
@@ -28,7 +28,8 @@ class MOSModule(L.LightningModule):
     (`MOSPredictor.to_internal`); predictions and metrics are on the corpus's own scale.
     Validation logs `val/loss` and `val/selection`, the score of the `selection` rule
     (default: system-level SRCC of the overall MOS averaged over the validation sets weighted by
-    their system counts), the quantity checkpoints are selected on.
+    their system counts), the quantity checkpoints are selected on, and
+    `val/selection_tiebreak`, the utterance RMSE over the rule's sets that orders tied scores.
     Test results (per set and averaged) of the overall MOS are kept in `test_results`, those of
     the predictor's other score dimensions in `dimension_results` (each over the clips that have
     that label), and per-clip predictions in `test_predictions` (`mos`, `pred`, and
@@ -187,7 +188,7 @@ class MOSModule(L.LightningModule):
         return float(summed[0] / summed[1]) if summed[1] > 0 else math.nan
 
     def on_validation_epoch_end(self) -> None:
-        """Log per-set system SRCC / utterance RMSE, the validation loss and the selection score."""
+        """Log per-set system SRCC / utterance RMSE, the validation loss, selection score and tiebreak."""
         val_loss = self._mean_loss(self._val_loss)
         train_loss = self._mean_loss(self._train_loss)
         self._train_loss = [0.0, 0]
@@ -203,13 +204,16 @@ class MOSModule(L.LightningModule):
             for name, block in blocks.items():
                 for key, value in (("sys_srcc", block["sys"]["srcc"]), ("utt_rmse", block["utt"]["rmse"])):
                     self.log(f"{prefix}/{name}/{key}", value, add_dataloader_idx=False, sync_dist=True)
+        overall = by_dim.get(OVERALL, {})
         self.log(
             "val/selection",
-            self.selection.score(by_dim.get(OVERALL, {}), val_loss, train_loss),
+            self.selection.score(overall, val_loss, train_loss),
             prog_bar=True,
             add_dataloader_idx=False,
             sync_dist=True,
         )
+        # What the selection callbacks order tied scores by.
+        self.log(TIEBREAK_KEY, self.selection.tiebreak(overall), add_dataloader_idx=False, sync_dist=True)
 
     def on_test_epoch_start(self) -> None:
         """Start a fresh collection for this test run."""

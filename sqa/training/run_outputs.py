@@ -196,8 +196,8 @@ def report_selection(
     if flat:
         log.warning(
             "selection was uninformative: val/selection (%s) stayed at %.4g over all %d validation "
-            "checks, so the first checkpoint (%s) was kept; select on an error measure "
-            "(selection.metric=rmse) or use more validation systems",
+            "checks, so the tie rule chose the checkpoint with the lowest utterance-level rmse (%s); "
+            "select on an error measure (selection.metric=rmse) or use more validation systems",
             info["selection"]["rule"],
             values[0],
             len(values),

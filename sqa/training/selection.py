@@ -2,10 +2,12 @@
 
 A ranking metric (SRCC, LCC, KTAU, pair accuracy) can only choose between checkpoints where the
 validation data can rank: with two validation systems the system-level SRCC is ±1 at every
-check, and with two distinct labels the utterance-level one barely moves, so the first
-checkpoint wins. `choose_rule` decides from the validation labels alone, before training,
-which sets a ranking metric is used on, and falls back to an error measure (at utterance level)
-where none can rank. `uninformative` tells afterwards whether the score ever changed.
+check, with system means of one or two clips each it is noise, and with two distinct labels the
+utterance-level one barely moves, so the first checkpoint wins. `choose_rule` decides from the
+validation labels alone, before training, which sets a ranking metric is used on, and falls back
+to an error measure (at utterance level) where none can rank. Checks whose scores tie are told
+apart by the utterance-level RMSE (`better`), so that a nearly constant early model does not
+win a tie. `uninformative` tells afterwards whether the score ever changed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ FALLBACK_METRICS = (*metrics.ERROR_METRICS, "loss")
 # An error measure needs no ranking: the fallback is computed over clips, the more numerous unit.
 FALLBACK_LEVEL = "utt"
 LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
+# Checks whose selection scores tie are ordered by this error measure over the rule's sets.
+TIEBREAK_METRIC, TIEBREAK_LEVEL = "rmse", "utt"
+# The logged key of that tiebreak value, read by the selection callbacks.
+TIEBREAK_KEY = "val/selection_tiebreak"
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class SelectionRule:
     `metric` at `level` (None for the losses) averaged over the validation `sets`, weighted by
     their clip or system counts; `mode` is max for ranking metrics, min for errors and losses.
     `warning` explains a fallback or a forced ranking metric (None when the request was usable).
+    Scores within `tie_tolerance` of each other tie (see `better`).
     """
 
     metric: str
@@ -42,6 +49,7 @@ class SelectionRule:
     fallback_used: bool = False
     warning: str | None = None
     counts: Mapping[str, LabelCounts] = field(default_factory=dict)
+    tie_tolerance: float = 1e-6
 
     @property
     def mode(self) -> str:
@@ -78,6 +86,11 @@ class SelectionRule:
         used = {name: block for name, block in blocks.items() if name in self.sets}
         return selection_score(used, self.metric, self.level)
 
+    def tiebreak(self, blocks: Mapping[str, Mapping[str, Any]]) -> float:
+        """The utterance-level RMSE over the rule's sets, which orders checks whose scores tie."""
+        used = {name: block for name, block in blocks.items() if name in self.sets}
+        return selection_score(used, TIEBREAK_METRIC, TIEBREAK_LEVEL)
+
     def record(self) -> dict[str, Any]:
         """Plain values for run_info.json: the rule used, the request and the sets' counts."""
         return {
@@ -89,18 +102,29 @@ class SelectionRule:
             "requested": self.requested,
             "fallback_used": self.fallback_used,
             "warning": self.warning,
+            "tie_rule": (
+                f"scores within {self.tie_tolerance:g} tie; the lower "
+                f"{LEVEL_NAMES[TIEBREAK_LEVEL]}-level {TIEBREAK_METRIC} wins, the earlier check on a full tie"
+            ),
             "valid_sets": {name: vars(c) for name, c in self.counts.items()},
         }
 
 
-def can_rank(counts: LabelCounts, level: str, min_systems: int, min_distinct_labels: int) -> bool:
+def can_rank(
+    counts: LabelCounts,
+    level: str,
+    min_systems: int,
+    min_distinct_labels: int,
+    min_clips_per_system: float,
+) -> bool:
     """Whether a validation set can rank checkpoints at `level`.
 
-    System level needs `min_systems` systems with distinct mean labels, utterance level
-    `min_distinct_labels` distinct clip labels.
+    System level needs `min_systems` systems with distinct mean labels, each mean over a median
+    of at least `min_clips_per_system` clips; utterance level `min_distinct_labels` distinct
+    clip labels.
     """
     if level == "sys":
-        return counts.system_labels >= min_systems
+        return counts.system_labels >= min_systems and counts.clips_per_system >= min_clips_per_system
     return counts.labels >= min_distinct_labels
 
 
@@ -111,13 +135,15 @@ def choose_rule(
     fallback: str | None = "rmse",
     min_systems: int = 5,
     min_distinct_labels: int = 5,
+    min_clips_per_system: float = 3,
+    tie_tolerance: float = 1e-6,
 ) -> SelectionRule:
     """The selection rule for validation sets with these label counts (the `selection` config).
 
     A ranking metric is averaged over the sets that can rank (`can_rank`); where none can, the
     `fallback` error measure (utterance level) or validation loss over every set is used
     instead. `fallback=None` keeps the ranking metric on every set. Errors and losses are used
-    as asked.
+    as asked. Scores within `tie_tolerance` tie (`better`).
     """
     if metric not in SELECTION_METRICS:
         raise ValueError(f"selection.metric must be one of {list(SELECTION_METRICS)}, got {metric!r}")
@@ -127,18 +153,27 @@ def choose_rule(
         raise ValueError(
             f"selection.fallback must be one of {list(FALLBACK_METRICS)} or null, got {fallback!r}"
         )
+    if min_clips_per_system < 1:
+        raise ValueError(f"selection.min_clips_per_system must be at least 1, got {min_clips_per_system!r}")
+    if not tie_tolerance >= 0:
+        raise ValueError(f"selection.tie_tolerance must be 0 or more, got {tie_tolerance!r}")
     names = tuple(valid_sets)
     requested = metric if metric in LOSS_SCORES else f"{level} {metric}"
-    common = {"requested": requested, "counts": dict(valid_sets)}
+    common = {"requested": requested, "counts": dict(valid_sets), "tie_tolerance": tie_tolerance}
     if metric in LOSS_SCORES:
         return SelectionRule(metric, None, names, **common)
     if metric in metrics.ERROR_METRICS:
         return SelectionRule(metric, level, names, **common)
-    ranking = tuple(n for n in names if can_rank(valid_sets[n], level, min_systems, min_distinct_labels))
+    ranking = tuple(
+        n
+        for n in names
+        if can_rank(valid_sets[n], level, min_systems, min_distinct_labels, min_clips_per_system)
+    )
     if ranking == names:
         return SelectionRule(metric, level, names, **common)
     need = (
-        f"at least {min_systems} systems with distinct mean labels"
+        f"at least {min_systems} systems with distinct mean labels and a median of at least "
+        f"{min_clips_per_system:g} clips per system"
         if level == "sys"
         else f"at least {min_distinct_labels} distinct labels"
     )
@@ -157,6 +192,24 @@ def choose_rule(
     what = "validation loss" if fallback == "loss" else f"{LEVEL_NAMES[FALLBACK_LEVEL]}-level {fallback}"
     warning = f"{cannot}; selecting on {what} over all validation clips instead"
     return SelectionRule(fallback, fallback_level, names, fallback_used=True, warning=warning, **common)
+
+
+def better(
+    score: float, tiebreak: float, best_score: float, best_tiebreak: float, mode: str, tolerance: float
+) -> bool:
+    """Whether a check (`score`, `tiebreak`) beats the best so far under a rule of this `mode`.
+
+    Scores within `tolerance` of each other tie, and the tie goes to the lower tiebreak (the
+    utterance-level RMSE); on a full tie the earlier check stays best. A NaN score never beats
+    the best, any number beats a NaN best; a NaN tiebreak never wins a tie.
+    """
+    if math.isnan(score):
+        return False
+    if math.isnan(best_score):
+        return True
+    if abs(score - best_score) <= tolerance:
+        return not math.isnan(tiebreak) and (math.isnan(best_tiebreak) or tiebreak < best_tiebreak)
+    return score > best_score if mode == "max" else score < best_score
 
 
 def uninformative(values: Sequence[float]) -> bool:

@@ -236,3 +236,54 @@ def test_on_another_scale_errors_follow_a_line_fitted_on_the_training_clips(tmp_
     mapped = np.array([a + b * v for v in raw])
     assert saved["utt"]["rmse"] == pytest.approx(float(np.sqrt(np.mean((mapped - np.array(true)) ** 2))))
     assert saved["utt"]["pair_acc"] == pytest.approx(metrics.pair_acc(np.array(raw), np.array(true)))
+
+
+def test_batched_scores_are_the_clip_by_clip_scores(tmp_path, scorer, clean):
+    wav, _ = clean
+    rng = np.random.default_rng(3)
+    # A 1 s clip (doubled 4 times), the 4.6 s clip, a noisy copy and a 12.5 s clip (3 windows):
+    # 1 + 1 + 1 + 3 windows, so the batches mix windows of different clips.
+    clips = [
+        wav[:SAMPLE_RATE],
+        wav,
+        (wav + 0.05 * rng.standard_normal(wav.size)).astype(np.float32),
+        np.tile(wav, 3)[: int(12.5 * SAMPLE_RATE)],
+    ]
+    one_by_one = [scorer.score(c) for c in clips]
+    for got, expected in zip(scorer.score_batch(clips), one_by_one, strict=True):
+        assert got == pytest.approx(expected, abs=1e-6)
+    assert scorer.score_batch([]) == []
+    # Files: read by the scorer's loader in length-sorted batches of 2, an unreadable file at its place.
+    paths = []
+    for i, c in enumerate(clips):
+        paths.append(tmp_path / f"clip{i}.wav")
+        sf.write(paths[-1], c, SAMPLE_RATE, subtype="FLOAT")
+    (tmp_path / "broken.wav").write_bytes(b"not audio")
+    paths.insert(2, tmp_path / "broken.wav")
+    results = sorted(scorer.score_files(paths, batch_size=2))
+    assert [r.index for r in results] == list(range(5))
+    assert results[2].scores is None and "broken.wav" in results[2].error
+    files = [r.scores for r in results if r.error is None]
+    for got, path in zip(files, [p for p in paths if p.name != "broken.wav"], strict=True):
+        assert got == pytest.approx(scorer.score_file(path), abs=1e-6)
+    # Decoded in a DataLoader worker: the same scores.
+    in_worker = sorted(scorer.score_files(paths, batch_size=3, num_workers=1))
+    for got, expected in zip([r.scores for r in in_worker if r.error is None], files, strict=True):
+        assert got == pytest.approx(expected, abs=1e-6)
+
+
+def test_cli_predictions_are_the_clip_by_clip_scores_in_corpus_order(tmp_path, scorer):
+    manifest = write_corpus(tmp_path)
+    run_dir = tmp_path / "run"
+    argv = ["--corpus", "csv", "--manifest", str(manifest), "--run-dir", str(run_dir), "--bootstrap", "0"]
+    assert main([*argv, "--output", "sig", "--num-workers", "1"]) == 0
+    with manifest.open(newline="") as fh:
+        expected = sorted(csv.DictReader(fh), key=lambda r: r["test_set"])
+    with (run_dir / "predictions.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["sample_id"] for r in rows] == [r["sample_id"] for r in expected]
+    for row, source in zip(rows, expected, strict=True):
+        assert float(row["pred"]) == pytest.approx(
+            scorer.score_file(tmp_path / source["wav_path"])["sig"], abs=1e-6
+        )
+    assert main([*argv, "--num-workers", "-1"]) == 2

@@ -14,7 +14,7 @@ from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.training.lit_module import MOSModule
 from sqa.training.losses import margin_l1
-from sqa.training.selection import choose_rule
+from sqa.training.selection import TIEBREAK_KEY, choose_rule
 
 SR = 16000
 
@@ -93,7 +93,7 @@ def test_validation_loss_is_the_mean_over_clips_not_over_batches(predictor, tmp_
 
 def test_the_selection_score_weights_validation_sets_by_their_clip_counts(predictor, tmp_path):
     a, b = items(5), items(2, offset=5)
-    counts = LabelCounts(40, 9, 20, 9)
+    counts = LabelCounts(40, 9, 20, 9, clips_per_system=4)
     rule = choose_rule({"a": counts, "b": counts}, metric="rmse", level="utt")
     module = MOSModule(predictor, loss=margin_l1, optimizer=None, valid_names=["a", "b"], selection=rule)
     loaders = [loader(a[:2], a[2:]), loader(b)]
@@ -107,6 +107,14 @@ def test_the_selection_score_weights_validation_sets_by_their_clip_counts(predic
     assert abs(rmse["a"] - rmse["b"]) > 1e-3
     assert logged["val/a/utt_rmse"] == pytest.approx(rmse["a"], rel=1e-5)
     assert logged["val/selection"] == pytest.approx((5 * rmse["a"] + 2 * rmse["b"]) / 7, rel=1e-5)
+    assert logged[TIEBREAK_KEY] == pytest.approx((5 * rmse["a"] + 2 * rmse["b"]) / 7, rel=1e-5)
+    # A ranking rule on set a only (b has too few clips per system): its tiebreak is a's RMSE alone.
+    thin = LabelCounts(40, 9, 20, 9, clips_per_system=2)
+    rule = choose_rule({"a": counts, "b": thin})
+    assert rule.sets == ("a",)
+    module = MOSModule(predictor, loss=margin_l1, optimizer=None, valid_names=["a", "b"], selection=rule)
+    logged = trainer(tmp_path).validate(module, dataloaders=loaders, verbose=False)[0]
+    assert logged[TIEBREAK_KEY] == pytest.approx(rmse["a"], rel=1e-5)
 
 
 def test_test_results_are_per_set_metrics_of_the_clips_in_dataset_order(predictor, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 from hydra import compose, initialize_config_dir
 
-from sqa.data.corpus import LabelCounts
+from sqa.data.corpus import Clip, LabelCounts, count_labels
 from sqa.training.run import run
 from sqa.training.selection import choose_rule, selection_score, uninformative
 from tests.conftest import REPO
@@ -73,8 +73,12 @@ def manifest(tmp_path_factory) -> Path:
     return write_per_system_corpus(tmp_path_factory.mktemp("per_system"))
 
 
-def counts(clips: int, systems: int, labels: int, system_labels: int) -> LabelCounts:
-    return LabelCounts(clips, systems, labels, system_labels)
+def counts(
+    clips: int, systems: int, labels: int, system_labels: int, clips_per_system: float | None = None
+) -> LabelCounts:
+    """Label counts; the median clips per system defaults to the mean, clips / systems."""
+    per_system = clips / systems if clips_per_system is None else clips_per_system
+    return LabelCounts(clips, systems, labels, system_labels, per_system)
 
 
 def test_rule_uses_ranking_metric_only_where_the_sets_can_rank():
@@ -178,8 +182,20 @@ def test_forcing_the_ranking_metric_reports_an_uninformative_selection(manifest,
     assert (selection["metric"], selection["level"], selection["fallback_used"]) == ("srcc", "sys", False)
     history = selection_history(tmp_path)
     assert len({v for _, v in history}) == 1
-    assert selection["uninformative"] and selection["best_checkpoint"] == f"best-step={history[0][0]}.ckpt"
-    assert any("selection was uninformative" in r.getMessage() for r in caplog.records)
+    # Every score ties, so the tie rule chose the check with the lowest utterance RMSE (as logged).
+    (path,) = (tmp_path / "logs").rglob("metrics.csv")
+    with path.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("val/selection")]
+    rmse = [float(r["val/default/utt_rmse"]) for r in rows]
+    assert [float(r["val/selection_tiebreak"]) for r in rows] == pytest.approx(rmse)
+    best_step = history[rmse.index(min(rmse))][0]
+    assert best_step != history[0][0]
+    assert selection["uninformative"] and selection["best_checkpoint"] == f"best-step={best_step}.ckpt"
+    assert selection["tie_rule"].startswith("scores within 1e-06 tie; the lower utterance-level rmse wins")
+    assert any(
+        "selection was uninformative" in r.getMessage() and "the tie rule chose" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 @pytest.mark.parametrize("metric", ["loss", "train_loss"])
@@ -274,3 +290,58 @@ def test_the_rule_names_its_score_in_a_few_words_for_the_curves():
     assert choose_rule({"v": small}).label == "utterance-level RMSE"
     assert choose_rule({"v": small}, fallback="loss").label == "validation loss"
     assert choose_rule({"v": big}, metric="train_loss").label == "training loss"
+
+
+def clip(sample_id: str, system: str, mos: float) -> Clip:
+    return Clip(sample_id, Path(f"{sample_id}.wav"), mos, system, "d", "valid")
+
+
+def test_label_counts_give_the_median_clips_per_system():
+    # Systems of 1, 2 and 5 clips: median 2; with a fourth of 6 clips: (2 + 5) / 2.
+    sizes = {"a": 1, "b": 2, "c": 5}
+    clips = [clip(f"{s}{k}", s, 1.0 + k) for s, n in sizes.items() for k in range(n)]
+    assert count_labels(clips).clips_per_system == 2.0
+    clips += [clip(f"d{k}", "d", 2.0) for k in range(6)]
+    assert count_labels(clips).clips_per_system == 3.5
+    assert count_labels([]).clips_per_system == 0.0
+    assert "median 3.5 clips per system" in count_labels(clips).describe()
+
+
+def test_system_means_of_too_few_clips_cannot_rank():
+    # The reported case: 8 systems of 2 clips each, every clip its own label, 8 distinct system
+    # means. Enough systems, but each mean is of 2 clips: the system level falls back.
+    clips = [clip(f"s{i}-{k}", f"s{i}", 1.0 + 0.5 * i + 0.1 * k) for i in range(8) for k in range(2)]
+    two = count_labels(clips)
+    assert (two.systems, two.system_labels, two.labels, two.clips_per_system) == (8, 8, 16, 2.0)
+    rule = choose_rule({"v": two})
+    assert rule.fallback_used and rule.metric == "rmse"
+    assert (
+        "'v': 16 clips, 8 systems, 16 distinct labels (8 distinct system means), median 2 clips"
+        in rule.warning
+    )
+    assert "a median of at least 3 clips per system" in rule.warning
+    # A third clip per system: the means are of 3 clips, at the default minimum, and rank.
+    three = count_labels([*clips, *(clip(f"s{i}-2", f"s{i}", 1.0 + 0.5 * i) for i in range(8))])
+    assert three.clips_per_system == 3.0
+    assert not choose_rule({"v": three}).fallback_used
+    # Both sides of a configured minimum; the distinct system means still count as before.
+    assert not choose_rule({"v": counts(40, 8, 20, 8, 4)}, min_clips_per_system=4).fallback_used
+    assert choose_rule({"v": counts(40, 8, 20, 8, 3)}, min_clips_per_system=4).fallback_used
+    assert choose_rule({"v": counts(40, 8, 20, 8, 2.5)}).fallback_used
+    assert choose_rule({"v": counts(40, 8, 20, 4, 5)}).fallback_used
+    # Only the set whose means are too thin is left out.
+    rule = choose_rule({"p1": counts(40, 8, 20, 8, 5), "p2": counts(16, 8, 16, 8, 2)})
+    assert rule.sets == ("p1",) and not rule.fallback_used
+    # The utterance level ranks on distinct clip labels; clips per system play no part.
+    assert not choose_rule({"v": two}, level="utt").fallback_used
+    assert not choose_rule({"v": counts(40, 40, 5, 5, 1)}, level="utt", min_clips_per_system=10).fallback_used
+
+
+def test_bad_selection_settings_are_named():
+    big = counts(60, 12, 30, 12)
+    with pytest.raises(ValueError, match=r"selection.min_clips_per_system must be at least 1, got 0"):
+        choose_rule({"v": big}, min_clips_per_system=0)
+    with pytest.raises(ValueError, match=r"selection.tie_tolerance must be 0 or more, got -0.1"):
+        choose_rule({"v": big}, tie_tolerance=-0.1)
+    with pytest.raises(ValueError, match=r"selection.tie_tolerance must be 0 or more, got nan"):
+        choose_rule({"v": big}, tie_tolerance=math.nan)
