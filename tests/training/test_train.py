@@ -252,7 +252,14 @@ def test_same_seed_and_config_give_the_same_metrics(synthetic_root, tmp_path):
 def test_callbacks_come_from_the_config_with_the_runs_mode_folder_and_patience(tmp_path):
     cfg = compose_train(["+callbacks.checkpoint.save_top_k=3", "trainer.enable_progress_bar=false"])
     callbacks = instantiate_callbacks(cfg, tmp_path, "min", 5, patience=7)
-    assert list(callbacks) == ["checkpoint", "resume_point", "history", "validation_log", "early_stopping"]
+    assert list(callbacks) == [
+        "checkpoint",
+        "resume_point",
+        "history",
+        "validation_log",
+        "early_stopping",
+        "model_summary",
+    ]
     checkpoint, stopping = callbacks["checkpoint"], callbacks["early_stopping"]
     assert (checkpoint.mode, checkpoint.save_top_k, checkpoint.monitor) == ("min", 3, "val/selection")
     assert Path(checkpoint.dirpath) == Path(callbacks["resume_point"].dirpath) == tmp_path / "checkpoints"
