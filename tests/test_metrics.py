@@ -463,8 +463,9 @@ def test_row_pearson_matches_scipy_including_constant_rows():
     c = rng.normal(size=(2, 10))
     c[0] = 0.3
     assert (c[0] - c[0].mean()).any()
-    got = resampling.row_pearson(c, rng.normal(size=(2, 10)))
-    assert math.isnan(got[0]) and not math.isnan(got[1])
+    other = rng.normal(size=(2, 10))
+    for got in (resampling.row_pearson(c, other), resampling.row_pearson(other, c)):
+        assert math.isnan(got[0]) and not math.isnan(got[1])
     # Constant rows are expected in bootstrap resamples: no warning for them.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -474,3 +475,15 @@ def test_row_pearson_matches_scipy_including_constant_rows():
 def test_paper_layout_joins_sets_and_average():
     assert tables.paper_layout(["a", "b", "c", "avg"]) == "a/b|c|avg"
     assert tables.paper_layout(["a", "avg"]) == "a|avg"
+
+
+def test_one_value_has_a_point_interval_and_one_untied_pair_an_accuracy():
+    assert resampling.interval(np.array([0.3, math.nan])) == [0.3, 0.3]
+    # Two clips with distinct labels form one untied pair: ordered alike 1, reversed 0.
+    pred, true = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    tau, acc = resampling.pair_stats(pred, true, np.array([[0, 1], [1, 0], [0, 0]]))
+    np.testing.assert_array_equal(acc[:2], [1.0, 1.0])
+    np.testing.assert_array_equal(tau[:2], [1.0, 1.0])
+    assert math.isnan(acc[2]) and math.isnan(tau[2])
+    _, reversed_acc = resampling.pair_stats(-pred, true, np.array([[0, 1]]))
+    assert reversed_acc[0] == 0.0
