@@ -283,6 +283,15 @@ def test_a_recorded_synthetic_corpus_is_never_generated(synthetic_root, tmp_path
     with pytest.raises(CorpusError, match="mushra.csv: no MUSHRA-style manifest there"):
         recorded_corpus(mushra, "config.yaml")
     assert sorted(p.name for p in (tmp_path / "foreign").iterdir()) == ["audio"]
+    # A folder that is no synthetic corpus is named as such, never suggested for deletion; a
+    # broken marker is one line too.
+    (tmp_path / "plain" / "info").mkdir(parents=True)
+    plain = {**existing, "root": str(tmp_path / "plain")}
+    with pytest.raises(CorpusError, match=r"plain: not a synthetic corpus \(no info/synthetic.json\)"):
+        recorded_corpus(plain, "config.yaml")
+    (tmp_path / "foreign" / "audio" / "info" / "synthetic.json").write_text("{broken")
+    with pytest.raises(CorpusError, match=r"synthetic.json: unreadable \(Expecting property name"):
+        recorded_corpus({**mushra, "root": str(tmp_path / "foreign")}, "config.yaml")
 
 
 @pytest.mark.parametrize("path", ["/etc/passwd", "/etc"])

@@ -227,7 +227,13 @@ def load_synthetic(
         generate(root, seed, clips_per_system, systems_per_batch)
     marker = root / "info" / "synthetic.json"
     expected = _signature(seed, clips_per_system, systems_per_batch)
-    if not marker.is_file() or json.loads(marker.read_text()) != expected:
+    if not marker.is_file():
+        raise CorpusError(f"{root}: not a synthetic corpus (no info/synthetic.json); choose another root")
+    try:
+        found = json.loads(marker.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise CorpusError(f"{marker}: unreadable ({err}); choose another root") from err
+    if found != expected:
         raise CorpusError(
             f"{marker}: {root} holds a different corpus than seed={seed}, clips_per_system="
             f"{clips_per_system}, systems_per_batch={list(systems_per_batch)} of format {FORMAT_VERSION}; "
@@ -351,7 +357,13 @@ def load_synthetic_mushra(
         writer.writerows(_mushra_rows(audio, kinds, seed))
         atomic_write_text(manifest, text.getvalue())
         atomic_write_text(marker, json.dumps(expected))
-    if not marker.is_file() or json.loads(marker.read_text()) != expected:
+    if not marker.is_file():
+        raise CorpusError(f"{root}: not a synthetic corpus (no info/synthetic.json); choose another root")
+    try:
+        found = json.loads(marker.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise CorpusError(f"{marker}: unreadable ({err}); choose another root") from err
+    if found != expected:
         raise CorpusError(
             f"{marker}: {root} holds another MUSHRA-style corpus than seed={seed}, clips_per_system="
             f"{clips_per_system}, systems_per_batch={list(systems_per_batch)}; choose another root"
