@@ -214,6 +214,9 @@ def test_a_lock_file_gone_before_it_is_read_has_an_unknown_owner(tmp_path):
     # Between a refused flock and the read, the file may be removed or replaced by a folder.
     assert _owner(tmp_path / "gone") == "a process that has not written its PID yet"
     assert _owner(tmp_path) == "a process that has not written its PID yet"
+    # Bytes that are not UTF-8 (another tool's file) still name an owner, never a traceback.
+    (tmp_path / "odd").write_bytes(b"PID 7 on h\xff\n")
+    assert _owner(tmp_path / "odd") == "PID 7 on h\ufffd"
 
 
 def test_a_run_records_itself_as_the_owner(tmp_path):
