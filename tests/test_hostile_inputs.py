@@ -287,7 +287,7 @@ def test_a_recorded_synthetic_corpus_is_never_generated(synthetic_root, tmp_path
     # broken marker is one line too.
     (tmp_path / "plain" / "info").mkdir(parents=True)
     plain = {**existing, "root": str(tmp_path / "plain")}
-    with pytest.raises(CorpusError, match=r"plain: not a synthetic corpus \(no info/synthetic.json\)"):
+    with pytest.raises(CorpusError, match=r"plain: not a corpus sqa generated \(no info/synthetic.json\)"):
         recorded_corpus(plain, "config.yaml")
     (tmp_path / "foreign" / "audio" / "info" / "synthetic.json").write_text("{broken")
     with pytest.raises(CorpusError, match=r"synthetic.json: unreadable \(Expecting property name"):

@@ -210,6 +210,18 @@ def _signature(seed: int, clips_per_system: int, systems_per_batch: tuple[int, .
     }
 
 
+def _signature_at(marker: Path, root: Path) -> object:
+    """The settings a corpus generated at `root` recorded in `marker`; CorpusError if none or unreadable."""
+    if not marker.is_file():
+        raise CorpusError(
+            f"{root}: not a corpus sqa generated (no {marker.relative_to(root)}); choose another root"
+        )
+    try:
+        return json.loads(marker.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise CorpusError(f"{marker}: unreadable ({err}); choose another root") from err
+
+
 def load_synthetic(
     root: str | Path,
     seed: int = 0,
@@ -227,13 +239,7 @@ def load_synthetic(
         generate(root, seed, clips_per_system, systems_per_batch)
     marker = root / "info" / "synthetic.json"
     expected = _signature(seed, clips_per_system, systems_per_batch)
-    if not marker.is_file():
-        raise CorpusError(f"{root}: not a synthetic corpus (no info/synthetic.json); choose another root")
-    try:
-        found = json.loads(marker.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise CorpusError(f"{marker}: unreadable ({err}); choose another root") from err
-    if found != expected:
+    if _signature_at(marker, root) != expected:
         raise CorpusError(
             f"{marker}: {root} holds a different corpus than seed={seed}, clips_per_system="
             f"{clips_per_system}, systems_per_batch={list(systems_per_batch)} of format {FORMAT_VERSION}; "
@@ -357,13 +363,7 @@ def load_synthetic_mushra(
         writer.writerows(_mushra_rows(audio, kinds, seed))
         atomic_write_text(manifest, text.getvalue())
         atomic_write_text(marker, json.dumps(expected))
-    if not marker.is_file():
-        raise CorpusError(f"{root}: not a synthetic corpus (no info/synthetic.json); choose another root")
-    try:
-        found = json.loads(marker.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise CorpusError(f"{marker}: unreadable ({err}); choose another root") from err
-    if found != expected:
+    if _signature_at(marker, root) != expected:
         raise CorpusError(
             f"{marker}: {root} holds another MUSHRA-style corpus than seed={seed}, clips_per_system="
             f"{clips_per_system}, systems_per_batch={list(systems_per_batch)}; choose another root"
