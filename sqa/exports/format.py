@@ -91,7 +91,7 @@ def export_predictor(
     return directory
 
 
-def _regular_file(directory: Path, name: str) -> Path:
+def regular_file(directory: Path, name: str) -> Path:
     """`directory/name` if it is a regular file inside `directory` (no link), else ExportError."""
     path = directory / name
     if path.is_symlink():
@@ -112,7 +112,7 @@ def resolve_export(path: str | Path) -> tuple[Path, Path]:
         directory = path.parent.resolve()
         if path.is_symlink():
             raise ExportError(f"{path}: is a symbolic link; name the weights file itself")
-        return _regular_file(directory, "config.yaml"), _regular_file(directory, path.name)
+        return regular_file(directory, "config.yaml"), regular_file(directory, path.name)
     if not path.is_dir():
         raise ExportError(
             f"{path}: not found; expected an export directory (config.yaml, model.pt), "
@@ -124,7 +124,7 @@ def resolve_export(path: str | Path) -> tuple[Path, Path]:
         if (directory / "export").is_symlink():
             raise ExportError(f"{directory / 'export'}: is a symbolic link out of the run directory")
         directory = directory / "export"
-    return _regular_file(directory, "config.yaml"), _regular_file(directory, "model.pt")
+    return regular_file(directory, "config.yaml"), regular_file(directory, "model.pt")
 
 
 def _check_data_files(directory: Path) -> None:

@@ -28,7 +28,7 @@ from sqa.data.audio import AudioError
 from sqa.data.corpus import Corpus, CorpusError
 from sqa.data.readers import recorded_corpus
 from sqa.data.valid_split import read_valid_split
-from sqa.exports.format import ExportError, load_export
+from sqa.exports.format import ExportError, load_export, regular_file, resolve_export
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
 from sqa.training.run_outputs import write_test_outputs
@@ -65,10 +65,7 @@ def recorded_split(export_dir: Path, name: object) -> Path | None:
     if name is None:
         return None
     # Only a file of the export itself, whatever the record says.
-    path = export_dir / Path(str(name)).name
-    if path.is_symlink() or not path.is_file():
-        raise ExportError(f"{path}: the export's test split is missing; the export is incomplete")
-    return path
+    return regular_file(export_dir, Path(str(name)).name)
 
 
 def _choice(*values: Any) -> Any:
@@ -80,8 +77,10 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     """Score the test sets of `cfg.data` (or the export's recorded corpus); write and return the metrics."""
     rename_targets(cfg)
     out_dir = Path(out_dir)
-    export_dir = Path(cfg.export)
-    predictor, config, f0_extractor = load_export(export_dir)
+    predictor, config, f0_extractor = load_export(cfg.export)
+    # The export folder itself (`export` may name the run directory holding it): what its
+    # recorded corpus and test split are relative to.
+    export_dir = resolve_export(cfg.export)[0].parent
     recorded = config.get("data") or {}
     test = config.get("test") or {}
     user_corpus = OmegaConf.select(cfg, "data.corpus._target_") is not None

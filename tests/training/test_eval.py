@@ -149,6 +149,11 @@ def test_a_moved_export_evaluates_on_its_moved_corpus_and_names_no_path_of_the_t
         evaluate(compose_eval([f"export={together / run_dir.name / 'export'}"]), tmp_path / "a"),
         json.loads((run_dir / "metrics.json").read_text()),
     )
+    # Named by its run directory, the export's record is still read relative to the export.
+    assert_same(
+        evaluate(compose_eval([f"export={together / run_dir.name}"]), tmp_path / "a2"),
+        json.loads((run_dir / "metrics.json").read_text()),
+    )
     # The export alone on another machine: the corpus is named by its new folder.
     export = tmp_path / "elsewhere" / "model"
     shutil.copytree(run_dir / "export", export)
