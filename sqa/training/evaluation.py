@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from sqa.core.atomic import atomic_write_text
 from sqa.core.renames import rename_targets
 from sqa.data.audio import AudioError
-from sqa.data.corpus import Corpus, CorpusError
+from sqa.data.corpus import DEFAULT_DOMAIN, Corpus, CorpusError
 from sqa.data.readers import recorded_corpus
 from sqa.data.valid_split import read_valid_split
 from sqa.exports.format import ExportError, load_export, regular_file, resolve_export
@@ -103,7 +103,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     if split_csv is not None and not corpus.split("test"):
         # A run carved its test split from a corpus without one: the same clips are its test set.
         corpus = corpus.with_test(read_valid_split(split_csv), split_csv)
-    domains = list(config.get("domains") or ["default"])
+    domains = list(config.get("domains") or [DEFAULT_DOMAIN])
     datamodule = MOSDataModule(
         evaluation_corpus(corpus, domains, predictor.domain is not None),
         sample_rate=int(config["sample_rate"]),
