@@ -322,7 +322,7 @@ MEMORY_LIMIT = 6 << 30
 
 
 def load_under_memory_limit(paths: list[Path]) -> list[str]:
-    """Load each export of `paths` in one subprocess under MEMORY_LIMIT; returns their ExportError messages."""
+    """Load each export of `paths` in one subprocess under MEMORY_LIMIT; returns their refusal messages."""
     code = (
         "import json, resource, sys\n"
         f"resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, {MEMORY_LIMIT}))\n"
