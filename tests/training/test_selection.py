@@ -138,6 +138,73 @@ def test_uninformative_means_two_or_more_checks_that_never_changed():
     assert not uninformative([0.3, math.nan])
 
 
+def test_ties_are_told_apart_by_the_utterance_rmse_over_the_rules_sets_weighted_by_clips():
+    blocks = {
+        "a": {"sys": {"srcc": 0.5, "n": 2}, "utt": {"rmse": 0.2, "n": 10}},
+        "b": {"sys": {"srcc": 1.0, "n": 6}, "utt": {"rmse": 0.6, "n": 30}},
+        "c": {"sys": {"srcc": 0.0, "n": 2}, "utt": {"rmse": 5.0, "n": 8}},
+    }
+    big, small = counts(60, 12, 30, 12), counts(8, 2, 2, 2)
+    ranking = choose_rule({"a": big, "b": big, "c": small})
+    assert ranking.sets == ("a", "b")
+    # Weighted by clips (10 and 30), not by systems (2 and 6, the same ratio) nor equally.
+    assert ranking.tiebreak(blocks) == pytest.approx((0.2 * 10 + 0.6 * 30) / 40)
+    blocks["a"]["sys"]["n"] = 30
+    assert ranking.tiebreak(blocks) == pytest.approx((0.2 * 10 + 0.6 * 30) / 40)
+    # A fallback rule covers every set: c's large error counts.
+    assert choose_rule({"a": small, "c": small}).tiebreak(blocks) == pytest.approx((0.2 * 10 + 5.0 * 8) / 18)
+
+
+def test_run_info_records_the_rule_its_request_and_every_sets_counts():
+    big, small = counts(60, 12, 30, 12), counts(8, 2, 2, 2)
+    rule = choose_rule({"a": big, "b": small}, tie_tolerance=0.001)
+    record = rule.record()
+    assert record == {
+        "rule": "system-level srcc over valid sets a (max)",
+        "metric": "srcc",
+        "level": "sys",
+        "mode": "max",
+        "sets": ["a"],
+        "requested": "sys srcc",
+        "fallback_used": False,
+        "warning": rule.warning,
+        "tie_rule": (
+            "scores within 0.001 tie; the lower utterance-level rmse wins, the earlier check on a full tie"
+        ),
+        "valid_sets": {
+            "a": {
+                "clips": 60,
+                "systems": 12,
+                "labels": 30,
+                "system_labels": 12,
+                "clips_per_system": 5.0,
+                "listeners": 0,
+            },
+            "b": {
+                "clips": 8,
+                "systems": 2,
+                "labels": 2,
+                "system_labels": 2,
+                "clips_per_system": 4.0,
+                "listeners": 0,
+            },
+        },
+    }
+    assert rule.warning.startswith("system-level srcc cannot rank checkpoints on validation set(s) 'b'")
+    assert json.loads(json.dumps(record)) == record
+    fallback = choose_rule({"b": small}, metric="ktau", level="utt", min_distinct_labels=3).record()
+    assert {k: fallback[k] for k in ("metric", "level", "mode", "sets", "requested", "fallback_used")} == {
+        "metric": "rmse",
+        "level": "utt",
+        "mode": "min",
+        "sets": ["b"],
+        "requested": "utt ktau",
+        "fallback_used": True,
+    }
+    assert fallback["tie_rule"].startswith("scores within 1e-06 tie;")
+    assert choose_rule({"b": small}, metric="train_loss").record()["requested"] == "train_loss"
+
+
 def read_run_info(run_dir: Path) -> dict:
     return json.loads((run_dir / "run_info.json").read_text())
 
