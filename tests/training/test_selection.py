@@ -100,7 +100,18 @@ def test_rule_uses_ranking_metric_only_where_the_sets_can_rank():
     assert (rule.metric, rule.level, rule.mode, rule.fallback_used) == ("mse", "utt", "min", True)
     assert "selecting on utterance-level mse" in rule.warning
     forced = choose_rule({"p2": small}, fallback=None)
-    assert forced.metric == "srcc" and "uninformative" in forced.warning
+    assert (forced.metric, forced.level) == ("srcc", "sys") and "uninformative" in forced.warning
+    # Every set that cannot rank is named, with what a set needs at that level.
+    two = choose_rule({"p1": big, "p2": small, "p3": small})
+    assert "validation set(s) 'p2': 8 clips" in two.warning
+    assert "clips per system; 'p3': 8 clips" in two.warning
+    assert (
+        "(needs at least 5 systems with distinct mean labels and a median of at least 3 clips" in two.warning
+    )
+    utt = choose_rule({"p2": small}, level="utt", fallback="loss")
+    assert "(needs at least 5 distinct labels)" in utt.warning
+    assert utt.warning.endswith("; selecting on validation loss over all validation clips instead")
+    assert (utt.metric, utt.level, utt.label) == ("loss", None, "validation loss")
     assert choose_rule({"p1": big, "p2": small}, fallback=None).sets == ("p1", "p2")
     # Utterance level counts distinct clip labels, not systems.
     assert choose_rule({"p2": counts(8, 2, 6, 2)}, level="utt").metric == "srcc"
@@ -128,6 +139,11 @@ def test_rule_scores_weight_sets_by_their_counts():
     assert selection_score(blocks) == pytest.approx(0.5 * 2 / 8)
     blocks["b"]["utt"]["mse"] = math.nan
     assert math.isnan(selection_score(blocks, "mse", "utt"))
+    # No points: no score; a single point is a score.
+    assert math.isnan(selection_score({})) and math.isnan(
+        selection_score({"a": {"sys": {"srcc": 0.3, "n": 0}}})
+    )
+    assert selection_score({"a": {"sys": {"srcc": 0.3, "n": 1}}}) == 0.3
 
 
 def test_uninformative_means_two_or_more_checks_that_never_changed():
@@ -342,6 +358,10 @@ def test_an_error_measure_is_used_as_asked_at_its_level_on_every_set():
 
 def test_uninformative_tells_a_tiny_change_from_none():
     assert uninformative([0.5, 0.5 + 1e-12])
+    # Around 0 the absolute tolerance (1e-12) decides.
+    assert uninformative([0.0, 1e-13]) and not uninformative([0.0, 1e-11])
+    # Every score is compared with the first: a drift of steps each within the tolerance changed.
+    assert not uninformative([1.0, 1.0 + 0.9e-9, 1.0 + 1.8e-9])
     assert not uninformative([0.5, 0.5 + 1e-6])
     assert not uninformative([0.0, 1e-9])
     assert not uninformative([math.nan, 0.3])
@@ -406,6 +426,14 @@ def test_system_means_of_too_few_clips_cannot_rank():
 
 def test_bad_selection_settings_are_named():
     big = counts(60, 12, 30, 12)
+    with pytest.raises(ValueError, match=r"selection.level must be 'utt' or 'sys', got 'clip'"):
+        choose_rule({"v": big}, level="clip")
+    with pytest.raises(
+        ValueError, match=r"selection.fallback must be one of \['rmse', 'mse', 'loss'\] or null, got 'srcc'"
+    ):
+        choose_rule({"v": big}, fallback="srcc")
+    # Each limit exactly at its bound is accepted.
+    assert choose_rule({"v": big}, min_clips_per_system=1, tie_tolerance=0).tie_tolerance == 0
     with pytest.raises(ValueError, match=r"selection.min_clips_per_system must be at least 1, got 0"):
         choose_rule({"v": big}, min_clips_per_system=0)
     with pytest.raises(ValueError, match=r"selection.tie_tolerance must be 0 or more, got -0.1"):
