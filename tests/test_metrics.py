@@ -296,6 +296,77 @@ def test_intervals_exist_only_with_enough_points():
     assert single["t"]["ci"]["utt"]["rmse"] is None and single["t"]["utt"]["rmse"] == 1.0
 
 
+def test_an_average_interval_counts_the_points_of_the_sets_its_metric_is_averaged_over():
+    # 8 systems in all, but the SRCC average rests on t6's 6 (t2's SRCC is undefined): no interval;
+    # the RMSE average rests on all 8: an interval.
+    results = metrics.evaluate_sets(*sets_of_systems({"t2": 2, "t6": 6}), bootstrap=100)
+    assert results["avg"]["sys"]["n"] == 8 and results["avg"]["averaged_over"]["sys"]["srcc"] == ["t6"]
+    assert results["avg"]["ci"]["sys"]["srcc"] is None
+    assert results["avg"]["ci"]["sys"]["rmse"] is not None
+
+
+def test_a_metric_undefined_on_the_set_has_no_interval_though_resamples_without_its_cause_define_it():
+    pred, true, systems, sets = sets_of_systems({"t": 12})
+    pred[0] = math.nan  # resamples that leave clip 0 out are finite
+    block = metrics.evaluate_sets(pred, true, systems, sets, bootstrap=100)["t"]
+    assert block["undefined"]["utt"]["rmse"] == "some predictions or labels are not finite"
+    assert block["ci"]["utt"]["rmse"] is None and block["ci"]["utt"]["srcc"] is None
+
+
+def test_the_default_bootstrap_seed_is_0():
+    data = sets_of_systems({"t": 9})
+    assert metrics.evaluate_sets(*data, bootstrap=50) == metrics.evaluate_sets(*data, bootstrap=50, seed=0)
+    assert metrics.evaluate_sets(*data, bootstrap=50) != metrics.evaluate_sets(*data, bootstrap=50, seed=1)
+
+
+def test_integer_scores_give_the_metrics_of_their_float_values():
+    # Small unsigned integers (a 0-100 scale read as uint8) must not wrap around when subtracted.
+    pred = np.array([10, 40, 35, 90, 60, 20], dtype=np.uint8)
+    true = np.array([20, 30, 50, 80, 70, 10], dtype=np.uint8)
+    expected = metrics.correlations(pred.astype(float), true.astype(float))
+    assert metrics.correlations(pred, true) == pytest.approx(expected)
+    assert metrics.pair_acc(pred, true) == pytest.approx(expected["pair_acc"])
+    systems = ["a", "a", "b", "b", "c", "c"]
+    got = metrics.evaluate(pred, true, systems)
+    assert got["utt"] == pytest.approx(
+        metrics.evaluate(pred.astype(float), true.astype(float), systems)["utt"]
+    )
+    idx = np.array([[0, 1, 2, 3, 4, 5], [5, 4, 3, 3, 0, 1]])
+    resampled = metrics.resampled_metrics(pred, true, idx)
+    for r, row in enumerate(idx):
+        by_hand = metrics.correlations(pred[row].astype(float), true[row].astype(float))
+        assert {k: v[r] for k, v in resampled.items()} == pytest.approx({k: by_hand[k] for k in resampled})
+
+
+def test_only_the_named_metrics_are_resampled_each_alone():
+    pred, true = np.array([1.0, 2.0, 4.0, 3.0]), np.array([1.5, 2.5, 3.0, 3.5])
+    idx = np.array([[0, 1, 2, 3], [3, 3, 1, 0]])
+    full = metrics.resampled_metrics(pred, true, idx)
+    for name in metrics.METRIC_NAMES:
+        alone = metrics.resampled_metrics(pred, true, idx, names=(name,))
+        assert list(alone) == [name] and alone[name] == pytest.approx(full[name])
+    draws = metrics.bootstrap_metrics(
+        pred, true, ["a", "b", "c", "d"], np.random.default_rng(0), 5, ("rmse",)
+    )
+    assert set(draws["utt"]) == set(draws["sys"]) == {"rmse", "n"}
+
+
+def test_mismatched_lengths_and_shapes_are_errors_naming_them():
+    with pytest.raises(ValueError, match=r"1-D of equal length, got \(3,\) and \(4,\)"):
+        metrics.correlations(np.ones(3), np.ones(4))
+    with pytest.raises(ValueError, match=r"got \(2, 2\) and \(2, 2\)"):
+        metrics.correlations(np.ones((2, 2)), np.ones((2, 2)))
+    with pytest.raises(ValueError):
+        metrics.system_means([1.0, 2.0], [1.0, 2.0, 3.0], ["a", "b", "c"])
+
+
+def test_undefined_reasons_name_the_unit_and_the_cause():
+    one = metrics.undefined_reasons(np.array([1.0]), np.array([2.0]))
+    assert one["srcc"] == "1 point (needs at least 3)" and "rmse" not in one
+    inf = metrics.undefined_reasons(np.array([1.0, np.inf, 2.0]), np.array([1.0, 2.0, 3.0]), "clip")
+    assert inf == dict.fromkeys(metrics.METRIC_NAMES, "some predictions or labels are not finite")
+
+
 def test_average_interval_resamples_the_sets_its_value_averages():
     # t1 has one system: the system-level SRCC average is t1-free, so its resamples are t9's alone.
     results = metrics.evaluate_sets(*sets_of_systems({"t1": 1, "t9": 9}), bootstrap=300, seed=2)
