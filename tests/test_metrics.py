@@ -365,6 +365,8 @@ def test_undefined_reasons_name_the_unit_and_the_cause():
     assert one["srcc"] == "1 point (needs at least 3)" and "rmse" not in one
     inf = metrics.undefined_reasons(np.array([1.0, np.inf, 2.0]), np.array([1.0, 2.0, 3.0]), "clip")
     assert inf == dict.fromkeys(metrics.METRIC_NAMES, "some predictions or labels are not finite")
+    # No pair untied in the labels: no accuracy (not a division by zero).
+    assert math.isnan(metrics.pair_acc(np.array([1.0, 2.0, 3.0]), np.array([3.0, 3.0, 3.0])))
 
 
 def test_average_interval_resamples_the_sets_its_value_averages():
