@@ -3,6 +3,7 @@
 import csv
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -288,6 +289,34 @@ def test_carving_rounds_to_the_nearest_count_and_keeps_a_training_clip_at_any_sh
     for share in (0, 1, -0.2, 1.5):
         with pytest.raises(ValueError, match=rf"the share to carve must be in \(0, 1\), got {share}"):
             carve_valid(corpus, share, 0)
+
+
+def test_carving_by_system_needs_two_systems_and_keeps_one_in_training(tmp_path):
+    systems = lambda corpus: {c.system_id for c in corpus.split("valid")}  # noqa: E731
+    one = read_csv_manifest(write_manifest(tmp_path, {"A": 4}))
+    assert systems(carve_valid(one, 0.5, 0, by="system")) == set()
+    two = read_csv_manifest(write_manifest(tmp_path, {"A": 4, "B": 4}))
+    assert len(systems(carve_valid(two, 0.5, 0, by="system"))) == 1
+    # 0.9 x 3 rounds to 3 systems; one stays in training.
+    three = read_csv_manifest(write_manifest(tmp_path, {"A": 4, "B": 4, "C": 4}))
+    carved = carve_valid(three, 0.9, 0, by="system")
+    assert len(systems(carved)) == 2 and len({c.system_id for c in carved.split("train")}) == 1
+    # The default draws by clip: every system of two or more clips is on both sides.
+    default = carve_valid(three, 0.5, 0)
+    assert systems(default) == {c.system_id for c in default.split("train")} == {"A", "B", "C"}
+    with pytest.raises(ValueError, match=r"split_by must be one of \['clip', 'system'\], got 'speaker'"):
+        carve_valid(three, 0.5, 0, by="speaker")
+
+
+def test_a_split_csv_round_trips_sample_ids_with_commas_quotes_and_line_breaks(tmp_path):
+    corpus = read_csv_manifest(write_manifest(tmp_path, {"A": 3}))
+    odd = ["a,b", 'say "hi"', "two\r\nlines", "plain"]
+    clips = [replace(corpus.clips[k % 3], sample_id=i) for k, i in enumerate(odd)]
+    write_valid_split(clips, tmp_path / "odd.csv")
+    assert read_valid_split(tmp_path / "odd.csv") == sorted(odd)
+    (tmp_path / "huge.csv").write_text("sample_id\n" + "x" * 200_000 + "\n")
+    with pytest.raises(CorpusError, match=r"huge.csv: not a CSV file \(field larger than field limit"):
+        read_valid_split(tmp_path / "huge.csv")
 
 
 def test_the_valid_split_csv_lists_clips_sorted_and_reads_back_with_clear_errors(tmp_path):
