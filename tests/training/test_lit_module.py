@@ -99,6 +99,33 @@ def test_validation_loss_is_the_mean_over_clips_not_over_batches(predictor, tmp_
     assert logged["val/loss"] == pytest.approx(per_clip[3], rel=1e-5)
 
 
+def test_selecting_on_the_validation_loss_scores_its_sum_and_count_reduced_over_the_processes(
+    predictor, tmp_path
+):
+    clips = items(4)
+    rule = choose_rule({"v": LabelCounts(40, 9, 20, 9, clips_per_system=4)}, metric="loss")
+    module = MOSModule(predictor, loss=margin_l1, optimizer=None, valid_names=["v"], selection=rule)
+    # DDP with one process: the loss's sum and count go through the processes' reduction.
+    ddp = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        strategy="ddp",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    try:
+        (logged,) = ddp.validate(module, dataloaders=[loader(clips[:3], clips[3:])], verbose=False)
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    with torch.no_grad():
+        per_clip = [float(margin_l1(module(collate([c])), torch.tensor([[c["mos"]]]))) for c in clips]
+    assert logged["val/selection"] == logged["val/loss"] == pytest.approx(sum(per_clip) / 4, rel=1e-5)
+
+
 def test_the_selection_score_weights_validation_sets_by_their_clip_counts(predictor, tmp_path):
     a, b = items(5), items(2, offset=5)
     counts = LabelCounts(40, 9, 20, 9, clips_per_system=4)
@@ -132,6 +159,10 @@ def test_test_results_are_per_set_metrics_of_the_clips_in_dataset_order(predicto
     trainer(tmp_path).test(module, dataloaders=[loader(p1[2:], p1[:2]), loader(p2)], verbose=False)
     assert [r["sample_id"] for r in module.test_predictions] == [f"c{i}" for i in range(7)]
     assert [r["test_set"] for r in module.test_predictions] == ["p1"] * 4 + ["p2"] * 3
+    # A single loader (Lightning passes no dataloader index) is the first named set.
+    single = MOSModule(predictor, loss=None, optimizer=None, test_names=["p1"], bootstrap=0)
+    trainer(tmp_path).test(single, dataloaders=loader(p1), verbose=False)
+    assert [r["test_set"] for r in single.test_predictions] == ["p1"] * 4
     clips = p1 + p2
     expected = metrics.evaluate_sets(
         scores(module, clips),
@@ -268,6 +299,7 @@ def test_selecting_on_the_training_loss_scores_the_mean_step_loss_since_the_prev
     # Each validation averages the steps since the previous one, unweighted by batch size.
     assert recorder.selection == pytest.approx([(losses[0] + losses[1]) / 2, (losses[2] + losses[3]) / 2])
     assert fit.progress_bar_metrics["train/loss"] == pytest.approx(losses[-1])
+    assert fit.progress_bar_metrics["val/selection"] == pytest.approx(recorder.selection[-1])
 
 
 class Placed(MOSModule):
@@ -381,6 +413,12 @@ def test_validation_scores_each_dimension_on_the_corpus_scale_over_the_clips_lab
         == logged["val/v/utt_rmse"]
         == pytest.approx(overall["utt"]["rmse"], rel=1e-5)
     )
+    # Clips without an overall label: the other dimension is scored, the selection score is NaN.
+    for clip in clips:
+        clip["target"][0], clip["mask"][0] = math.nan, False
+    (logged,) = trainer(tmp_path).validate(module, dataloaders=loader(clips), verbose=False)
+    assert logged["val/melody/v/utt_rmse"] == pytest.approx(melody["utt"]["rmse"], rel=1e-5)
+    assert "val/v/utt_rmse" not in logged and math.isnan(logged["val/selection"])
 
 
 def test_testing_scores_every_dimension_with_intervals_keeps_references_apart_and_logs_defined_metrics(
