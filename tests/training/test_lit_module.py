@@ -183,8 +183,8 @@ def rated(n: int, offset: int = 0) -> list[dict]:
     """`n` clips rated 0-100 on the overall MOS and on melody; every third clip's melody label is missing."""
     clips = items(n, offset)
     for k, clip in enumerate(clips):
-        melody = math.nan if k % 3 == 1 else 20.0 + 30 * (k % 3) + 4 * k
-        clip["target"], clip["mask"] = [10.0 + 11 * k + offset, melody], [True, k % 3 != 1]
+        melody = math.nan if k % 3 == 1 else float((15 + 29 * k) % 97)
+        clip["target"], clip["mask"] = [float(5 + (37 * k + offset) % 91), melody], [True, k % 3 != 1]
     return clips
 
 
@@ -335,9 +335,12 @@ def test_dropout_is_drawn_from_the_seed_the_step_and_the_rank(predictor):
 
 def test_the_forward_pass_gives_the_predictor_f0_and_judge_ids_where_the_batch_has_them():
     torch.manual_seed(3)
-    judged = MOSPredictor(LogMelBackbone(), pitch="midi", pitch_dim=8, num_judges=3, judge_dim=4).eval()
+    judged = MOSPredictor(
+        LogMelBackbone(), num_domains=2, domain_dim=4, pitch="midi", pitch_dim=8, num_judges=3, judge_dim=4
+    ).eval()
     clips = items(3)
     for k, clip in enumerate(clips):
+        clip["domain"] = k % 2
         clip["f0"] = torch.full((20 + 5 * k,), 150.0 + 60 * k)
         clip["judge"] = k
     batch = collate(clips)
@@ -424,8 +427,9 @@ def test_validation_scores_each_dimension_on_the_corpus_scale_over_the_clips_lab
 def test_testing_scores_every_dimension_with_intervals_keeps_references_apart_and_logs_defined_metrics(
     hundred_point, tmp_path
 ):
-    clips = rated(10)
-    parts = {"p": clips[:4], ROLE_REFERENCE: clips[4:7], "2": clips[7:]}
+    # Enough clips per set that the bootstrap's intervals depend on its seed.
+    clips = rated(24)
+    parts = {"p": clips[:10], ROLE_REFERENCE: clips[10:16], "2": clips[16:]}
     fresh = MOSModule(hundred_point, loss=None, optimizer=None, test_names=["p", ROLE_REFERENCE], seed=4)
     assert (fresh.test_results, fresh.dimension_results, fresh.test_predictions) == ({}, {}, [])
     # The third loader has no name: its rows and metrics go under its index.
@@ -433,7 +437,7 @@ def test_testing_scores_every_dimension_with_intervals_keeps_references_apart_an
     logged = trainer(tmp_path).test(fresh, dataloaders=loaders, verbose=False)[0]
     rows = fresh.test_predictions
     assert [r["sample_id"] for r in rows] == [c["sample_id"] for c in clips]
-    assert [r["test_set"] for r in rows] == ["p"] * 4 + [ROLE_REFERENCE] * 3 + ["2"] * 3
+    assert [r["test_set"] for r in rows] == ["p"] * 10 + [ROLE_REFERENCE] * 6 + ["2"] * 8
     assert [[r["pred"], r["pred_melody"]] for r in rows] == [
         pytest.approx(s, rel=1e-5) for s in scaled_scores(fresh, clips)
     ]
@@ -452,6 +456,7 @@ def test_testing_scores_every_dimension_with_intervals_keeps_references_apart_an
 
     assert same(fresh.test_results, expected("mos", "pred"))
     assert fresh.test_results["p"]["ci"]["utt"]["rmse"] is not None
+    assert fresh.dimension_results["melody"]["p"]["ci"]["utt"]["rmse"] is not None
     assert metrics.AVERAGE_KEY in fresh.test_results and ROLE_REFERENCE in fresh.test_results
     assert set(fresh.dimension_results) == {"melody"}
     assert same(fresh.dimension_results["melody"], expected("mos_melody", "pred_melody"))
