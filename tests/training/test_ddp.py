@@ -58,7 +58,9 @@ def one_thread() -> Iterator[None]:
 def test_two_process_ddp_reports_the_one_process_metrics(small_synthetic_root, tmp_path, one_thread):
     run_dir = tmp_path / "ddp"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    corpus = small_corpus_overrides(small_synthetic_root)
+    # Evaluation batches of 4: each rank scores a share of every set, so the metrics need the
+    # gathered rows (a set smaller than one batch is scored whole by every rank).
+    corpus = [*small_corpus_overrides(small_synthetic_root), "data.eval_batch_size=4"]
     cmd = [
         sys.executable,
         "train.py",
