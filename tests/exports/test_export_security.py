@@ -22,6 +22,7 @@ import pytest
 import torch
 import yaml
 
+from sqa.exports.config import build_node, read_bounded, read_export_config
 from sqa.exports.format import ExportError, export_predictor, load_export
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
@@ -528,3 +529,342 @@ def test_backbone_config_keys_outside_the_allow_list_are_refused(
 def test_a_transformers_export_with_its_written_config_loads(transformers_export):
     config = load_export(transformers_export)[1]["model"]["backbone"]["config"]
     assert "hidden_size" in config and not any(k.startswith("_") for k in config)
+
+
+# config.yaml's checks on their own (`read_export_config`, nothing built): each bound at and one
+# past its limit, each refused token at the start, middle and end of a string and nested.
+PREDICTOR = "sqa.models.predictor.MOSPredictor"
+LOG_MEL = "sqa.models.backbone.LogMelBackbone"
+TRANSFORMERS = "sqa.models.ssl.TransformersWav2Vec2"
+
+
+def plain_config() -> dict[str, Any]:
+    return {
+        "format": 1,
+        "sample_rate": 16000,
+        "domains": ["a"],
+        "model": {"_target_": PREDICTOR, "backbone": {"_target_": LOG_MEL, "n_mels": 16, "channels": 8}},
+        "f0": None,
+    }
+
+
+def read_changed(tmp_path: Path, change) -> dict[str, Any]:
+    """`plain_config()` changed by `change`, written to tmp_path/config.yaml and read back checked."""
+    config = plain_config()
+    change(config)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return read_export_config(path)
+
+
+def refused_config(tmp_path: Path, change, *fragments: str) -> str:
+    with pytest.raises(ExportError) as info:
+        read_changed(tmp_path, change)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'config.yaml'}: "), message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def backbone(**kwargs: Any):
+    return lambda c: c["model"]["backbone"].update(kwargs)
+
+
+def test_the_plain_config_is_read_as_written(tmp_path):
+    assert read_changed(tmp_path, lambda c: None) == plain_config()
+
+
+@pytest.mark.parametrize("text", ["${oc.env:HOME}", "n${x}", "abc${", "$ and {", "${"])
+def test_an_interpolation_anywhere_in_a_value_or_key_is_refused(text, tmp_path):
+    if "${" not in text:  # a dollar and a brace apart are plain text
+        assert read_changed(tmp_path, lambda c: c.update(notes={text: [text]}))["notes"] == {text: [text]}
+        return
+    refused_config(tmp_path, lambda c: c.update(notes=text), "notes holds an interpolation")
+    refused_config(
+        tmp_path,
+        lambda c: c.update(notes={"deep": [{"x": [1, text]}]}),
+        "notes.deep[0].x[1] holds an interpolation",
+    )
+    refused_config(tmp_path, lambda c: c.update({text: 1}), f"key {text} holds an interpolation")
+    refused_config(tmp_path, lambda c: c.update(notes=[{"a": {text: 1}}]), "key notes[0].a.")
+
+
+def test_special_keys_are_those_with_an_underscore_at_both_ends(tmp_path):
+    config = read_changed(tmp_path, lambda c: c.update(notes={"_draft": 1, "draft_": 2, "a_b": 3}))
+    assert config["notes"] == {"_draft": 1, "draft_": 2, "a_b": 3}
+    for key in ["_x_", "__", "_args_"]:
+        refused_config(
+            tmp_path, lambda c, key=key: c.update(notes=[{"a": {key: 1}}]), f"notes[0].a.{key}: special key"
+        )
+
+
+def test_non_string_keys(tmp_path):
+    assert read_changed(tmp_path, lambda c: c.update(notes={3: "x"}))["notes"] == {3: "x"}
+    refused_config(tmp_path, lambda c: c.update(notes={True: "x"}), "key True under notes is not a string")
+    refused_config(tmp_path, lambda c: c.update({1.5: "x"}), "key 1.5 under (top level) is not a string")
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"), [(None, True), (0.5, True), (b"\x00", False), ({"a": {1, 2}}, False)]
+)
+def test_values_are_plain_data(value, accepted, tmp_path):
+    if accepted:
+        assert read_changed(tmp_path, lambda c: c.update(notes=[value]))["notes"] == [value]
+    else:
+        refused_config(tmp_path, lambda c: c.update(notes=[value]), "unsupported value of type")
+
+
+def test_a_target_is_allowed_in_its_four_places_only(tmp_path):
+    corpus = {"_target_": "sqa.data.readers.read_csv_manifest", "root": "corpus"}
+    f0 = {"_target_": "sqa.data.pitch.F0Extractor", "method": "dio"}
+    config = read_changed(tmp_path, lambda c: c.update(data={"corpus": corpus}, f0=f0))
+    assert config["data"]["corpus"] == corpus and config["f0"] == f0
+    refused_config(
+        tmp_path,
+        lambda c: c.update(data={"corpus": {"_target_": "os.system"}}),
+        "data.corpus._target_: refusing to build 'os.system'; allowed there: sqa.data.readers.",
+    )
+    refused_config(
+        tmp_path,
+        lambda c: c.update(data={"reader": {"_target_": "sqa.data.readers.read_csv_manifest"}}),
+        "data.reader._target_: a _target_ is only allowed at model, model.backbone, f0, data.corpus",
+    )
+
+
+def test_targets_of_moved_modules_are_read_by_their_current_names(tmp_path):
+    old = {"_target_": "sqa.data.corpus.read_csv_manifest", "root": "c"}
+    config = read_changed(tmp_path, lambda c: c.update(data={"corpus": old}))
+    assert config["data"]["corpus"]["_target_"] == "sqa.data.readers.read_csv_manifest"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda c: c.update(format="1"), "format is '1'; this sqa reads format 1"),
+        (lambda c: c.pop("format"), "format is None"),
+        (lambda c: c.update(sample_rate=True), "sample_rate must be an integer in 1..384000, got True"),
+        (lambda c: c.update(sample_rate=16000.0), "sample_rate must be an integer in 1..384000, got 16000.0"),
+        (lambda c: c.update(sample_rate=384_001), "got 384001"),
+        (lambda c: c.update(sample_rate=0), "got 0"),
+        (lambda c: c.pop("sample_rate"), "got None"),
+        (lambda c: c.update(domains="a"), "domains must be a list of names, got 'a'"),
+        (lambda c: c.update(domains=["a", 1]), "domains must be a list of names, got ['a', 1]"),
+        (lambda c: c.pop("model"), "model must be a mapping with a _target_, got None"),
+        (lambda c: c["model"].pop("_target_"), "model must be a mapping with a _target_, got {"),
+        (lambda c: c.update(f0="dio"), "f0 must be a mapping with a _target_, got 'dio'"),
+        (lambda c: c.update(f0={"method": "dio"}), "f0 must be a mapping with a _target_"),
+        (lambda c: c["model"].update(backbone="logmel"), "model.backbone must be a mapping with a _target_"),
+        (
+            lambda c: c["model"]["backbone"].pop("_target_"),
+            "model.backbone must be a mapping with a _target_",
+        ),
+    ],
+)
+def test_top_level_settings_are_refused_with_their_name(change, expected, tmp_path):
+    refused_config(tmp_path, change, expected)
+
+
+def test_top_level_settings_at_their_limits_and_defaults_are_accepted(tmp_path):
+    assert read_changed(tmp_path, lambda c: c.update(sample_rate=1))["sample_rate"] == 1
+    assert read_changed(tmp_path, lambda c: c.update(sample_rate=384_000))["sample_rate"] == 384_000
+    assert "domains" not in read_changed(tmp_path, lambda c: c.pop("domains"))
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "limit"),
+    [("test", "bootstrap", 100_000), ("test", "seed", None), ("data", "eval_batch_size", 1024)],
+)
+def test_test_and_data_counts_at_and_past_their_bounds(section, key, limit, tmp_path):
+    allowed = "an integer ≥ 0" if limit is None else f"an integer in 0..{limit}"
+    for value in [0, 10**12 if limit is None else limit, None]:
+        config = read_changed(tmp_path, lambda c, v=value: c.update({section: {key: v}}))
+        assert config[section][key] == value
+    assert read_changed(tmp_path, lambda c: c.update({section: None}))[section] is None
+    for value in [-1, True, "7", 2.0, *([] if limit is None else [limit + 1])]:
+        refused_config(
+            tmp_path,
+            lambda c, v=value: c.update({section: {key: v}}),
+            f"{section}.{key} must be {allowed}, got {value!r}",
+        )
+    refused_config(tmp_path, lambda c: c.update({section: [1]}), f"{section} must be a mapping, got [")
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_architecture_integers_at_and_past_their_bound(sign, tmp_path):
+    limit = 1 << 16
+    config = read_changed(tmp_path, backbone(n_mels=sign * limit))
+    assert config["model"]["backbone"]["n_mels"] == sign * limit
+    refused_config(
+        tmp_path,
+        backbone(n_mels=sign * (limit + 1)),
+        f"model.backbone.n_mels is {sign * (limit + 1)}; an export's sizes are at most 65536",
+    )
+    refused_config(
+        tmp_path,
+        lambda c: c.update(
+            f0={"_target_": "sqa.data.pitch.F0Extractor", "frame_period_ms": sign * (limit + 1)}
+        ),
+        "f0.frame_period_ms is",
+    )
+    tiny = {"hidden_size": 32, "conv_dim": [8, sign * (limit + 1)]}
+    refused_config(
+        tmp_path,
+        lambda c: c["model"].update(backbone={"_target_": TRANSFORMERS, "config": tiny}),
+        f"model.backbone.config.conv_dim[1] is {sign * (limit + 1)}",
+    )
+
+
+def test_architecture_lists_at_and_past_their_bound(tmp_path):
+    names = ["overall", *(f"d{i}" for i in range(255))]
+    assert (
+        len(read_changed(tmp_path, lambda c: c["model"].update(dimensions=names))["model"]["dimensions"])
+        == 256
+    )
+    refused_config(
+        tmp_path,
+        lambda c: c["model"].update(dimensions=[*names, "d255"]),
+        "model.dimensions has 257 entries; at most 256",
+    )
+    nested = {"hidden_size": 32, "conv_dim": [8] * 257}
+    refused_config(
+        tmp_path,
+        lambda c: c["model"].update(backbone={"_target_": TRANSFORMERS, "config": nested}),
+        "model.backbone.config.conv_dim has 257 entries",
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda c: c["model"].update(dropout=0), None),  # a float argument takes an integer
+        (lambda c: c["model"].update(range_clip=False, domain_dim=None, pitch=None), None),
+        (lambda c: c["model"].update(domain_dim=4, pitch="midi", score_range=[1, 5]), None),
+        (lambda c: c["model"].update(dropout="0.3"), "model.dropout must be float, got '0.3'"),
+        (lambda c: c["model"].update(range_clip=1), "model.range_clip must be bool, got 1"),
+        (lambda c: c["model"].update(head_dim=True), "model.head_dim must be int, got True"),
+        (lambda c: c["model"].update(domain_dim="4"), "model.domain_dim must be int | None, got '4'"),
+        (lambda c: c["model"].update(score_range=1), "model.score_range must be Sequence[float], got 1"),
+        (
+            lambda c: c["model"].update(self=1),
+            "model.self: sqa.models.predictor.MOSPredictor has no argument 'self'",
+        ),
+        (
+            lambda c: c["model"].update(backbone={"_target_": TRANSFORMERS, "config": 1}),
+            "model.backbone.config must be dict | None",
+        ),
+        (
+            lambda c: c.update(f0={"_target_": "sqa.data.pitch.F0Extractor", "hop": 1}),
+            "f0.hop: sqa.data.pitch",
+        ),
+    ],
+)
+def test_arguments_are_checked_against_their_constructor(change, expected, tmp_path):
+    if expected is None:
+        read_changed(tmp_path, change)
+    else:
+        refused_config(tmp_path, change, expected)
+
+
+@pytest.mark.parametrize(
+    ("target", "key"),
+    [
+        ("sqa.models.ssl.S3prlWav2Vec2", "upstream"),
+        ("sqa.models.ssl.TransformersWav2Vec2", "path"),
+        ("sqa.models.ssl.TorchaudioWav2Vec2", "checkpoint"),
+        ("sqa.models.ssl.Fairseq2Wav2Vec2", "checkpoint"),
+    ],
+)
+def test_every_argument_naming_a_file_is_refused(target, key, tmp_path):
+    refused_config(
+        tmp_path,
+        lambda c: c["model"].update(backbone={"_target_": target, key: "x"}),
+        f"model.backbone.{key}: an export never names files to read or write",
+    )
+
+
+def test_a_transformers_backbone_without_a_config_passes_the_config_check(tmp_path):
+    config = read_changed(
+        tmp_path, lambda c: c["model"].update(backbone={"_target_": TRANSFORMERS, "config": None})
+    )
+    assert config["model"]["backbone"] == {"_target_": TRANSFORMERS, "config": None}
+
+
+def test_a_constructor_refusing_its_arguments_is_named(tmp_path):
+    with pytest.raises(ExportError) as info:
+        build_node(
+            {"_target_": PREDICTOR, "backbone": {"_target_": LOG_MEL}, "score_range": [5, 1]},
+            ("model",),
+            tmp_path,
+        )
+    assert str(info.value).startswith(
+        f"{tmp_path}: cannot build model ({PREDICTOR}): score_range must be [low, high] with low < high"
+    )
+    with pytest.raises(
+        ExportError, match=r"cannot build model\.backbone \(sqa.data.pitch.F0Extractor\): f0 method"
+    ):
+        build_node(
+            {"_target_": PREDICTOR, "backbone": {"_target_": "sqa.data.pitch.F0Extractor", "method": "x"}},
+            ("model",),
+            tmp_path,
+        )
+
+
+def test_build_node_builds_the_backbone_with_its_arguments(tmp_path):
+    model = build_node(
+        {
+            "_target_": PREDICTOR,
+            "head_dim": 12,
+            "backbone": {"_target_": LOG_MEL, "n_mels": 16, "channels": 8},
+        },
+        ("model",),
+        tmp_path,
+    )
+    assert isinstance(model.backbone, LogMelBackbone) and model.backbone.output_dim == 8
+    assert model.head[0].weight.shape == (12, 8)
+
+
+@pytest.mark.parametrize("size", [100, 101])
+def test_read_bounded_at_and_past_its_limit(size, tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * size)
+    if size == 100:
+        assert read_bounded(path, 100) == b"x" * 100
+    else:
+        with pytest.raises(ExportError, match=f"^{path}: 101 bytes; at most 100 are read$"):
+            read_bounded(path, 100)
+
+
+def test_read_bounded_stops_at_its_limit_where_the_size_is_not_known():
+    # A /proc file is regular, and its stated size (0) is not its content's.
+    path = Path("/proc/self/maps")
+    if not path.exists():
+        pytest.skip("needs /proc")
+    assert path.stat().st_size == 0
+    with pytest.raises(ExportError, match="^/proc/self/maps: more than 10 bytes; at most 10 are read$"):
+        read_bounded(path, 10)
+    assert len(read_bounded(path, 1 << 20)) > 10
+
+
+def test_read_bounded_does_not_follow_a_link(tmp_path):
+    (tmp_path / "target").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    with pytest.raises(ExportError, match=f"^{tmp_path / 'link'}: cannot open"):
+        read_bounded(tmp_path / "link", 10)
+    with pytest.raises(ExportError, match=f"^{tmp_path}: not a regular file"):
+        read_bounded(tmp_path, 10)
+
+
+def test_a_config_at_its_size_limit_is_read(tmp_path):
+    path = tmp_path / "config.yaml"
+    text = yaml.safe_dump(plain_config()) + "#"
+    path.write_text(text + "x" * ((1 << 20) - len(text)))
+    assert read_export_config(path) == plain_config()
+    path.write_text(text + "x" * ((1 << 20) - len(text) + 1))
+    with pytest.raises(ExportError, match="1048577 bytes; at most 1048576 are read"):
+        read_export_config(path)
+
+
+def test_a_folder_named_like_a_data_file_is_refused(export, marker):
+    (export / "notes.json").mkdir()
+    assert_refused(export, marker, "notes.json: not a regular file")
