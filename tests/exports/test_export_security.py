@@ -22,8 +22,16 @@ import pytest
 import torch
 import yaml
 
+from sqa.exports import model_card
 from sqa.exports.config import build_node, read_bounded, read_export_config
-from sqa.exports.format import ExportError, export_predictor, load_export
+from sqa.exports.format import (
+    ExportError,
+    export_predictor,
+    load_export,
+    read_weights,
+    regular_file,
+    resolve_export,
+)
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.scoring import cli as score
@@ -868,3 +876,230 @@ def test_a_config_at_its_size_limit_is_read(tmp_path):
 def test_a_folder_named_like_a_data_file_is_refused(export, marker):
     (export / "notes.json").mkdir()
     assert_refused(export, marker, "notes.json: not a regular file")
+
+
+# sqa.exports.format: what an export holds, where its files may be, and its weights' bounds.
+def test_an_export_holds_its_records_and_replaces_an_old_one_only_when_asked(tmp_path):
+    split = tmp_path / "test.csv"
+    split.write_bytes(b"path,mos\na.wav,3.5\n")
+    metrics = {"test1": {"utt": {"rmse": 0.5, "n": 4}, "sys": {"rmse": 0.25, "n": 2}}}
+    run_info, training = {"sqa": "9.9.9"}, {"seed": 3, "trainer": {"max_epochs": 5}}
+    directory = export_predictor(
+        small_predictor(),
+        tmp_path / "exp",
+        22050,
+        ["a", "b"],
+        metrics=metrics,
+        dimension_metrics={"lyrics": {"lcc": 0.25}},
+        data={
+            "corpus": {"_target_": "sqa.data.readers.read_csv_manifest", "root": "c"},
+            "eval_batch_size": 4,
+        },
+        test={"seed": 3, "bootstrap": 10},
+        run_info=run_info,
+        training=training,
+        files=[split],
+    )
+    config = yaml.safe_load((directory / "config.yaml").read_text())
+    assert (config["format"], config["sample_rate"], config["domains"], config["f0"]) == (
+        1,
+        22050,
+        ["a", "b"],
+        None,
+    )
+    assert config["data"]["eval_batch_size"] == 4 and config["test"] == {"seed": 3, "bootstrap": 10}
+    assert json.loads((directory / "metrics.json").read_text()) == metrics
+    assert json.loads((directory / "metrics_lyrics.json").read_text()) == {"lcc": 0.25}
+    assert json.loads((directory / "run_info.json").read_text()) == run_info
+    assert (directory / "test.csv").read_bytes() == split.read_bytes()
+    card = model_card.render(config, metrics, {"lyrics": {"lcc": 0.25}}, run_info, training)
+    assert (directory / "README.md").read_text(encoding="utf-8") == card
+    assert "trained with sqa 9.9.9" in card and "max_epochs" in card
+    with pytest.raises(ExportError, match="exp: already exists; pass overwrite=True to replace it"):
+        export_predictor(small_predictor(), directory, 16000, ["a"])
+    export_predictor(small_predictor(), directory, 16000, ["c"], overwrite=True)
+    config = load_export(directory)[1]
+    assert (config["sample_rate"], config["domains"], config["data"], config["test"]) == (
+        16000,
+        ["c"],
+        None,
+        None,
+    )
+    assert json.loads((directory / "metrics.json").read_text()) == {}
+    assert not (directory / "run_info.json").exists() and not (directory / "test.csv").exists()
+
+
+def test_a_loaded_export_predicts_as_the_exported_predictor(export):
+    wav, lengths = torch.randn(2, 8000), torch.tensor([8000, 6000])
+    with torch.no_grad():
+        expected = small_predictor()(wav, lengths).score
+        torch.testing.assert_close(load_export(export)[0](wav, lengths).score, expected)
+
+
+def test_export_paths_resolve_from_a_relative_path_another_folder_home_and_a_link(
+    export, tmp_path, monkeypatch
+):
+    config, weights = export.resolve() / "config.yaml", export.resolve() / "model.pt"
+    (tmp_path / "link").symlink_to(export)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for form in [
+        "../exp",
+        "../exp/model.pt",
+        "~/exp",
+        "~/exp/model.pt",
+        str(tmp_path / "link"),
+        "../link/model.pt",
+    ]:
+        assert resolve_export(form) == (config, weights), form
+    assert load_export("../link")[1]["sample_rate"] == 16000
+    assert regular_file(Path("../link"), "config.yaml") == Path("../link/config.yaml")
+    assert regular_file(Path("../exp"), "model.pt") == Path("../exp/model.pt")
+
+
+def test_regular_file_refuses_what_is_not_a_regular_file_inside_the_folder(export, tmp_path):
+    (tmp_path / "outside.yaml").write_text("x: 1\n")
+    with pytest.raises(ExportError, match="outside.yaml: resolves outside"):
+        regular_file(export, "../outside.yaml")
+    (export / "sub.yaml").mkdir()
+    with pytest.raises(ExportError, match="sub.yaml: not a regular file"):
+        regular_file(export, "sub.yaml")
+    with pytest.raises(ExportError, match=f"nope.yaml: not found; is {export} an sqa export directory"):
+        regular_file(export, "nope.yaml")
+
+
+def test_what_is_not_an_export_is_named(export, tmp_path, marker):
+    with pytest.raises(ExportError, match="missing: not found; expected an export directory"):
+        resolve_export(tmp_path / "missing")
+    (tmp_path / "weights.pt").symlink_to(export / "model.pt")
+    with pytest.raises(ExportError, match="weights.pt: is a symbolic link; name the weights file itself"):
+        resolve_export(tmp_path / "weights.pt")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ExportError, match="config.yaml: not found; is .*empty an sqa export directory"):
+        resolve_export(empty)
+    # An export holding a folder named export is still the export (a run directory has no model.pt).
+    (export / "export").mkdir()
+    assert resolve_export(export) == (export.resolve() / "config.yaml", export.resolve() / "model.pt")
+
+
+def test_any_link_in_the_export_is_refused(export, tmp_path, marker):
+    (tmp_path / "notes.txt").write_text("x")
+    (export / "notes.txt").symlink_to(tmp_path / "notes.txt")
+    assert_refused(export, marker, "notes.txt: is a symbolic link; an export holds regular files only")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "expected"),
+    [
+        ("metrics.json", b"{", "metrics.json: not a JSON file"),
+        ("metrics.json", b"\xff", "metrics.json: not a JSON file"),
+        ("extra.json", b"[" * 100_000 + b"]" * 100_000, "extra.json: not a JSON file"),
+        ("README.md", b"\xff", "README.md: not UTF-8 text"),
+        ("test.csv", b"\xff\x00", None),  # other files are not read
+    ],
+)
+def test_json_and_markdown_files_are_checked(name, data, expected, export, marker):
+    (export / name).write_bytes(data)
+    if expected is None:
+        load_export(export)
+    else:
+        assert_refused(export, marker, expected)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_data_files_at_and_past_their_size_limit(extra, export, marker):
+    with open(export / "README.md", "wb") as fh:
+        fh.truncate((16 << 20) + extra)  # sparse zeros: UTF-8 text
+    if extra:
+        message = assert_refused(export, marker)
+        assert message == f"{export.resolve() / 'README.md'}: 16777217 bytes; at most 16777216 are read"
+    else:
+        load_export(export)
+
+
+def test_an_oversized_json_file_is_named_as_such(export, marker):
+    with open(export / "metrics.json", "wb") as fh:
+        fh.truncate((16 << 20) + 1)
+    message = assert_refused(export, marker)
+    assert message == f"{export.resolve() / 'metrics.json'}: 16777217 bytes; at most 16777216 are read"
+
+
+# The small predictor's tensors: convs 8·16·5+8 + 2·(8·8·5+8), norms 6·8, head 64·8+64 + 64+1.
+SMALL_PARAMETERS = 648 + 2 * 328 + 48 + 576 + 65
+# Its buffers (not saved): the mel filterbank (201 bins × 16 mels) and the 400-sample window.
+SMALL_BUFFERS = 201 * 16 + 400
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_weights_declaring_at_and_past_the_architectures_bytes(extra, export, marker):
+    # 4 bytes per float32 value, 1 MiB for the archive, 1 KiB for each of the 16 tensors.
+    allowed = 4 * SMALL_PARAMETERS + (1 << 20) + 1024 * 16
+    with zipfile.ZipFile(export / "model.pt") as archive:
+        declared = sum(r.file_size for r in archive.infolist())
+        prefix = archive.namelist()[0].split("/")[0]
+    padding = {f"{prefix}/data/999": bytes(allowed - declared + extra)}
+    rewrite_archive(export / "model.pt", zipfile.ZIP_STORED, padding)
+    if extra:
+        assert_refused(
+            export, marker, f"declares {allowed + 1} bytes uncompressed", f"allows at most {allowed}"
+        )
+    else:
+        load_export(export)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_models_at_and_past_the_parameter_limit(extra, export, marker, monkeypatch):
+    count = SMALL_PARAMETERS + SMALL_BUFFERS
+    monkeypatch.setattr("sqa.exports.format.MAX_PARAMETERS", count - extra)
+    if extra:
+        assert_refused(export, marker, f"declares {count} parameters; an export holds at most {count - 1}")
+    else:
+        load_export(export)
+
+
+def test_weights_in_the_legacy_format_load(export):
+    torch.save(small_predictor().state_dict(), export / "model.pt", _use_new_zipfile_serialization=False)
+    assert not zipfile.is_zipfile(export / "model.pt")
+    loaded = load_export(export)[0].state_dict()
+    for name, tensor in small_predictor().state_dict().items():
+        assert torch.equal(loaded[name], tensor), name
+
+
+def test_read_weights_without_an_architecture_reads_any_tensor_mapping(tmp_path):
+    state = {"a": torch.arange(3), "b": torch.ones(2, 2)}
+    torch.save(state, tmp_path / "w.pt")
+    got = read_weights(tmp_path / "w.pt")
+    assert got.keys() == state.keys() and all(torch.equal(got[k], v) for k, v in state.items())
+
+
+@pytest.mark.parametrize(
+    "state", [{"head.0.weight": torch.ones(1), "x": 1.0}, {1: torch.ones(1)}, [torch.ones(1)]]
+)
+def test_weights_that_are_not_a_mapping_of_names_to_tensors_are_refused(state, tmp_path):
+    torch.save(state, tmp_path / "w.pt")
+    with pytest.raises(ExportError, match="w.pt: expected a mapping of parameter names to tensors"):
+        read_weights(tmp_path / "w.pt")
+
+
+@pytest.mark.parametrize("count", [5, 6])
+def test_missing_weights_are_named_up_to_five(count, export, marker):
+    state = small_predictor().state_dict()
+    names = sorted(state)[:count]
+    for name in names:
+        del state[name]
+    torch.save(state, export / "model.pt")
+    more = " ..." if count > 5 else ""
+    assert_refused(export, marker, f"missing {names[:5]}{more}, unexpected []")
+
+
+@pytest.mark.parametrize("count", [5, 6])
+def test_unexpected_weights_are_named_up_to_five(count, export, marker):
+    state = small_predictor().state_dict()
+    names = [f"extra{i}" for i in range(count)]
+    state.update({name: torch.zeros(1) for name in names})
+    torch.save(state, export / "model.pt")
+    more = " ..." if count > 5 else ""
+    assert_refused(export, marker, f"missing [], unexpected {names[:5]}{more}")
