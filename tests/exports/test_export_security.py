@@ -1168,3 +1168,21 @@ def test_weights_stay_data_when_the_environment_relaxes_torch_load(export, marke
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     torch.save({"w": Payload(marker)}, export / "model.pt")
     assert_refused(export, marker, "model.pt: not a plain tensor state_dict")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda c: c["model"].update(score_range=[5, 1]),
+            f"cannot build model ({PREDICTOR}): score_range must be",
+        ),
+        (
+            lambda c: c.update(f0={"_target_": "sqa.data.pitch.F0Extractor", "method": "x"}),
+            "cannot build f0 (sqa.data.pitch.F0Extractor): f0 method must be",
+        ),
+    ],
+)
+def test_arguments_a_constructor_refuses_are_named_with_the_export(change, expected, export, marker):
+    edit_config(export, change)
+    assert assert_refused(export, marker).startswith(f"{export.resolve() / 'config.yaml'}: {expected}")
