@@ -531,7 +531,8 @@ def test_backbone_config_keys_outside_the_allow_list_are_refused(
     monkeypatch.setattr(
         "transformers.Wav2Vec2Model.__init__", lambda *a, **k: pytest.fail("reached transformers")
     )
-    assert_refused(transformers_export, marker, f"model.backbone.config: refusing ['{key}']")
+    message = assert_refused(transformers_export, marker, f"model.backbone.config: refusing ['{key}']")
+    assert message.endswith("; a backbone config holds only architecture keys (docs/failures.md)")
 
 
 def test_a_transformers_export_with_its_written_config_loads(transformers_export):
@@ -1057,7 +1058,11 @@ def test_models_at_and_past_the_parameter_limit(extra, export, marker, monkeypat
     count = SMALL_PARAMETERS + SMALL_BUFFERS
     monkeypatch.setattr("sqa.exports.format.MAX_PARAMETERS", count - extra)
     if extra:
-        assert_refused(export, marker, f"declares {count} parameters; an export holds at most {count - 1}")
+        message = assert_refused(export, marker)
+        config = export.resolve() / "config.yaml"
+        assert (
+            message == f"{config}: the model declares {count} parameters; an export holds at most {count - 1}"
+        )
     else:
         load_export(export)
 
