@@ -974,8 +974,12 @@ def test_regular_file_refuses_what_is_not_a_regular_file_inside_the_folder(expor
 
 
 def test_what_is_not_an_export_is_named(export, tmp_path, marker):
-    with pytest.raises(ExportError, match="missing: not found; expected an export directory"):
+    with pytest.raises(ExportError) as info:
         resolve_export(tmp_path / "missing")
+    assert str(info.value) == (
+        f"{tmp_path / 'missing'}: not found; expected an export directory (config.yaml, model.pt), "
+        "a run directory holding export/, or a model.pt beside its config.yaml"
+    )
     (tmp_path / "weights.pt").symlink_to(export / "model.pt")
     with pytest.raises(ExportError, match="weights.pt: is a symbolic link; name the weights file itself"):
         resolve_export(tmp_path / "weights.pt")
