@@ -1195,3 +1195,28 @@ def test_weights_stay_data_when_the_environment_relaxes_torch_load(export, marke
 def test_arguments_a_constructor_refuses_are_named_with_the_export(change, expected, export, marker):
     edit_config(export, change)
     assert assert_refused(export, marker).startswith(f"{export.resolve() / 'config.yaml'}: {expected}")
+
+
+def test_an_alias_is_refused_where_it_stands(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("a: &x 1\nb: *x\n")
+    with pytest.raises(ExportError) as info:
+        read_export_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not a plain YAML file (YAML aliases (*name) are not allowed")
+    assert "line 2, column 4" in message
+
+
+def test_a_long_interpolation_is_quoted_to_its_first_80_characters(tmp_path):
+    text = "${oc.env:" + "".join(chr(ord("a") + i % 26) for i in range(100)) + "}"
+    message = refused_config(tmp_path, lambda c: c.update(notes=text))
+    assert f"notes holds an interpolation ({text[:80]!r}); exports are plain data" in message
+
+
+def test_a_refused_backbone_lists_every_allowed_one(tmp_path):
+    message = refused_config(tmp_path, backbone(_target_="os.system"))
+    assert message.endswith(
+        "model.backbone._target_: refusing to build 'os.system'; allowed there: "
+        "sqa.models.backbone.LogMelBackbone, sqa.models.ssl.Fairseq2Wav2Vec2, sqa.models.ssl.S3prlWav2Vec2, "
+        "sqa.models.ssl.TorchaudioWav2Vec2, sqa.models.ssl.TransformersWav2Vec2"
+    )
