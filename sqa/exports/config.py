@@ -114,13 +114,17 @@ def read_bounded(path: Path, limit: int) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as err:
         raise ExportError(f"{path}: cannot open ({err.strerror})") from err
-    with os.fdopen(fd, "rb") as fh:
+    try:
+        # Checked before wrapping the descriptor in a file object, which refuses a directory.
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ExportError(f"{path}: not a regular file")
         if info.st_size > limit:
             raise ExportError(f"{path}: {info.st_size} bytes; at most {limit} are read")
-        data = fh.read(limit + 1)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise ExportError(f"{path}: more than {limit} bytes; at most {limit} are read")
     return data

@@ -22,7 +22,16 @@ import pytest
 import torch
 import yaml
 
-from sqa.exports.format import ExportError, export_predictor, load_export
+from sqa.exports import model_card
+from sqa.exports.config import _accepted_types, build_node, read_bounded, read_export_config
+from sqa.exports.format import (
+    ExportError,
+    export_predictor,
+    load_export,
+    read_weights,
+    regular_file,
+    resolve_export,
+)
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.scoring import cli as score
@@ -385,8 +394,17 @@ def memory_limited_messages(tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 @pytest.mark.parametrize("case", sorted(HUGE_SIZES))
-def test_huge_declared_sizes_are_refused_under_a_memory_limit(case, memory_limited_messages):
-    assert HUGE_SIZES[case][1] in memory_limited_messages[case]
+def test_huge_declared_sizes_are_refused(case, export, marker):
+    """In process, for the message (the mutation runs leave out the memory-limited subprocess)."""
+    change, expected = HUGE_SIZES[case]
+    edit_config(export, change)
+    assert_refused(export, marker, expected)
+
+
+@pytest.mark.parametrize("case", [*sorted(HUGE_SIZES), "compressed"])
+def test_hostile_sizes_are_refused_under_a_memory_limit(case, memory_limited_messages):
+    expected = HUGE_SIZES[case][1] if case in HUGE_SIZES else "model.pt: compressed records"
+    assert expected in memory_limited_messages[case]
 
 
 @pytest.mark.parametrize(
@@ -424,11 +442,10 @@ def rewrite_archive(path: Path, compression: int, extra: dict[str, bytes] | None
             archive.writestr(name, data)
 
 
-def test_a_compressed_weights_archive_is_refused_before_it_inflates(export, marker, memory_limited_messages):
+def test_a_compressed_weights_archive_is_refused_before_it_inflates(export, marker):
     compress_with_a_large_record(export)
     assert (export / "model.pt").stat().st_size < 1 << 20
     assert_refused(export, marker, "model.pt: compressed records")
-    assert "model.pt: compressed records" in memory_limited_messages["compressed"]
 
 
 def test_an_archive_larger_than_the_architecture_is_refused(export, marker):
@@ -514,9 +531,692 @@ def test_backbone_config_keys_outside_the_allow_list_are_refused(
     monkeypatch.setattr(
         "transformers.Wav2Vec2Model.__init__", lambda *a, **k: pytest.fail("reached transformers")
     )
-    assert_refused(transformers_export, marker, f"model.backbone.config: refusing ['{key}']")
+    message = assert_refused(transformers_export, marker, f"model.backbone.config: refusing ['{key}']")
+    assert message.endswith("; a backbone config holds only architecture keys (docs/failures.md)")
 
 
 def test_a_transformers_export_with_its_written_config_loads(transformers_export):
     config = load_export(transformers_export)[1]["model"]["backbone"]["config"]
     assert "hidden_size" in config and not any(k.startswith("_") for k in config)
+
+
+# config.yaml's checks on their own (`read_export_config`, nothing built): each bound at and one
+# past its limit, each refused token at the start, middle and end of a string and nested.
+PREDICTOR = "sqa.models.predictor.MOSPredictor"
+LOG_MEL = "sqa.models.backbone.LogMelBackbone"
+TRANSFORMERS = "sqa.models.ssl.TransformersWav2Vec2"
+
+
+def plain_config() -> dict[str, Any]:
+    return {
+        "format": 1,
+        "sample_rate": 16000,
+        "domains": ["a"],
+        "model": {"_target_": PREDICTOR, "backbone": {"_target_": LOG_MEL, "n_mels": 16, "channels": 8}},
+        "f0": None,
+    }
+
+
+def read_changed(tmp_path: Path, change) -> dict[str, Any]:
+    """`plain_config()` changed by `change`, written to tmp_path/config.yaml and read back checked."""
+    config = plain_config()
+    change(config)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return read_export_config(path)
+
+
+def refused_config(tmp_path: Path, change, *fragments: str) -> str:
+    with pytest.raises(ExportError) as info:
+        read_changed(tmp_path, change)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'config.yaml'}: "), message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def backbone(**kwargs: Any):
+    return lambda c: c["model"]["backbone"].update(kwargs)
+
+
+def test_the_plain_config_is_read_as_written(tmp_path):
+    assert read_changed(tmp_path, lambda c: None) == plain_config()
+
+
+@pytest.mark.parametrize("text", ["${oc.env:HOME}", "n${x}", "abc${", "$ and {", "${"])
+def test_an_interpolation_anywhere_in_a_value_or_key_is_refused(text, tmp_path):
+    if "${" not in text:  # a dollar and a brace apart are plain text
+        assert read_changed(tmp_path, lambda c: c.update(notes={text: [text]}))["notes"] == {text: [text]}
+        return
+    refused_config(tmp_path, lambda c: c.update(notes=text), "notes holds an interpolation")
+    refused_config(
+        tmp_path,
+        lambda c: c.update(notes={"deep": [{"x": [1, text]}]}),
+        "notes.deep[0].x[1] holds an interpolation",
+    )
+    refused_config(tmp_path, lambda c: c.update({text: 1}), f"key {text} holds an interpolation")
+    refused_config(tmp_path, lambda c: c.update(notes=[{"a": {text: 1}}]), "key notes[0].a.")
+
+
+def test_special_keys_are_those_with_an_underscore_at_both_ends(tmp_path):
+    config = read_changed(tmp_path, lambda c: c.update(notes={"_draft": 1, "draft_": 2, "a_b": 3}))
+    assert config["notes"] == {"_draft": 1, "draft_": 2, "a_b": 3}
+    for key in ["_x_", "__", "_args_"]:
+        refused_config(
+            tmp_path, lambda c, key=key: c.update(notes=[{"a": {key: 1}}]), f"notes[0].a.{key}: special key"
+        )
+
+
+def test_non_string_keys(tmp_path):
+    assert read_changed(tmp_path, lambda c: c.update(notes={3: "x"}))["notes"] == {3: "x"}
+    refused_config(tmp_path, lambda c: c.update(notes={True: "x"}), "key True under notes is not a string")
+    refused_config(tmp_path, lambda c: c.update({1.5: "x"}), "key 1.5 under (top level) is not a string")
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"), [(None, True), (0.5, True), (b"\x00", False), ({"a": {1, 2}}, False)]
+)
+def test_values_are_plain_data(value, accepted, tmp_path):
+    if accepted:
+        assert read_changed(tmp_path, lambda c: c.update(notes=[value]))["notes"] == [value]
+    else:
+        refused_config(tmp_path, lambda c: c.update(notes=[value]), "unsupported value of type")
+
+
+def test_a_target_is_allowed_in_its_four_places_only(tmp_path):
+    corpus = {"_target_": "sqa.data.readers.read_csv_manifest", "root": "corpus"}
+    f0 = {"_target_": "sqa.data.pitch.F0Extractor", "method": "dio"}
+    config = read_changed(tmp_path, lambda c: c.update(data={"corpus": corpus}, f0=f0))
+    assert config["data"]["corpus"] == corpus and config["f0"] == f0
+    refused_config(
+        tmp_path,
+        lambda c: c.update(data={"corpus": {"_target_": "os.system"}}),
+        "data.corpus._target_: refusing to build 'os.system'; allowed there: sqa.data.readers.",
+    )
+    refused_config(
+        tmp_path,
+        lambda c: c.update(data={"reader": {"_target_": "sqa.data.readers.read_csv_manifest"}}),
+        "data.reader._target_: a _target_ is only allowed at model, model.backbone, f0, data.corpus",
+    )
+
+
+def test_targets_of_moved_modules_are_read_by_their_current_names(tmp_path):
+    old = {"_target_": "sqa.data.corpus.read_csv_manifest", "root": "c"}
+    config = read_changed(tmp_path, lambda c: c.update(data={"corpus": old}))
+    assert config["data"]["corpus"]["_target_"] == "sqa.data.readers.read_csv_manifest"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda c: c.update(format="1"), "format is '1'; this sqa reads format 1"),
+        (lambda c: c.pop("format"), "format is None"),
+        (lambda c: c.update(sample_rate=True), "sample_rate must be an integer in 1..384000, got True"),
+        (lambda c: c.update(sample_rate=16000.0), "sample_rate must be an integer in 1..384000, got 16000.0"),
+        (lambda c: c.update(sample_rate=384_001), "got 384001"),
+        (lambda c: c.update(sample_rate=0), "got 0"),
+        (lambda c: c.pop("sample_rate"), "got None"),
+        (lambda c: c.update(domains="a"), "domains must be a list of names, got 'a'"),
+        (lambda c: c.update(domains=["a", 1]), "domains must be a list of names, got ['a', 1]"),
+        (lambda c: c.pop("model"), "model must be a mapping with a _target_, got None"),
+        (lambda c: c["model"].pop("_target_"), "model must be a mapping with a _target_, got {"),
+        (lambda c: c.update(f0="dio"), "f0 must be a mapping with a _target_, got 'dio'"),
+        (lambda c: c.update(f0={"method": "dio"}), "f0 must be a mapping with a _target_"),
+        (lambda c: c["model"].update(backbone="logmel"), "model.backbone must be a mapping with a _target_"),
+        (
+            lambda c: c["model"]["backbone"].pop("_target_"),
+            "model.backbone must be a mapping with a _target_",
+        ),
+    ],
+)
+def test_top_level_settings_are_refused_with_their_name(change, expected, tmp_path):
+    refused_config(tmp_path, change, expected)
+
+
+def test_top_level_settings_at_their_limits_and_defaults_are_accepted(tmp_path):
+    assert read_changed(tmp_path, lambda c: c.update(sample_rate=1))["sample_rate"] == 1
+    assert read_changed(tmp_path, lambda c: c.update(sample_rate=384_000))["sample_rate"] == 384_000
+    assert "domains" not in read_changed(tmp_path, lambda c: c.pop("domains"))
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "limit"),
+    [("test", "bootstrap", 100_000), ("test", "seed", None), ("data", "eval_batch_size", 1024)],
+)
+def test_test_and_data_counts_at_and_past_their_bounds(section, key, limit, tmp_path):
+    allowed = "an integer ≥ 0" if limit is None else f"an integer in 0..{limit}"
+    for value in [0, 10**12 if limit is None else limit, None]:
+        config = read_changed(tmp_path, lambda c, v=value: c.update({section: {key: v}}))
+        assert config[section][key] == value
+    assert read_changed(tmp_path, lambda c: c.update({section: None}))[section] is None
+    for value in [-1, True, "7", 2.0, *([] if limit is None else [limit + 1])]:
+        refused_config(
+            tmp_path,
+            lambda c, v=value: c.update({section: {key: v}}),
+            f"{section}.{key} must be {allowed}, got {value!r}",
+        )
+    refused_config(tmp_path, lambda c: c.update({section: [1]}), f"{section} must be a mapping, got [")
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_architecture_integers_at_and_past_their_bound(sign, tmp_path):
+    limit = 1 << 16
+    config = read_changed(tmp_path, backbone(n_mels=sign * limit))
+    assert config["model"]["backbone"]["n_mels"] == sign * limit
+    refused_config(
+        tmp_path,
+        backbone(n_mels=sign * (limit + 1)),
+        f"model.backbone.n_mels is {sign * (limit + 1)}; an export's sizes are at most 65536",
+    )
+    refused_config(
+        tmp_path,
+        lambda c: c.update(
+            f0={"_target_": "sqa.data.pitch.F0Extractor", "frame_period_ms": sign * (limit + 1)}
+        ),
+        "f0.frame_period_ms is",
+    )
+    tiny = {"hidden_size": 32, "conv_dim": [8, sign * (limit + 1)]}
+    refused_config(
+        tmp_path,
+        lambda c: c["model"].update(backbone={"_target_": TRANSFORMERS, "config": tiny}),
+        f"model.backbone.config.conv_dim[1] is {sign * (limit + 1)}",
+    )
+
+
+def test_architecture_lists_at_and_past_their_bound(tmp_path):
+    names = ["overall", *(f"d{i}" for i in range(255))]
+    assert (
+        len(read_changed(tmp_path, lambda c: c["model"].update(dimensions=names))["model"]["dimensions"])
+        == 256
+    )
+    refused_config(
+        tmp_path,
+        lambda c: c["model"].update(dimensions=[*names, "d255"]),
+        "model.dimensions has 257 entries; at most 256",
+    )
+    nested = {"hidden_size": 32, "conv_dim": [8] * 257}
+    refused_config(
+        tmp_path,
+        lambda c: c["model"].update(backbone={"_target_": TRANSFORMERS, "config": nested}),
+        "model.backbone.config.conv_dim has 257 entries",
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda c: c["model"].update(dropout=0), None),  # a float argument takes an integer
+        (lambda c: c["model"].update(range_clip=False, domain_dim=None, pitch=None), None),
+        (lambda c: c["model"].update(domain_dim=4, pitch="midi", score_range=[1, 5]), None),
+        (lambda c: c["model"].update(dropout="0.3"), "model.dropout must be float, got '0.3'"),
+        (lambda c: c["model"].update(pooling=3), "model.pooling must be str, got 3"),
+        (lambda c: c["model"].update(range_clip=1), "model.range_clip must be bool, got 1"),
+        (lambda c: c["model"].update(head_dim=True), "model.head_dim must be int, got True"),
+        (lambda c: c["model"].update(domain_dim="4"), "model.domain_dim must be int | None, got '4'"),
+        (lambda c: c["model"].update(score_range=1), "model.score_range must be Sequence[float], got 1"),
+        (
+            lambda c: c["model"].update(self=1),
+            "model.self: sqa.models.predictor.MOSPredictor has no argument 'self'",
+        ),
+        (
+            lambda c: c["model"].update(backbone={"_target_": TRANSFORMERS, "config": 1}),
+            "model.backbone.config must be dict | None",
+        ),
+        (
+            lambda c: c.update(f0={"_target_": "sqa.data.pitch.F0Extractor", "hop": 1}),
+            "f0.hop: sqa.data.pitch",
+        ),
+    ],
+)
+def test_arguments_are_checked_against_their_constructor(change, expected, tmp_path):
+    if expected is None:
+        read_changed(tmp_path, change)
+    else:
+        refused_config(tmp_path, change, expected)
+
+
+@pytest.mark.parametrize(
+    ("target", "key"),
+    [
+        ("sqa.models.ssl.S3prlWav2Vec2", "upstream"),
+        ("sqa.models.ssl.TransformersWav2Vec2", "path"),
+        ("sqa.models.ssl.TorchaudioWav2Vec2", "checkpoint"),
+        ("sqa.models.ssl.Fairseq2Wav2Vec2", "checkpoint"),
+    ],
+)
+def test_every_argument_naming_a_file_is_refused(target, key, tmp_path):
+    refused_config(
+        tmp_path,
+        lambda c: c["model"].update(backbone={"_target_": target, key: "x"}),
+        f"model.backbone.{key}: an export never names files to read or write",
+    )
+
+
+def test_a_transformers_backbone_without_a_config_passes_the_config_check(tmp_path):
+    config = read_changed(
+        tmp_path, lambda c: c["model"].update(backbone={"_target_": TRANSFORMERS, "config": None})
+    )
+    assert config["model"]["backbone"] == {"_target_": TRANSFORMERS, "config": None}
+
+
+def test_a_constructor_refusing_its_arguments_is_named(tmp_path):
+    with pytest.raises(ExportError) as info:
+        build_node(
+            {"_target_": PREDICTOR, "backbone": {"_target_": LOG_MEL}, "score_range": [5, 1]},
+            ("model",),
+            tmp_path,
+        )
+    assert str(info.value).startswith(
+        f"{tmp_path}: cannot build model ({PREDICTOR}): score_range must be [low, high] with low < high"
+    )
+    with pytest.raises(ExportError) as info:
+        build_node(
+            {"_target_": PREDICTOR, "backbone": {"_target_": "sqa.data.pitch.F0Extractor", "method": "x"}},
+            ("model",),
+            tmp_path,
+        )
+    assert str(info.value).startswith(
+        f"{tmp_path}: cannot build model.backbone (sqa.data.pitch.F0Extractor): f0 method must be"
+    )
+
+
+def test_build_node_builds_the_backbone_with_its_arguments(tmp_path):
+    model = build_node(
+        {
+            "_target_": PREDICTOR,
+            "head_dim": 12,
+            "backbone": {"_target_": LOG_MEL, "n_mels": 16, "channels": 8},
+        },
+        ("model",),
+        tmp_path,
+    )
+    assert isinstance(model.backbone, LogMelBackbone) and model.backbone.output_dim == 8
+    assert model.head[0].weight.shape == (12, 8)
+
+
+@pytest.mark.parametrize("size", [100, 101])
+def test_read_bounded_at_and_past_its_limit(size, tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * size)
+    if size == 100:
+        assert read_bounded(path, 100) == b"x" * 100
+    else:
+        with pytest.raises(ExportError, match=f"^{path}: 101 bytes; at most 100 are read$"):
+            read_bounded(path, 100)
+
+
+def test_read_bounded_stops_at_its_limit_where_the_size_is_not_known():
+    # A /proc file is regular, and its stated size (0) is not its content's.
+    path = Path("/proc/self/maps")
+    if not path.exists():
+        pytest.skip("needs /proc")
+    assert path.stat().st_size == 0
+    with pytest.raises(ExportError, match="^/proc/self/maps: more than 10 bytes; at most 10 are read$"):
+        read_bounded(path, 10)
+    assert len(read_bounded(path, 1 << 20)) > 10
+
+
+def test_read_bounded_does_not_follow_a_link(tmp_path):
+    (tmp_path / "target").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    with pytest.raises(ExportError, match=f"^{tmp_path / 'link'}: cannot open"):
+        read_bounded(tmp_path / "link", 10)
+    with pytest.raises(ExportError, match=f"^{tmp_path}: not a regular file"):
+        read_bounded(tmp_path, 10)
+
+
+def test_a_config_at_its_size_limit_is_read(tmp_path):
+    path = tmp_path / "config.yaml"
+    text = yaml.safe_dump(plain_config()) + "#"
+    path.write_text(text + "x" * ((1 << 20) - len(text)))
+    assert read_export_config(path) == plain_config()
+    path.write_text(text + "x" * ((1 << 20) - len(text) + 1))
+    with pytest.raises(ExportError, match="1048577 bytes; at most 1048576 are read"):
+        read_export_config(path)
+
+
+def test_a_folder_named_like_a_data_file_is_refused(export, marker):
+    (export / "notes.json").mkdir()
+    assert_refused(export, marker, "notes.json: not a regular file")
+
+
+# sqa.exports.format: what an export holds, where its files may be, and its weights' bounds.
+def test_an_export_holds_its_records_and_replaces_an_old_one_only_when_asked(tmp_path):
+    split = tmp_path / "test.csv"
+    split.write_bytes(b"path,mos\na.wav,3.5\n")
+    metrics = {"test1": {"utt": {"rmse": 0.5, "n": 4}, "sys": {"rmse": 0.25, "n": 2}}}
+    run_info, training = {"sqa": "9.9.9"}, {"seed": 3, "trainer": {"max_epochs": 5}}
+    directory = export_predictor(
+        small_predictor(),
+        tmp_path / "exp",
+        22050,
+        ["a", "b"],
+        metrics=metrics,
+        dimension_metrics={"lyrics": {"lcc": 0.25}},
+        data={
+            "corpus": {"_target_": "sqa.data.readers.read_csv_manifest", "root": "c"},
+            "eval_batch_size": 4,
+        },
+        test={"seed": 3, "bootstrap": 10},
+        run_info=run_info,
+        training=training,
+        files=[split],
+    )
+    config = yaml.safe_load((directory / "config.yaml").read_text())
+    assert (config["format"], config["sample_rate"], config["domains"], config["f0"]) == (
+        1,
+        22050,
+        ["a", "b"],
+        None,
+    )
+    assert config["data"]["eval_batch_size"] == 4 and config["test"] == {"seed": 3, "bootstrap": 10}
+    assert json.loads((directory / "metrics.json").read_text()) == metrics
+    assert json.loads((directory / "metrics_lyrics.json").read_text()) == {"lcc": 0.25}
+    assert json.loads((directory / "run_info.json").read_text()) == run_info
+    assert (directory / "test.csv").read_bytes() == split.read_bytes()
+    card = model_card.render(config, metrics, {"lyrics": {"lcc": 0.25}}, run_info, training)
+    assert (directory / "README.md").read_text(encoding="utf-8") == card
+    assert "trained with sqa 9.9.9" in card and "max_epochs" in card
+    with pytest.raises(ExportError, match="exp: already exists; pass overwrite=True to replace it"):
+        export_predictor(small_predictor(), directory, 16000, ["a"])
+    export_predictor(small_predictor(), directory, 16000, ["c"], overwrite=True)
+    config = load_export(directory)[1]
+    assert (config["sample_rate"], config["domains"], config["data"], config["test"]) == (
+        16000,
+        ["c"],
+        None,
+        None,
+    )
+    assert json.loads((directory / "metrics.json").read_text()) == {}
+    assert not (directory / "run_info.json").exists() and not (directory / "test.csv").exists()
+
+
+def test_a_loaded_export_predicts_as_the_exported_predictor(export):
+    wav, lengths = torch.randn(2, 8000), torch.tensor([8000, 6000])
+    with torch.no_grad():
+        expected = small_predictor()(wav, lengths).score
+        torch.testing.assert_close(load_export(export)[0](wav, lengths).score, expected)
+
+
+def test_export_paths_resolve_from_a_relative_path_another_folder_home_and_a_link(
+    export, tmp_path, monkeypatch
+):
+    config, weights = export.resolve() / "config.yaml", export.resolve() / "model.pt"
+    (tmp_path / "link").symlink_to(export)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for form in [
+        "../exp",
+        "../exp/model.pt",
+        "~/exp",
+        "~/exp/model.pt",
+        str(tmp_path / "link"),
+        "../link/model.pt",
+    ]:
+        assert resolve_export(form) == (config, weights), form
+    assert load_export("../link")[1]["sample_rate"] == 16000
+    assert regular_file(Path("../link"), "config.yaml") == Path("../link/config.yaml")
+    assert regular_file(Path("../exp"), "model.pt") == Path("../exp/model.pt")
+
+
+def test_regular_file_refuses_what_is_not_a_regular_file_inside_the_folder(export, tmp_path):
+    (tmp_path / "outside.yaml").write_text("x: 1\n")
+    with pytest.raises(ExportError, match="outside.yaml: resolves outside"):
+        regular_file(export, "../outside.yaml")
+    (export / "sub.yaml").mkdir()
+    with pytest.raises(ExportError, match="sub.yaml: not a regular file"):
+        regular_file(export, "sub.yaml")
+    with pytest.raises(ExportError, match=f"nope.yaml: not found; is {export} an sqa export directory"):
+        regular_file(export, "nope.yaml")
+
+
+def test_what_is_not_an_export_is_named(export, tmp_path, marker):
+    with pytest.raises(ExportError) as info:
+        resolve_export(tmp_path / "missing")
+    assert str(info.value) == (
+        f"{tmp_path / 'missing'}: not found; expected an export directory (config.yaml, model.pt), "
+        "a run directory holding export/, or a model.pt beside its config.yaml"
+    )
+    (tmp_path / "weights.pt").symlink_to(export / "model.pt")
+    with pytest.raises(ExportError, match="weights.pt: is a symbolic link; name the weights file itself"):
+        resolve_export(tmp_path / "weights.pt")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ExportError, match="config.yaml: not found; is .*empty an sqa export directory"):
+        resolve_export(empty)
+    # An export holding a folder named export is still the export (a run directory has no model.pt).
+    (export / "export").mkdir()
+    assert resolve_export(export) == (export.resolve() / "config.yaml", export.resolve() / "model.pt")
+
+
+def test_any_link_in_the_export_is_refused(export, tmp_path, marker):
+    (tmp_path / "notes.txt").write_text("x")
+    (export / "notes.txt").symlink_to(tmp_path / "notes.txt")
+    assert_refused(export, marker, "notes.txt: is a symbolic link; an export holds regular files only")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "expected"),
+    [
+        ("metrics.json", b"{", "metrics.json: not a JSON file"),
+        ("metrics.json", b"\xff", "metrics.json: not a JSON file"),
+        ("extra.json", b"[" * 100_000 + b"]" * 100_000, "extra.json: not a JSON file"),
+        ("README.md", b"\xff", "README.md: not UTF-8 text"),
+        ("test.csv", b"\xff\x00", None),  # other files are not read
+    ],
+)
+def test_json_and_markdown_files_are_checked(name, data, expected, export, marker):
+    (export / name).write_bytes(data)
+    if expected is None:
+        load_export(export)
+    else:
+        assert_refused(export, marker, expected)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_data_files_at_and_past_their_size_limit(extra, export, marker):
+    with open(export / "README.md", "wb") as fh:
+        fh.truncate((16 << 20) + extra)  # sparse zeros: UTF-8 text
+    if extra:
+        message = assert_refused(export, marker)
+        assert message == f"{export.resolve() / 'README.md'}: 16777217 bytes; at most 16777216 are read"
+    else:
+        load_export(export)
+
+
+def test_an_oversized_json_file_is_named_as_such(export, marker):
+    with open(export / "metrics.json", "wb") as fh:
+        fh.truncate((16 << 20) + 1)
+    message = assert_refused(export, marker)
+    assert message == f"{export.resolve() / 'metrics.json'}: 16777217 bytes; at most 16777216 are read"
+
+
+# The small predictor's tensors: convs 8·16·5+8 + 2·(8·8·5+8), norms 6·8, head 64·8+64 + 64+1.
+SMALL_PARAMETERS = 648 + 2 * 328 + 48 + 576 + 65
+# Its buffers (not saved): the mel filterbank (201 bins × 16 mels) and the 400-sample window.
+SMALL_BUFFERS = 201 * 16 + 400
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_weights_declaring_at_and_past_the_architectures_bytes(extra, export, marker):
+    # 4 bytes per float32 value, 1 MiB for the archive, 1 KiB for each of the 16 tensors.
+    allowed = 4 * SMALL_PARAMETERS + (1 << 20) + 1024 * 16
+    with zipfile.ZipFile(export / "model.pt") as archive:
+        declared = sum(r.file_size for r in archive.infolist())
+        prefix = archive.namelist()[0].split("/")[0]
+    padding = {f"{prefix}/data/999": bytes(allowed - declared + extra)}
+    rewrite_archive(export / "model.pt", zipfile.ZIP_STORED, padding)
+    if extra:
+        assert_refused(
+            export, marker, f"declares {allowed + 1} bytes uncompressed", f"allows at most {allowed}"
+        )
+    else:
+        load_export(export)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_models_at_and_past_the_parameter_limit(extra, export, marker, monkeypatch):
+    count = SMALL_PARAMETERS + SMALL_BUFFERS
+    monkeypatch.setattr("sqa.exports.format.MAX_PARAMETERS", count - extra)
+    if extra:
+        message = assert_refused(export, marker)
+        config = export.resolve() / "config.yaml"
+        assert (
+            message == f"{config}: the model declares {count} parameters; an export holds at most {count - 1}"
+        )
+    else:
+        load_export(export)
+
+
+def test_weights_in_the_legacy_format_load(export):
+    torch.save(small_predictor().state_dict(), export / "model.pt", _use_new_zipfile_serialization=False)
+    assert not zipfile.is_zipfile(export / "model.pt")
+    loaded = load_export(export)[0].state_dict()
+    for name, tensor in small_predictor().state_dict().items():
+        assert torch.equal(loaded[name], tensor), name
+
+
+def test_read_weights_without_an_architecture_reads_any_tensor_mapping(tmp_path):
+    state = {"a": torch.arange(3), "b": torch.ones(2, 2)}
+    torch.save(state, tmp_path / "w.pt")
+    got = read_weights(tmp_path / "w.pt")
+    assert got.keys() == state.keys() and all(torch.equal(got[k], v) for k, v in state.items())
+
+
+@pytest.mark.parametrize(
+    "state", [{"head.0.weight": torch.ones(1), "x": 1.0}, {1: torch.ones(1)}, [torch.ones(1)]]
+)
+def test_weights_that_are_not_a_mapping_of_names_to_tensors_are_refused(state, tmp_path):
+    torch.save(state, tmp_path / "w.pt")
+    with pytest.raises(ExportError, match="w.pt: expected a mapping of parameter names to tensors"):
+        read_weights(tmp_path / "w.pt")
+
+
+@pytest.mark.parametrize("count", [5, 6])
+def test_missing_weights_are_named_up_to_five(count, export, marker):
+    state = small_predictor().state_dict()
+    names = sorted(state)[:count]
+    for name in names:
+        del state[name]
+    torch.save(state, export / "model.pt")
+    more = " ..." if count > 5 else ""
+    assert_refused(export, marker, f"missing {names[:5]}{more}, unexpected []")
+
+
+@pytest.mark.parametrize("count", [5, 6])
+def test_unexpected_weights_are_named_up_to_five(count, export, marker):
+    state = small_predictor().state_dict()
+    names = [f"extra{i}" for i in range(count)]
+    state.update({name: torch.zeros(1) for name in names})
+    torch.save(state, export / "model.pt")
+    more = " ..." if count > 5 else ""
+    assert assert_refused(export, marker).endswith(f"missing [], unexpected {names[:5]}{more}")
+
+
+@pytest.mark.parametrize(
+    ("annotation", "types"),
+    [
+        ("int | None", (int, type(None))),
+        ("float", (int, float)),
+        ("str", (str,)),
+        ("bool", (bool,)),
+        ("Mapping[str, int] | None", (dict, type(None))),
+        ("dict", (dict,)),
+        ("list[int]", (list,)),
+        ("Sequence[float]", (list,)),
+        ("nn.Module", None),  # not plain data: the argument is not checked by type
+        ("int | nn.Module", None),
+    ],
+)
+def test_the_plain_data_types_an_annotation_accepts(annotation, types):
+    assert _accepted_types(annotation) == types
+
+
+def test_a_weights_archive_with_a_broken_directory_is_refused(export, marker):
+    data = (export / "model.pt").read_bytes()
+    # The central directory's first header: its end record is intact, so it still looks like a zip.
+    (export / "model.pt").write_bytes(data.replace(b"PK\x01\x02", b"PK\x00\x00", 1))
+    assert zipfile.is_zipfile(export / "model.pt")
+    assert_refused(export, marker, "model.pt: not a plain tensor state_dict (")
+
+
+def test_the_compressed_record_is_named(export, marker):
+    path = export / "model.pt"
+    with zipfile.ZipFile(path) as archive:
+        records = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in records:
+            deflated = name.endswith("/byteorder")
+            archive.writestr(
+                name, data, compress_type=zipfile.ZIP_DEFLATED if deflated else zipfile.ZIP_STORED
+            )
+    assert_refused(export, marker, "compressed records (model/byteorder); torch.save writes none")
+
+
+def test_weights_saved_on_a_gpu_load_on_the_cpu(export):
+    """A GPU-trained export scores on a machine without one: its storages are mapped to the CPU."""
+    path = export / "model.pt"
+    with zipfile.ZipFile(path) as archive:
+        records = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    # The pickled location of each storage, "cpu", becomes "cuda:0" (a pickle string: length, text).
+    cpu, gpu = b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in records:
+            archive.writestr(name, data.replace(cpu, gpu) if name.endswith("data.pkl") else data)
+    state = read_weights(path)
+    assert {t.device.type for t in state.values()} == {"cpu"}
+    expected = small_predictor().state_dict()
+    assert all(torch.equal(state[name], tensor) for name, tensor in expected.items())
+
+
+def test_weights_stay_data_when_the_environment_relaxes_torch_load(export, marker, monkeypatch):
+    # torch.load honours this only where its caller did not pass weights_only.
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    torch.save({"w": Payload(marker)}, export / "model.pt")
+    assert_refused(export, marker, "model.pt: not a plain tensor state_dict")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda c: c["model"].update(score_range=[5, 1]),
+            f"cannot build model ({PREDICTOR}): score_range must be",
+        ),
+        (
+            lambda c: c.update(f0={"_target_": "sqa.data.pitch.F0Extractor", "method": "x"}),
+            "cannot build f0 (sqa.data.pitch.F0Extractor): f0 method must be",
+        ),
+    ],
+)
+def test_arguments_a_constructor_refuses_are_named_with_the_export(change, expected, export, marker):
+    edit_config(export, change)
+    assert assert_refused(export, marker).startswith(f"{export.resolve() / 'config.yaml'}: {expected}")
+
+
+def test_an_alias_is_refused_where_it_stands(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("a: &x 1\nb: *x\n")
+    with pytest.raises(ExportError) as info:
+        read_export_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not a plain YAML file (YAML aliases (*name) are not allowed")
+    assert "line 2, column 4" in message
+
+
+def test_a_long_interpolation_is_quoted_to_its_first_80_characters(tmp_path):
+    text = "${oc.env:" + "".join(chr(ord("a") + i % 26) for i in range(100)) + "}"
+    message = refused_config(tmp_path, lambda c: c.update(notes=text))
+    assert f"notes holds an interpolation ({text[:80]!r}); exports are plain data" in message
+
+
+def test_a_refused_backbone_lists_every_allowed_one(tmp_path):
+    message = refused_config(tmp_path, backbone(_target_="os.system"))
+    assert message.endswith(
+        "model.backbone._target_: refusing to build 'os.system'; allowed there: "
+        "sqa.models.backbone.LogMelBackbone, sqa.models.ssl.Fairseq2Wav2Vec2, sqa.models.ssl.S3prlWav2Vec2, "
+        "sqa.models.ssl.TorchaudioWav2Vec2, sqa.models.ssl.TransformersWav2Vec2"
+    )
