@@ -66,6 +66,9 @@ c = tomllib.load(open('pyproject.toml', 'rb'))['tool']['mutmut']
 print(*c['pytest_add_cli_args_test_selection'], '-k', repr(c['pytest_add_cli_args'][-1]))")"
     (
         cd "$work"
+        # mutmut maps each function to the tests that called it when it took these stats: without
+        # fresh ones, a test added since is never run against the older mutants.
+        rm -f mutants/mutmut-stats.json
         nice -n 19 "$python" -m mutmut run --max-children 1 "$@" >mutmut.log 2>&1 || tail -5 mutmut.log
         "$python" -m mutmut results --all true >results.txt
         killed=$(grep -c ': killed$' results.txt || true)
