@@ -448,3 +448,224 @@ def test_imported_predictors_score_every_clip_as_their_authors_forward(
     api, cli = sqa_scores(export, clips, 8, tmp_path, domain, pooling="masked_mean")
     assert np.abs(api - expected).max() > 1e-3
     np.testing.assert_allclose(api, cli, atol=1e-5, rtol=0)
+
+
+# The conversions themselves, on small made-up tensors in each release's key layout: no s3prl.
+def save_state(path: Path, state: dict) -> Path:
+    torch.save(state, path)
+    return path
+
+
+def pro_state(num_ids: int = 6) -> dict[str, torch.Tensor]:
+    """A singmos_pro layout: two backbone tensors, a (num_ids, 3) embedding, a 5 -> 4 -> 1 head."""
+    ssl = importers.SINGMOS_SSL
+    return {
+        f"{ssl}w": torch.ones(2),
+        f"{ssl}layer.b": torch.zeros(3),
+        "domain_emb.weight": torch.arange(num_ids * 3, dtype=torch.float32).reshape(num_ids, 3),
+        "decoder.net.0.weight": torch.full((4, 5), 0.5),
+        "decoder.net.0.bias": torch.full((4,), 0.25),
+        "decoder.net.3.weight": torch.full((1, 4), 2.0),
+        "decoder.net.3.bias": torch.full((1,), -1.0),
+    }
+
+
+def test_singmos_pro_conversion_puts_the_hub_default_domain_first(tmp_path: Path) -> None:
+    state = pro_state()
+    converted = importers.convert_singmos_pro(save_state(tmp_path / "pro.pth", state))
+    # The backbone's keys lose the release's prefix; nothing else is taken for the backbone.
+    assert set(converted.ssl) == {"w", "layer.b"}
+    # torch.hub's default ID 1 first, then 0, 2, ... 5: sqa's default domain is the hub's.
+    assert converted.domains == [f"domain_id_{i}" for i in (1, 0, 2, 3, 4, 5)]
+    rows = state["domain_emb.weight"][[1, 0, 2, 3, 4, 5]]
+    torch.testing.assert_close(converted.other["domain.embedding.weight"], rows, rtol=0, atol=0)
+    assert (converted.upstream, converted.head_dim, converted.domain_dim) == ("wav2vec2_large_ll60k", 4, 3)
+    assert converted.range_clip is True
+    assert set(converted.other) == {"head.0.weight", "head.0.bias", "head.3.weight", "head.3.bias"} | {
+        "domain.embedding.weight"
+    }
+    for name, source in (("head.0.weight", "decoder.net.0.weight"), ("head.3.bias", "decoder.net.3.bias")):
+        assert torch.equal(converted.other[name], state[source])
+    # A release with another number of domain IDs: every one kept, the default still first.
+    three = importers.convert_singmos_pro(save_state(tmp_path / "three.pth", pro_state(3)))
+    assert three.domains == ["domain_id_1", "domain_id_0", "domain_id_2"]
+
+
+def test_singmos_v1_head_computes_the_linear_layer_on_both_sides_of_zero(tmp_path: Path) -> None:
+    weight, bias = torch.tensor([[1.0, -2.0, 0.5]]), torch.tensor([0.5])
+    state = {f"{importers.SINGMOS_SSL}w": torch.ones(2), "linear.weight": weight, "linear.bias": bias}
+    converted = importers.convert_singmos_v1(save_state(tmp_path / "v1.pt", state))
+    assert (converted.upstream, converted.head_dim, converted.range_clip) == ("wav2vec2_base_960", 2, False)
+    assert converted.domains == [] and converted.domain_dim is None and set(converted.ssl) == {"w"}
+    # Frames whose w·x + b is 4, 0.5, -0.5 and -7.5 (by hand): the head gives exactly those.
+    x = torch.tensor([[3.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.5, 0.0], [-2.0, 3.0, 0.0]])
+    head = converted.other
+    hidden = torch.relu(x @ head["head.0.weight"].T + head["head.0.bias"])
+    out = hidden @ head["head.3.weight"].T + head["head.3.bias"]
+    torch.testing.assert_close(out[:, 0], torch.tensor([4.0, 0.5, -0.5, -7.5]), rtol=0, atol=1e-6)
+
+
+def test_released_weights_are_read_as_a_state_dict_or_a_trainer_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = {"a.weight": torch.ones(2), "b": torch.zeros(1)}
+    plain = save_state(tmp_path / "plain.pth", state)
+    trainer = save_state(tmp_path / "trainer.pkl", {"model": state, "steps": torch.tensor(5)})
+    for path in (plain, trainer):
+        assert importers.read_weights(path).keys() == state.keys()
+    # From another working directory by a relative path, and through a symlink.
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "link.pth").symlink_to(plain)
+    monkeypatch.chdir(tmp_path / "sub")
+    assert importers.read_weights(Path("link.pth")).keys() == state.keys()
+    assert importers.read_weights(Path("../trainer.pkl")).keys() == state.keys()
+    # A "model" entry that is a tensor is one of the state_dict's own tensors.
+    own = save_state(tmp_path / "own.pth", {"model": torch.ones(1), "head": torch.ones(1)})
+    assert set(importers.read_weights(own)) == {"model", "head"}
+    bad = {
+        "list.pth": [torch.ones(1)],
+        "number.pth": {"a": torch.ones(1), "b": 3},
+        "inner.pkl": {"model": {"a": 3}, "steps": 5},
+    }
+    for name, content in bad.items():
+        with pytest.raises(importers.LayoutError, match=rf"{name} holds no state_dict of tensors"):
+            importers.read_weights(save_state(tmp_path / name, content))
+    (tmp_path / "junk.pth").write_bytes(b"not a zip file")
+    with pytest.raises(importers.LayoutError, match=r"junk.pth is not a torch state_dict file"):
+        importers.read_weights(tmp_path / "junk.pth")
+    with pytest.raises(FileNotFoundError, match=r"gone.pth does not exist; expected the released"):
+        importers.read_weights(tmp_path / "gone.pth")
+
+
+def test_layout_errors_name_the_file_the_kind_and_the_keys(tmp_path: Path) -> None:
+    ssl = {f"{importers.SINGMOS_SSL}w": torch.ones(1)}
+    no_bias = save_state(tmp_path / "v1.pt", {**ssl, "linear.weight": torch.ones(1, 2)})
+    with pytest.raises(importers.LayoutError) as err:
+        importers.convert_singmos_v1(no_bias)
+    assert str(err.value) == (
+        f"{no_bias} does not have the singmos_v1 (use_lstm=False) layout: "
+        "missing ['linear.bias'], unexpected []"
+    )
+    # Left-over keys are named (the first 8, sorted) with what the import leaves out.
+    extra = {f"lstm.{i}": torch.ones(1) for i in range(9)}
+    lstm = save_state(
+        tmp_path / "lstm.pt", {**ssl, "linear.weight": torch.ones(1, 2), "linear.bias": torch.ones(1)}
+    )
+    torch.save({**torch.load(lstm), **extra}, lstm)
+    with pytest.raises(importers.LayoutError) as err:
+        importers.convert_singmos_v1(lstm)
+    assert str(err.value) == (
+        f"{lstm} does not have the singmos_v1 (use_lstm=False) layout: missing [], unexpected "
+        f"{[f'lstm.{i}' for i in range(8)]} (branches such as pitch or judge embeddings are not imported)"
+    )
+    # No backbone under the kind's prefix: the file and the prefix are named.
+    sheet = save_state(tmp_path / "sheet.pkl", {f"{importers.SHEET_SSL}w": torch.ones(1)})
+    with pytest.raises(importers.LayoutError) as err:
+        importers.convert_singmos_pro(sheet)
+    assert str(err.value) == (
+        f"{sheet} has no wav2vec2 weights under 'ssl_model.ssl_model.upstream.model.'; is it the right kind?"
+    )
+
+
+SHEET_PARAMS = {
+    "ssl_module": "s3prl",
+    "s3prl_name": "wav2vec2_large_ll60k",
+    "ssl_model_layer_idx": -1,
+    "mean_net_output_type": "scalar",
+}
+
+
+def write_sheet_config(path: Path, params: dict, **top: object) -> Path:
+    path.write_text(yaml.safe_dump({"model_type": "SSLMOS", **top, "model_params": params}))
+    return path
+
+
+def test_sheet_config_defaults_apply_only_where_the_key_is_absent(tmp_path: Path) -> None:
+    # No use_listener_modeling, sampling_rate nor mean_net_range_clipping: SSLMOS's defaults.
+    config = write_sheet_config(tmp_path / "config.yml", SHEET_PARAMS)
+    assert importers.read_sheet_config(config) == {**SHEET_PARAMS, "use_listener_modeling": False}
+    weights = {f"{importers.SHEET_SSL}w": torch.ones(1)}
+    weights |= {f"mean_net_dnn.net.{i}.weight": torch.ones(7, 3) for i in (0, 3)}
+    weights |= {f"mean_net_dnn.net.{i}.bias": torch.ones(7) for i in (0, 3)}
+    checkpoint = save_state(tmp_path / "checkpoint.pkl", weights)
+    converted = importers.convert_sheet(checkpoint, config)
+    assert (converted.upstream, converted.head_dim, converted.range_clip) == ("wav2vec2_large_ll60k", 7, True)
+    assert converted.domains == [] and set(converted.ssl) == {"w"}
+    # The file's value wins over the default, both ways.
+    off = write_sheet_config(tmp_path / "off.yml", {**SHEET_PARAMS, "mean_net_range_clipping": False})
+    assert importers.convert_sheet(checkpoint, off).range_clip is False
+    listening = write_sheet_config(tmp_path / "listen.yml", {**SHEET_PARAMS, "use_listener_modeling": True})
+    with pytest.raises(
+        importers.LayoutError, match=r"listen.yml: model_params.use_listener_modeling is True"
+    ):
+        importers.read_sheet_config(listening)
+    plain = write_sheet_config(tmp_path / "plain.yml", {**SHEET_PARAMS, "use_listener_modeling": False})
+    assert importers.read_sheet_config(plain)["use_listener_modeling"] is False
+    assert importers.read_sheet_config(
+        write_sheet_config(tmp_path / "16k.yml", SHEET_PARAMS, sampling_rate=16000)
+    )
+    with pytest.raises(
+        importers.LayoutError, match=r"22k.yml: sampling_rate 22050; SHEET's SSL-MOS uses 16000"
+    ):
+        importers.read_sheet_config(
+            write_sheet_config(tmp_path / "22k.yml", SHEET_PARAMS, sampling_rate=22050)
+        )
+    clip = write_sheet_config(tmp_path / "clip.yml", {**SHEET_PARAMS, "mean_net_range_clipping": "yes"})
+    with pytest.raises(
+        importers.LayoutError, match=r"clip.yml: model_params.mean_net_range_clipping must be true or false"
+    ):
+        importers.convert_sheet(checkpoint, clip)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("ssl_module", "hf", "the SSL model must come from s3prl"),
+        ("mean_net_output_type", "categorical", "only scalar outputs are imported"),
+        ("ssl_model_layer_idx", 6, r"only the last SSL layer \(-1\) is imported"),
+    ],
+)
+def test_sheet_config_refuses_what_sqa_cannot_import(
+    tmp_path: Path, key: str, value: object, why: str
+) -> None:
+    config = write_sheet_config(tmp_path / "config.yml", {**SHEET_PARAMS, key: value})
+    with pytest.raises(importers.LayoutError, match=rf"config.yml: model_params.{key} is {value!r}; {why}$"):
+        importers.read_sheet_config(config)
+    absent = {k: v for k, v in SHEET_PARAMS.items() if k != key}
+    with pytest.raises(importers.LayoutError, match=rf"model_params.{key} is None; {why}$"):
+        importers.read_sheet_config(write_sheet_config(tmp_path / "absent.yml", absent))
+
+
+def test_sheet_config_files_that_are_not_sslmos_configs(tmp_path: Path) -> None:
+    with pytest.raises(
+        FileNotFoundError, match=r"none.yml does not exist; expected the SHEET model's config.yml"
+    ):
+        importers.read_sheet_config(tmp_path / "none.yml")
+    (tmp_path / "bad.yml").write_text("model_type: [unclosed\n")
+    with pytest.raises(importers.LayoutError, match=r"bad.yml is not a plain YAML file"):
+        importers.read_sheet_config(tmp_path / "bad.yml")
+    for name, text in (("list.yml", "- SSLMOS\n"), ("ldnet.yml", "model_type: LDNet\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(
+            importers.LayoutError, match=rf"{name}: model_type must be SSLMOS, the only SHEET"
+        ):
+            importers.read_sheet_config(tmp_path / name)
+    (tmp_path / "flat.yml").write_text("model_type: SSLMOS\nmodel_params: s3prl\n")
+    with pytest.raises(importers.LayoutError, match=r"flat.yml: no model_params mapping"):
+        importers.read_sheet_config(tmp_path / "flat.yml")
+
+
+def test_import_paths_expand_the_home_folder_and_kinds_are_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=rf"^{tmp_path / 'w.pth'} does not exist"):
+        importers.import_predictor("singmos_v1", "~/w.pth", tmp_path / "out")
+    weights = save_state(tmp_path / "w.pkl", {})
+    with pytest.raises(FileNotFoundError, match=rf"^{tmp_path / 'config.yml'} does not exist"):
+        importers.import_predictor("sheet", weights, tmp_path / "out", sheet_config="~/config.yml")
+    with pytest.raises(importers.LayoutError, match=r"^sheet needs --sheet-config \(the config.yml released"):
+        importers.import_predictor("sheet", weights, tmp_path / "out")
+    with pytest.raises(importers.LayoutError, match=r"kind must be one of \('singmos_pro', .*got 'mosnet'"):
+        importers.import_predictor("mosnet", weights, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
