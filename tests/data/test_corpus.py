@@ -407,6 +407,8 @@ def test_singmos_pro_test_batches_batch_order_aliases_and_systems(tmp_path):
         "s3-u3",
     ]
     assert all(c.test_set is None for c in corpus.clips if c.split != "test")
+    # Clips come batch by batch in that order too.
+    assert list(dict.fromkeys(c.domain for c in corpus.clips)) == corpus.domains
     assert corpus.systems is None
     (root / "info" / "sys_info.json").write_text(json.dumps({"s1": {}, "s2": {}, "s3": {}, "s4": {}}))
     assert read_singmos_pro(root, ["singmospro-p1"]).systems == frozenset({"s1", "s2", "s3", "s4"})
@@ -425,14 +427,16 @@ def test_singmos_pro_extra_scores_and_judge_lists(tmp_path, caplog):
         utt["s3-u1"]["score"].pop("judges")
         utt["s1-u2"]["score"]["scores"] = [2, "?"]
         utt["s3-u2"]["score"]["judges"] = "ab"
+        utt["s2-u3"]["score"]["scores"] = "4"
 
     rewrite(root, score=scores)
     clips = {c.sample_id: c for c in read_singmos_pro(root, ["singmospro-p1"]).clips}
     assert clips["s1-u1"].extra_scores == {"melody": 4.5} and clips["s1-u3"].extra_scores == {}
     assert clips["s1-u1"].ratings == {"a": 2.0, "b": 4.0}
     assert clips["s2-u1"].ratings == clips["s3-u1"].ratings == {}
-    assert clips["s1-u2"].ratings == clips["s3-u2"].ratings == {}
-    assert "score.json: 2 utterance(s) have 'judges' and 'scores' lists" in caplog.text
+    assert clips["s1-u2"].ratings == clips["s3-u2"].ratings == clips["s2-u3"].ratings == {}
+    assert clips["s3-u2"].extra_scores == clips["s2-u3"].extra_scores == {}
+    assert "score.json: 3 utterance(s) have 'judges' and 'scores' lists" in caplog.text
     assert "(first: 's1-u2')" in caplog.text
 
 
@@ -441,18 +445,20 @@ def test_vmc24_lines_ids_and_sample_rates(tmp_path):
     lists = {
         "train": "a-b-sys01-u1.wav,4.5\n\n  a-b-sys02-u1,2\n",
         "val": "a-b-sys01-u2,3\n",
-        "eval": "a-b-sys02-u3,1.5\n",
+        "eval": "a-b-sys02-u3,1.5\nx-y-sys03,2.5\n",
     }
     for name, text in lists.items():
         (tmp_path / "sets" / f"{name}_mos_list.txt").write_text(text)
     write_wav(tmp_path / "wav" / "a-b-sys01-u1.wav", sr=24000)
     corpus = read_vmc24(tmp_path)
     clips = {c.sample_id: c for c in corpus.clips}
-    assert list(clips) == ["a-b-sys01-u1", "a-b-sys02-u1", "a-b-sys01-u2", "a-b-sys02-u3"]
-    assert [c.mos for c in clips.values()] == [4.5, 2.0, 3.0, 1.5]
+    assert list(clips) == ["a-b-sys01-u1", "a-b-sys02-u1", "a-b-sys01-u2", "a-b-sys02-u3", "x-y-sys03"]
+    assert [c.mos for c in clips.values()] == [4.5, 2.0, 3.0, 1.5, 2.5]
+    # An ID of exactly three fields has its system in the third.
+    assert clips["x-y-sys03"].system_id == "sys03"
     assert clips["a-b-sys01-u1"].path == tmp_path / "wav" / "a-b-sys01-u1.wav"
     assert {c.domain for c in corpus.clips} == {"vmc24"} and corpus.domains == ["vmc24"]
-    assert [c.test_set for c in clips.values()] == [None, None, None, "eval"]
+    assert [c.test_set for c in clips.values()] == [None, None, None, "eval", "eval"]
     assert corpus.score_range == (1.0, 5.0)
     # The 24 kHz clip is left out by the 16 kHz filter (clips without a file are kept).
     assert [c.sample_id for c in read_vmc24(tmp_path, sample_rate_filter=16000).clips] == list(clips)[1:]
@@ -496,6 +502,10 @@ def test_csv_split_column_wins_over_default_split_and_test_sets(tmp_path):
     assert {k: c.test_set for k, c in clips.items()} == {"a": "test", "b": None, "c": "t2", "d": None}
     # No domain column value: the default domain.
     assert corpus.domains == ["default"] and clips["a"].domain == "default"
+    # Domains in natural order: numbers before names, p2 before p10.
+    rows = "".join(f"{d}.wav,3,A,{d},train,{d},,\n" for d in ("px", "p10", "p2", "10"))
+    (tmp_path / "domains.csv").write_text(HEADER + rows)
+    assert read_csv_manifest(tmp_path / "domains.csv").domains == ["10", "p2", "p10", "px"]
     for name in ("avg", " AVG "):
         (tmp_path / "avg.csv").write_text(HEADER + f"a.wav,3,A,a,test,,{name},\n")
         with pytest.raises(CorpusError) as err:
@@ -582,9 +592,9 @@ def test_recorded_corpus_resolves_against_the_export_or_the_given_root(tmp_path,
     absolute = {
         "_target_": spec["_target_"],
         "path": str(tmp_path / "moved" / "m.csv"),
-        "score_range": [0, 10],
+        "score_range": [0.5, 10],
     }
-    assert recorded_corpus(absolute, where).score_range == (0.0, 10.0)
+    assert recorded_corpus(absolute, where).score_range == (0.5, 10.0)
 
 
 def test_recorded_corpus_refuses_readers_arguments_and_paths(tmp_path):
