@@ -320,7 +320,9 @@ def test_import_errors_name_the_file_and_the_problem(tmp_path: Path, capsys: pyt
     assert importers.main(["singmos_pro", str(tmp_path / "missing.pth"), str(tmp_path / "d"), *base]) == 1
     assert "missing.pth does not exist" in capsys.readouterr().err
     # An existing export is never overwritten without --overwrite.
+    capsys.readouterr()
     assert importers.main(["singmos_pro", str(tmp_path / "pro.pth"), str(tmp_path / "e"), *base]) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'e'}\n"
     before = (tmp_path / "e" / "model.pt").read_bytes()
     assert importers.main(["singmos_pro", str(tmp_path / "pro.pth"), str(tmp_path / "e"), *base]) == 1
     assert (
@@ -669,3 +671,28 @@ def test_import_paths_expand_the_home_folder_and_kinds_are_checked(
     with pytest.raises(importers.LayoutError, match=r"kind must be one of \('singmos_pro', .*got 'mosnet'"):
         importers.import_predictor("mosnet", weights, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_sqa_import_help_and_an_unknown_kind(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        importers.main(["--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.startswith("usage: sqa-import [-h] [--sheet-config SHEET_CONFIG]")
+    assert (
+        "Command line: convert a released MOS predictor, downloaded by the user, into an sqa export." in text
+    )
+    # Each argument says what it is; the defaults say that nothing is downloaded.
+    for said in (
+        "{singmos_pro,singmos_v1,sheet}",
+        "weights the released weights file (a local file; nothing is downloaded)",
+        "output export directory to write",
+        "--sheet-config SHEET_CONFIG sheet: the config.yml released with the checkpoint",
+        "--upstream-checkpoint UPSTREAM_CHECKPOINT s3prl-converted wav2vec2 file giving the architecture "
+        "(default: s3prl's cache)",
+        "--overwrite replace an existing export",
+    ):
+        assert said in text
+    with pytest.raises(SystemExit) as exit_:
+        importers.main(["mosnet", "w.pth", "out"])
+    assert exit_.value.code == 2 and "invalid choice: 'mosnet'" in capsys.readouterr().err
