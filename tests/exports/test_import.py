@@ -10,6 +10,7 @@ frame scores are compared one by one as well.
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import re
@@ -302,21 +303,39 @@ def test_import_errors_name_the_file_and_the_problem(tmp_path: Path, capsys: pyt
     sheet[1] = str(tmp_path / "wavlm.pkl")
     assert importers.main([*sheet, *base]) == 1
     assert "'wavlm_large' is not a wav2vec2 model" in capsys.readouterr().err
-    # Weights for another architecture than the upstream's.
-    small = upstream_file(tmp_path / "small.pt", {**FAIRSEQ_TINY, "encoder_layers": 1}, normalize=True)
-    assert (
-        importers.main(
-            [
-                "singmos_pro",
-                str(tmp_path / "pro.pth"),
-                str(tmp_path / "c"),
-                "--upstream-checkpoint",
-                str(small),
-            ]
+    # Weights for another architecture than the upstream's: one layer fewer (16 tensors left over),
+    # one more (16 missing) or narrower (every layer's tensors of another shape). Each list names
+    # the first 8, sorted.
+    layouts = {
+        "fewer": ({"encoder_layers": 1}, "unexpected", ".layers.1."),
+        "more": ({"encoder_layers": 3}, "missing", ".layers.2."),
+        "narrower": ({"encoder_embed_dim": 192}, "different shapes", "backbone.model."),
+    }
+    for name, (change, listed, key) in layouts.items():
+        other = upstream_file(tmp_path / f"{name}.pt", {**FAIRSEQ_TINY, **change}, normalize=True)
+        args = [
+            "singmos_pro",
+            str(tmp_path / "pro.pth"),
+            str(tmp_path / name),
+            "--upstream-checkpoint",
+            str(other),
+        ]
+        assert importers.main(args) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(
+            f"sqa-import: {tmp_path / 'pro.pth'} does not match the wav2vec2_large_ll60k architecture"
         )
-        == 1
-    )
-    assert "does not match" in capsys.readouterr().err
+        found = re.search(r"missing (\[.*?\]), unexpected (\[.*?\]), different shapes (\[.*?\])$", err)
+        lists = dict(
+            zip(
+                ("missing", "unexpected", "different shapes"),
+                map(ast.literal_eval, found.groups()),
+                strict=True,
+            )
+        )
+        named = lists.pop(listed)
+        assert len(named) == 8 and named == sorted(named) and all(key in k for k in named), named
+        assert all(v == [] for v in lists.values()), lists
     assert importers.main(["singmos_pro", str(tmp_path / "missing.pth"), str(tmp_path / "d"), *base]) == 1
     assert "missing.pth does not exist" in capsys.readouterr().err
     # An existing export is never overwritten without --overwrite.
