@@ -23,7 +23,7 @@ import yaml
 from torch import nn
 
 from sqa.exports import importers
-from sqa.exports.format import load_export
+from sqa.exports.format import ExportError, load_export
 from sqa.models.ssl import S3prlWav2Vec2, patch_torchaudio_for_s3prl
 from sqa.scoring.scorer import Scorer
 from tests.models.test_ssl_sources import FAIRSEQ_TINY, fairseq_reference_model
@@ -208,6 +208,15 @@ def test_singmos_v1_release_imports_exactly_with_a_linear_head(tmp_path: Path) -
     assert yaml.safe_load((out / "config.yaml").read_text())["model"]["range_clip"] is False
     expected, frames = reference_score(released.frame_scores(torch.from_numpy(clip())[None]))
     check_export(out, released, frames, expected)
+    # An existing export is kept unless the import is told to overwrite it.
+    with pytest.raises(ExportError, match="already exists"):
+        importers.import_predictor(
+            "singmos_v1", tmp_path / "singmos_v1.pt", out, upstream_checkpoint=str(upstream)
+        )
+    importers.import_predictor(
+        "singmos_v1", tmp_path / "singmos_v1.pt", out, upstream_checkpoint=str(upstream), overwrite=True
+    )
+    check_export(out, released, frames, expected)
 
 
 @pytest.mark.parametrize("trainer_checkpoint", [False, True])
@@ -349,6 +358,11 @@ def test_import_errors_name_the_file_and_the_problem(tmp_path: Path, capsys: pyt
     )
     assert json.loads((tmp_path / "e" / "metrics.json").read_text()) == {}
     assert isinstance(load_export(tmp_path / "e")[0].backbone, S3prlWav2Vec2)
+    # --overwrite replaces it.
+    assert (
+        importers.main(["singmos_pro", str(tmp_path / "pro.pth"), str(tmp_path / "e"), *base, "--overwrite"])
+        == 0
+    )
 
 
 # Clips of 1-4 s at 16 kHz: N mod 320 of 40 gives s3prl two repeated frames, the others one.
