@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -270,7 +271,9 @@ def test_sheet_release_imports_from_its_config_and_s3prl_cache(
     check_export(out, released, frames, expected)
 
 
-def test_import_errors_name_the_file_and_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_import_errors_name_the_file_and_the_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     upstream = upstream_file(tmp_path / "upstream.pt", FAIRSEQ_TINY, normalize=True)
     torch.manual_seed(6)
     state = SingMOSPro(upstream, ssl_dim=256).state_dict()
@@ -358,11 +361,14 @@ def test_import_errors_name_the_file_and_the_problem(tmp_path: Path, capsys: pyt
     )
     assert json.loads((tmp_path / "e" / "metrics.json").read_text()) == {}
     assert isinstance(load_export(tmp_path / "e")[0].backbone, S3prlWav2Vec2)
-    # --overwrite replaces it.
-    assert (
-        importers.main(["singmos_pro", str(tmp_path / "pro.pth"), str(tmp_path / "e"), *base, "--overwrite"])
-        == 0
-    )
+    # --overwrite replaces it. Run as a console script (no logging set up yet), sqa's notes are
+    # shown at INFO as plain lines.
+    monkeypatch.setattr(logging.root, "handlers", [])
+    monkeypatch.setattr(logging.root, "level", logging.WARNING)
+    overwrite = ["singmos_pro", str(tmp_path / "pro.pth"), str(tmp_path / "e"), *base, "--overwrite"]
+    assert importers.main(overwrite) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "normalize=" in line]
+    assert notes and all(re.fullmatch(r"[^:]+: normalize=True \(.+\)", line) for line in notes), notes
 
 
 # Clips of 1-4 s at 16 kHz: N mod 320 of 40 gives s3prl two repeated frames, the others one.
@@ -572,6 +578,24 @@ def test_released_weights_are_read_as_a_state_dict_or_a_trainer_checkpoint(
         importers.read_weights(tmp_path / "gone.pth")
 
 
+class Planted:
+    """A pickled object that, when unpickled, creates the file `marker`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
+
+
+def test_released_weights_never_unpickle_code(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    state = {"model": {"a.weight": torch.ones(1)}, "hook": Planted(marker)}
+    with pytest.raises(importers.LayoutError, match=r"planted.pkl is not a torch state_dict file"):
+        importers.read_weights(save_state(tmp_path / "planted.pkl", state))
+    assert not marker.exists()
+
+
 def test_layout_errors_name_the_file_the_kind_and_the_keys(tmp_path: Path) -> None:
     ssl = {f"{importers.SINGMOS_SSL}w": torch.ones(1)}
     no_bias = save_state(tmp_path / "v1.pt", {**ssl, "linear.weight": torch.ones(1, 2)})
@@ -631,7 +655,8 @@ def test_sheet_config_defaults_apply_only_where_the_key_is_absent(tmp_path: Path
     assert importers.convert_sheet(checkpoint, off).range_clip is False
     listening = write_sheet_config(tmp_path / "listen.yml", {**SHEET_PARAMS, "use_listener_modeling": True})
     with pytest.raises(
-        importers.LayoutError, match=r"listen.yml: model_params.use_listener_modeling is True"
+        importers.LayoutError,
+        match=r"listen.yml: model_params.use_listener_modeling is True; listener modeling is not imported$",
     ):
         importers.read_sheet_config(listening)
     plain = write_sheet_config(tmp_path / "plain.yml", {**SHEET_PARAMS, "use_listener_modeling": False})
