@@ -619,11 +619,13 @@ def test_layout_errors_name_the_file_the_kind_and_the_keys(tmp_path: Path) -> No
     )
     # No backbone under the kind's prefix: the file and the prefix are named.
     sheet = save_state(tmp_path / "sheet.pkl", {f"{importers.SHEET_SSL}w": torch.ones(1)})
-    with pytest.raises(importers.LayoutError) as err:
-        importers.convert_singmos_pro(sheet)
-    assert str(err.value) == (
-        f"{sheet} has no wav2vec2 weights under 'ssl_model.ssl_model.upstream.model.'; is it the right kind?"
-    )
+    for convert in (importers.convert_singmos_pro, importers.convert_singmos_v1):
+        with pytest.raises(importers.LayoutError) as err:
+            convert(sheet)
+        assert str(err.value) == (
+            f"{sheet} has no wav2vec2 weights under 'ssl_model.ssl_model.upstream.model.'; "
+            "is it the right kind?"
+        )
 
 
 SHEET_PARAMS = {
@@ -670,6 +672,20 @@ def test_sheet_config_defaults_apply_only_where_the_key_is_absent(tmp_path: Path
         importers.read_sheet_config(
             write_sheet_config(tmp_path / "22k.yml", SHEET_PARAMS, sampling_rate=22050)
         )
+    # A checkpoint of another layout: the file and what it lacks are named.
+    pro = save_state(tmp_path / "pro.pth", pro_state())
+    with pytest.raises(importers.LayoutError) as err:
+        importers.convert_sheet(pro, config)
+    assert (
+        str(err.value)
+        == f"{pro} has no wav2vec2 weights under 'ssl_model.upstream.model.'; is it the right kind?"
+    )
+    headless = save_state(tmp_path / "headless.pkl", {f"{importers.SHEET_SSL}w": torch.ones(1)})
+    with pytest.raises(importers.LayoutError) as err:
+        importers.convert_sheet(headless, config)
+    assert str(err.value).startswith(
+        f"{headless} does not have the SHEET SSLMOS layout: missing ['mean_net_dnn."
+    )
     clip = write_sheet_config(tmp_path / "clip.yml", {**SHEET_PARAMS, "mean_net_range_clipping": "yes"})
     with pytest.raises(
         importers.LayoutError, match=r"clip.yml: model_params.mean_net_range_clipping must be true or false"
