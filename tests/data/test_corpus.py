@@ -450,6 +450,7 @@ def test_vmc24_lines_ids_and_sample_rates(tmp_path):
     for name, text in lists.items():
         (tmp_path / "sets" / f"{name}_mos_list.txt").write_text(text)
     write_wav(tmp_path / "wav" / "a-b-sys01-u1.wav", sr=24000)
+    write_wav(tmp_path / "wav" / "a-b-sys02-u1.wav", sr=16000)
     corpus = read_vmc24(tmp_path)
     clips = {c.sample_id: c for c in corpus.clips}
     assert list(clips) == ["a-b-sys01-u1", "a-b-sys02-u1", "a-b-sys01-u2", "a-b-sys02-u3", "x-y-sys03"]
@@ -460,7 +461,8 @@ def test_vmc24_lines_ids_and_sample_rates(tmp_path):
     assert {c.domain for c in corpus.clips} == {"vmc24"} and corpus.domains == ["vmc24"]
     assert [c.test_set for c in clips.values()] == [None, None, None, "eval", "eval"]
     assert corpus.score_range == (1.0, 5.0)
-    # The 24 kHz clip is left out by the 16 kHz filter (clips without a file are kept).
+    assert read_vmc24(tmp_path, score_range=(0, 10)).score_range == (0.0, 10.0)
+    # The 24 kHz clip is left out by the 16 kHz filter, the 16 kHz one kept (and clips without a file).
     assert [c.sample_id for c in read_vmc24(tmp_path, sample_rate_filter=16000).clips] == list(clips)[1:]
     (tmp_path / "sets" / "val_mos_list.txt").write_text("a-b-sys01-u2,3\na-b,2\n")
     with pytest.raises(CorpusError) as err:
