@@ -372,6 +372,22 @@ def rewrite(root: Path, split=None, score=None) -> None:
             lambda s: s["utterance"]["s1-u1"].pop("wav"),
             r"score.json: missing key 'wav' at \['utterance'\]\['s1-u1'\]$",
         ),
+        (
+            None,
+            lambda s: s["utterance"]["s1-u1"].pop("sys_id"),
+            r"score.json: missing key 'sys_id' at \['utterance'\]\['s1-u1'\]$",
+        ),
+        (None, lambda s: s.pop("utterance"), r"score.json: missing key 'utterance' at the top level$"),
+        (
+            None,
+            lambda s: s["utterance"]["s1-u1"]["score"].pop("mos"),
+            r"score.json: missing key 'mos' at \['utterance'\]\['s1-u1'\]\['score'\]$",
+        ),
+        (
+            None,
+            lambda s: s["utterance"]["s1-u1"]["score"].update(mos="good"),
+            r"score.json: \['utterance'\]\['s1-u1'\]\['score'\]\['mos'\] is not a number \('good'\)$",
+        ),
     ],
 )
 def test_singmos_pro_structure_errors_say_where(tmp_path, split, score, message):
@@ -436,8 +452,10 @@ def test_singmos_pro_extra_scores_and_judge_lists(tmp_path, caplog):
     assert clips["s2-u1"].ratings == clips["s3-u1"].ratings == {}
     assert clips["s1-u2"].ratings == clips["s3-u2"].ratings == clips["s2-u3"].ratings == {}
     assert clips["s3-u2"].extra_scores == clips["s2-u3"].extra_scores == {}
-    assert "score.json: 3 utterance(s) have 'judges' and 'scores' lists" in caplog.text
-    assert "(first: 's1-u2')" in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{root / 'info' / 'score.json'}: 3 utterance(s) have 'judges' and 'scores' lists of different "
+        "lengths or with non-numbers (first: 's1-u2'); their per-judge ratings are ignored"
+    ]
 
 
 def test_vmc24_lines_ids_and_sample_rates(tmp_path):
