@@ -144,7 +144,9 @@ def test_csv_manifest_errors(tmp_path):
     assert read_csv_manifest(tmp_path / "m.csv", default_split="test").clips[0].split == "test"
     # An empty split cell: the error's fix (default_split=train) reads it.
     (tmp_path / "m.csv").write_text("wav_path,score,system_id,sample_id,split\nx.wav,3,A,x,\n")
-    with pytest.raises(CorpusError, match=r"m.csv:2: empty split.*data.corpus.default_split=train"):
+    with pytest.raises(
+        CorpusError, match=r"m.csv:2: empty split.*; fill it in or set data.corpus.default_split=train$"
+    ):
         read_csv_manifest(tmp_path / "m.csv")
     assert read_csv_manifest(tmp_path / "m.csv", default_split="train").clips[0].split == "train"
 
@@ -505,10 +507,10 @@ def test_rows_of_one_sample_must_agree(tmp_path, key):
     first["role"] = "anchor"
     other = {**first, key: {"split": "train", "role": "reference"}.get(key, "other")}
     row = "{wav_path},3,{system_id},x,{split},{domain_id},{test_set},{role}\n"
-    (tmp_path / "m.csv").write_text(HEADER + row.format(**first) + row.format(**first) + row.format(**other))
+    (tmp_path / "m.csv").write_text(HEADER + row.format(**first) + row.format(**other) + row.format(**first))
     with pytest.raises(CorpusError) as err:
         read_csv_manifest(tmp_path / "m.csv")
-    assert str(err.value) == f"{tmp_path / 'm.csv'}:4: {key} of sample 'x' differs from line 2"
+    assert str(err.value) == f"{tmp_path / 'm.csv'}:3: {key} of sample 'x' differs from line 2"
 
 
 def test_csv_split_column_wins_over_default_split_and_test_sets(tmp_path):
@@ -545,6 +547,10 @@ def test_csv_extra_scores_ratings_and_score_errors(tmp_path):
     # pitch: the two rows that have one (the third row is short); breath: no value, no score.
     assert clip.extra_scores == {"pitch": 3.5}
     assert clip.ratings == {"l1": 4.0, "l2": 3.0} and clip.mos == pytest.approx(3.0)
+    (tmp_path / "loud.csv").write_text("wav_path,score,system_id,sample_id,score_pitch\nx.wav,4,A,x,loud\n")
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(tmp_path / "loud.csv")
+    assert str(err.value) == f"{tmp_path / 'loud.csv'}: line 2 score_pitch is not a number ('loud')"
     (tmp_path / "bad.csv").write_text("wav_path,score,system_id,sample_id\nx.wav,4,A,x\nx.wav,n/a,A,x\n")
     with pytest.raises(CorpusError) as err:
         read_csv_manifest(tmp_path / "bad.csv")
