@@ -144,7 +144,9 @@ def test_csv_manifest_errors(tmp_path):
     assert read_csv_manifest(tmp_path / "m.csv", default_split="test").clips[0].split == "test"
     # An empty split cell: the error's fix (default_split=train) reads it.
     (tmp_path / "m.csv").write_text("wav_path,score,system_id,sample_id,split\nx.wav,3,A,x,\n")
-    with pytest.raises(CorpusError, match=r"m.csv:2: empty split.*data.corpus.default_split=train"):
+    with pytest.raises(
+        CorpusError, match=r"m.csv:2: empty split.*; fill it in or set data.corpus.default_split=train$"
+    ):
         read_csv_manifest(tmp_path / "m.csv")
     assert read_csv_manifest(tmp_path / "m.csv", default_split="train").clips[0].split == "train"
 
@@ -294,3 +296,370 @@ def test_every_recorded_reader_name_resolves_to_its_reader():
         from sqa.data import corpus
 
         corpus.read_nothing  # noqa: B018
+
+
+def test_metadata_errors_name_the_file_the_byte_and_the_line(tmp_path):
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(tmp_path / "none.csv")
+    assert str(err.value) == f"{tmp_path / 'none.csv'}: file not found"
+    (tmp_path / "m.csv").write_bytes(b"wav_path,score,system_id,sample_id\nx.wav,3,A,x\ny.wav,3,B,\xc3\xa9\n")
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(tmp_path / "m.csv", encoding="ascii")
+    assert str(err.value) == (
+        f"{tmp_path / 'm.csv'}: not ascii text (byte 0xc3 on line 3); "
+        "save it as UTF-8 or set data.corpus.encoding (e.g. latin-1)"
+    )
+    # Other metadata files have no encoding setting: the message ends with the fix.
+    (tmp_path / "sets").mkdir()
+    (tmp_path / "sets" / "train_mos_list.txt").write_bytes(b"a-b-s\xe9-u1,4.0\n")
+    with pytest.raises(CorpusError) as err:
+        read_vmc24(tmp_path)
+    assert str(err.value).endswith(
+        "train_mos_list.txt: not UTF-8 text (byte 0xe9 on line 1); save it as UTF-8"
+    )
+    root = make_singmos_pro(tmp_path / "pro")
+    (root / "info" / "score.json").write_text("{'utterance': 1}")
+    with pytest.raises(CorpusError, match=r"score.json: not valid JSON \(Expecting property name"):
+        read_singmos_pro(root, ["singmospro-p1"])
+
+
+def test_score_range_needs_low_strictly_below_high(tmp_path):
+    (tmp_path / "m.csv").write_text(MANIFEST)
+    assert read_csv_manifest(tmp_path / "m.csv", score_range=[2.9, 3]).score_range == (2.9, 3.0)
+    with pytest.raises(ValueError) as err:
+        read_csv_manifest(tmp_path / "m.csv", score_range=[3, 3])
+    assert str(err.value) == "score_range must be [low, high] with low < high, got [3, 3]"
+    for bad in (None, [1, 2, 3]):
+        with pytest.raises(ValueError) as err:
+            read_vmc24(tmp_path, score_range=bad)
+        assert str(err.value) == f"score_range must be [low, high], got {bad!r}"
+
+
+def rewrite(root: Path, split=None, score=None) -> None:
+    """Apply `split(split_json)` and `score(score_json)` to a SingMOS-Pro layout's metadata."""
+    for name, change in (("split.json", split), ("score.json", score)):
+        if change:
+            data = json.loads((root / "info" / name).read_text())
+            change(data)
+            (root / "info" / name).write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("split", "score", "message"),
+    [
+        (lambda s: s.clear(), None, r"split.json: expected a non-empty object of annotation batches$"),
+        (
+            None,
+            lambda s: s.update(utterance=[]),
+            r"score.json: expected an object at \['utterance'\], found list$",
+        ),
+        (lambda s: s.update({"singmospro-p1": ["s1-u1"]}), None, r"at \['singmospro-p1'\], found list$"),
+        (
+            lambda s: s["singmospro-p1"].update(train="s1-u1"),
+            None,
+            r"split.json: expected a list of utterance IDs at \['singmospro-p1'\]\['train'\]$",
+        ),
+        (
+            None,
+            lambda s: s["utterance"].update({"s1-u1": "wav/s1-u1.wav"}),
+            r"score.json: expected an object at \['utterance'\]\['s1-u1'\], found str$",
+        ),
+        (
+            None,
+            lambda s: s["utterance"]["s1-u1"]["score"].update(pitch="high"),
+            r"score.json: \['utterance'\]\['s1-u1'\]\['score'\]\['pitch'\] is not a number \('high'\)$",
+        ),
+        (
+            None,
+            lambda s: s["utterance"]["s1-u1"].pop("wav"),
+            r"score.json: missing key 'wav' at \['utterance'\]\['s1-u1'\]$",
+        ),
+        (
+            None,
+            lambda s: s["utterance"]["s1-u1"].pop("sys_id"),
+            r"score.json: missing key 'sys_id' at \['utterance'\]\['s1-u1'\]$",
+        ),
+        (None, lambda s: s.pop("utterance"), r"score.json: missing key 'utterance' at the top level$"),
+        (
+            None,
+            lambda s: s["utterance"]["s1-u1"]["score"].pop("mos"),
+            r"score.json: missing key 'mos' at \['utterance'\]\['s1-u1'\]\['score'\]$",
+        ),
+        (
+            None,
+            lambda s: s["utterance"]["s1-u1"]["score"].update(mos="good"),
+            r"score.json: \['utterance'\]\['s1-u1'\]\['score'\]\['mos'\] is not a number \('good'\)$",
+        ),
+    ],
+)
+def test_singmos_pro_structure_errors_say_where(tmp_path, split, score, message):
+    root = make_singmos_pro(tmp_path)
+    rewrite(root, split, score)
+    with pytest.raises(CorpusError, match=message):
+        read_singmos_pro(root, ["singmospro-p1"])
+
+
+def test_singmos_pro_test_batches_batch_order_aliases_and_systems(tmp_path):
+    root = make_singmos_pro(tmp_path)
+
+    def rename(split: dict) -> None:
+        split["singmospro-p10"] = split.pop("singmospro-p4")
+        # A batch may list validation clips under two names: both are read.
+        split["singmospro-p2"]["dev"] = split["singmospro-p2"].pop("test")
+
+    rewrite(root, rename)
+    with pytest.raises(CorpusError) as err:
+        read_singmos_pro(root, ["singmospro-p1", "singmospro-p4"])
+    assert str(err.value) == (
+        f"{root / 'info' / 'split.json'}: missing key 'singmospro-p4' (a test batch) at the top level"
+    )
+    corpus = read_singmos_pro(root, ["singmospro-p10", "singmospro-p1"])
+    # p2 before p10; the k-th named test batch is test set test{k}.
+    assert corpus.domains == ["singmospro-p1", "singmospro-p2", "singmospro-p10"]
+    assert {k: [c.sample_id for c in v] for k, v in corpus.test_sets().items()} == {
+        "test1": ["s4-u2"],
+        "test2": ["s1-u3", "s2-u3"],
+    }
+    assert sorted(c.sample_id for c in corpus.split("valid") if c.domain == "singmospro-p2") == [
+        "s3-u2",
+        "s3-u3",
+    ]
+    assert all(c.test_set is None for c in corpus.clips if c.split != "test")
+    # Clips come batch by batch in that order too.
+    assert list(dict.fromkeys(c.domain for c in corpus.clips)) == corpus.domains
+    assert corpus.systems is None
+    (root / "info" / "sys_info.json").write_text(json.dumps({"s1": {}, "s2": {}, "s3": {}, "s4": {}}))
+    assert read_singmos_pro(root, ["singmospro-p1"]).systems == frozenset({"s1", "s2", "s3", "s4"})
+
+
+def test_singmos_pro_extra_scores_and_judge_lists(tmp_path, caplog):
+    root = make_singmos_pro(tmp_path)
+
+    def scores(data: dict) -> None:
+        utt = data["utterance"]
+        for entry in utt.values():
+            entry["score"] = {"mos": 3.0, "judges": ["a", "b"], "scores": [2, 4]}
+        # Lists and objects beside the MOS are not extra scores; numbers are.
+        utt["s1-u1"]["score"].update(melody="4.5", notes=[1, 2], detail={"x": 1})
+        utt["s2-u1"]["score"].pop("scores")  # judges without scores: no ratings, no warning
+        utt["s3-u1"]["score"].pop("judges")
+        utt["s1-u2"]["score"]["scores"] = [2, "?"]
+        utt["s3-u2"]["score"]["judges"] = "ab"
+        utt["s2-u3"]["score"]["scores"] = "4"
+
+    rewrite(root, score=scores)
+    clips = {c.sample_id: c for c in read_singmos_pro(root, ["singmospro-p1"]).clips}
+    assert clips["s1-u1"].extra_scores == {"melody": 4.5} and clips["s1-u3"].extra_scores == {}
+    assert clips["s1-u1"].ratings == {"a": 2.0, "b": 4.0}
+    assert clips["s2-u1"].ratings == clips["s3-u1"].ratings == {}
+    assert clips["s1-u2"].ratings == clips["s3-u2"].ratings == clips["s2-u3"].ratings == {}
+    assert clips["s3-u2"].extra_scores == clips["s2-u3"].extra_scores == {}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{root / 'info' / 'score.json'}: 3 utterance(s) have 'judges' and 'scores' lists of different "
+        "lengths or with non-numbers (first: 's1-u2'); their per-judge ratings are ignored"
+    ]
+
+
+def test_vmc24_lines_ids_and_sample_rates(tmp_path):
+    (tmp_path / "sets").mkdir()
+    lists = {
+        "train": "a-b-sys01-u1.wav,4.5\n\n  a-b-sys02-u1,2\n",
+        "val": "a-b-sys01-u2,3\n",
+        "eval": "a-b-sys02-u3,1.5\nx-y-sys03,2.5\n",
+    }
+    for name, text in lists.items():
+        (tmp_path / "sets" / f"{name}_mos_list.txt").write_text(text)
+    write_wav(tmp_path / "wav" / "a-b-sys01-u1.wav", sr=24000)
+    write_wav(tmp_path / "wav" / "a-b-sys02-u1.wav", sr=16000)
+    corpus = read_vmc24(tmp_path)
+    clips = {c.sample_id: c for c in corpus.clips}
+    assert list(clips) == ["a-b-sys01-u1", "a-b-sys02-u1", "a-b-sys01-u2", "a-b-sys02-u3", "x-y-sys03"]
+    assert [c.mos for c in clips.values()] == [4.5, 2.0, 3.0, 1.5, 2.5]
+    # An ID of exactly three fields has its system in the third.
+    assert clips["x-y-sys03"].system_id == "sys03"
+    assert clips["a-b-sys01-u1"].path == tmp_path / "wav" / "a-b-sys01-u1.wav"
+    assert {c.domain for c in corpus.clips} == {"vmc24"} and corpus.domains == ["vmc24"]
+    assert [c.test_set for c in clips.values()] == [None, None, None, "eval", "eval"]
+    assert corpus.score_range == (1.0, 5.0)
+    assert read_vmc24(tmp_path, score_range=(0, 10)).score_range == (0.0, 10.0)
+    # The 24 kHz clip is left out by the 16 kHz filter, the 16 kHz one kept (and clips without a file).
+    assert [c.sample_id for c in read_vmc24(tmp_path, sample_rate_filter=16000).clips] == list(clips)[1:]
+    (tmp_path / "sets" / "val_mos_list.txt").write_text("a-b-sys01-u2,3\na-b,2\n")
+    with pytest.raises(CorpusError) as err:
+        read_vmc24(tmp_path)
+    where = tmp_path / "sets" / "val_mos_list.txt"
+    assert str(err.value) == f"{where}:2: ID 'a-b' has no system field (third '-' field)"
+    (tmp_path / "sets" / "val_mos_list.txt").write_text("a-b-sys01-u2,3,4\n")
+    with pytest.raises(CorpusError) as err:
+        read_vmc24(tmp_path)
+    assert str(err.value) == f"{where}:1: expected '<id>,<score>', found 'a-b-sys01-u2,3,4'"
+    (tmp_path / "sets" / "val_mos_list.txt").write_text("a-b-sys01-u2,3\na-b-c-d,good\n")
+    with pytest.raises(CorpusError, match=r"val_mos_list.txt: line 2 score is not a number \('good'\)$"):
+        read_vmc24(tmp_path)
+
+
+HEADER = "wav_path,score,system_id,sample_id,split,domain_id,test_set,role\n"
+
+
+@pytest.mark.parametrize("key", ["wav_path", "system_id", "domain_id", "split", "test_set", "role"])
+def test_rows_of_one_sample_must_agree(tmp_path, key):
+    first = {"wav_path": "x.wav", "system_id": "A", "domain_id": "d", "split": "test", "test_set": "t"}
+    first["role"] = "anchor"
+    other = {**first, key: {"split": "train", "role": "reference"}.get(key, "other")}
+    row = "{wav_path},3,{system_id},x,{split},{domain_id},{test_set},{role}\n"
+    (tmp_path / "m.csv").write_text(HEADER + row.format(**first) + row.format(**other) + row.format(**first))
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(tmp_path / "m.csv")
+    assert str(err.value) == f"{tmp_path / 'm.csv'}:3: {key} of sample 'x' differs from line 2"
+
+
+def test_csv_split_column_wins_over_default_split_and_test_sets(tmp_path):
+    (tmp_path / "m.csv").write_text(
+        HEADER + "a.wav,3,A,a,test,,,\nb.wav,3,A,b,,,,\nc.wav,3,A,c,test,,t2,\nd.wav,3,A,d,train,,t3,\n"
+    )
+    corpus = read_csv_manifest(tmp_path / "m.csv", default_split="valid")
+    clips = {c.sample_id: c for c in corpus.clips}
+    assert {k: c.split for k, c in clips.items()} == {"a": "test", "b": "valid", "c": "test", "d": "train"}
+    # An empty test_set is `test`; a non-test row has none, whatever its column says.
+    assert {k: c.test_set for k, c in clips.items()} == {"a": "test", "b": None, "c": "t2", "d": None}
+    # No domain column value: the default domain.
+    assert corpus.domains == ["default"] and clips["a"].domain == "default"
+    # Domains in natural order: numbers before names, p2 before p10.
+    rows = "".join(f"{d}.wav,3,A,{d},train,{d},,\n" for d in ("px", "p10", "p2", "10"))
+    (tmp_path / "domains.csv").write_text(HEADER + rows)
+    assert read_csv_manifest(tmp_path / "domains.csv").domains == ["10", "p2", "p10", "px"]
+    for name in ("avg", " AVG "):
+        (tmp_path / "avg.csv").write_text(HEADER + f"a.wav,3,A,a,test,,{name},\n")
+        with pytest.raises(CorpusError) as err:
+            read_csv_manifest(tmp_path / "avg.csv")
+        assert str(err.value) == (
+            f"{tmp_path / 'avg.csv'}:2: test_set {name!r} is reserved for the average over the test sets; "
+            "rename it"
+        )
+
+
+def test_csv_extra_scores_ratings_and_score_errors(tmp_path):
+    (tmp_path / "m.csv").write_text(
+        "wav_path,score,system_id,sample_id,listener_id,score_pitch,score_breath\n"
+        "x.wav,4,A,x,l1,5,\nx.wav,2,A,x,,2,\nx.wav,3,A,x,l2\n"
+    )
+    clip = read_csv_manifest(tmp_path / "m.csv").clips[0]
+    # pitch: the two rows that have one (the third row is short); breath: no value, no score.
+    assert clip.extra_scores == {"pitch": 3.5}
+    assert clip.ratings == {"l1": 4.0, "l2": 3.0} and clip.mos == pytest.approx(3.0)
+    (tmp_path / "loud.csv").write_text("wav_path,score,system_id,sample_id,score_pitch\nx.wav,4,A,x,loud\n")
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(tmp_path / "loud.csv")
+    assert str(err.value) == f"{tmp_path / 'loud.csv'}: line 2 score_pitch is not a number ('loud')"
+    (tmp_path / "bad.csv").write_text("wav_path,score,system_id,sample_id\nx.wav,4,A,x\nx.wav,n/a,A,x\n")
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(tmp_path / "bad.csv")
+    assert str(err.value) == f"{tmp_path / 'bad.csv'}: line 3 score is not a number ('n/a')"
+
+
+def test_roles_from_both_sources_column_first_then_reference_over_anchor(tmp_path):
+    (tmp_path / "m.csv").write_text(
+        HEADER + "a.wav,3,R,a,test,,,anchor\nb.wav,3,R,b,test,,,\nc.wav,3,Q,c,test,,, REFERENCE \n"
+    )
+    corpus = read_csv_manifest(tmp_path / "m.csv", reference_systems=["R"], anchor_systems=["R", "Q"])
+    assert {c.sample_id: c.role for c in corpus.clips} == {"a": "anchor", "b": "reference", "c": "reference"}
+
+
+def test_csv_paths_relative_to_the_root_the_csv_or_absolute(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    write_wav(real / "audio" / "x.wav", sr=24000)
+    write_wav(tmp_path / "abs.wav")
+    (real / "m.csv").write_text(
+        f"wav_path,score,system_id,sample_id\naudio/x.wav,3,A,x\n{tmp_path / 'abs.wav'},3,A,y\n"
+    )
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    # A relative manifest against `root` (a symlinked folder), not the working directory.
+    corpus = read_csv_manifest("m.csv", root=tmp_path / "link")
+    assert [c.path for c in corpus.clips] == [tmp_path / "link" / "audio" / "x.wav", tmp_path / "abs.wav"]
+    assert all(c.path.is_file() for c in corpus.clips)
+    monkeypatch.chdir(tmp_path)
+    assert read_csv_manifest("real/m.csv").clips[0].path == Path("real/audio/x.wav")
+    assert (
+        read_csv_manifest(real / "m.csv", root=tmp_path / "elsewhere").clips[0].path
+        == real / "audio" / "x.wav"
+    )
+    assert [c.sample_id for c in read_csv_manifest("real/m.csv", sample_rate_filter=16000).clips] == ["y"]
+
+
+def write_export_corpus(tmp_path: Path) -> tuple[Path, dict]:
+    """An export folder whose config records a CSV corpus in `<export>/corpus` by a relative root."""
+    export = tmp_path / "export"
+    (export / "corpus").mkdir(parents=True)
+    (export / "corpus" / "m.csv").write_text("wav_path,score,system_id,sample_id\nx.wav,3,A,x\n")
+    return export / "config.yaml", {
+        "_target_": "sqa.data.readers.read_csv_manifest",
+        "path": "m.csv",
+        "root": "corpus",
+    }
+
+
+def test_recorded_corpus_resolves_against_the_export_or_the_given_root(tmp_path, monkeypatch):
+    from sqa.data.readers import recorded_corpus
+
+    where, spec = write_export_corpus(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert recorded_corpus(spec, where).clips[0].path == tmp_path / "export" / "corpus" / "x.wav"
+    monkeypatch.chdir(tmp_path)
+    assert recorded_corpus(spec, Path("export/config.yaml")).clips[0].path == Path("export/corpus/x.wav")
+    # The user's root wins over the recorded one; old reader names still resolve.
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "moved" / "m.csv").write_text("wav_path,score,system_id,sample_id\ny.wav,3,B,y\n")
+    old = {**spec, "_target_": "sqa.data.corpus.read_csv_manifest"}
+    assert recorded_corpus(old, where, root=tmp_path / "moved").clips[0].sample_id == "y"
+    # A plain list argument is fine; the manifest by an absolute path, without a root.
+    absolute = {
+        "_target_": spec["_target_"],
+        "path": str(tmp_path / "moved" / "m.csv"),
+        "score_range": [0.5, 10],
+    }
+    assert recorded_corpus(absolute, where).score_range == (0.5, 10.0)
+
+
+def test_recorded_corpus_refuses_readers_arguments_and_paths(tmp_path):
+    from sqa.data.readers import CORPUS_READERS, recorded_corpus
+
+    where, spec = write_export_corpus(tmp_path)
+    move = "; if the corpus has moved, name its folder: eval.py export=... data.corpus.root=DIR"
+    for bad in ({"path": "m.csv"}, ["m.csv"]):
+        with pytest.raises(CorpusError) as err:
+            recorded_corpus(bad, where)
+        assert str(err.value) == f"{where}: the recorded corpus has no reader (`_target_`)"
+    with pytest.raises(CorpusError) as err:
+        recorded_corpus({**spec, "_target_": "os.system"}, where)
+    assert str(err.value) == f"{where}: refusing corpus reader 'os.system'; allowed: {sorted(CORPUS_READERS)}"
+    # Interpolations at the start, in the middle, at the end and nested in lists; nested targets.
+    for value in ("${oc.env:HOME}", "a${x}b", "m.csv${", ["ok", ["${x}"]], {"_target_": "os.system"}):
+        with pytest.raises(CorpusError) as err:
+            recorded_corpus({**spec, "encoding": value}, where)
+        assert str(err.value) == f"{where}: corpus argument 'encoding' is not a plain value ({value!r})"
+    (tmp_path / "export" / "corpus" / "m.txt").write_text("x")
+    for path in ("m.txt", "gone.csv"):
+        with pytest.raises(CorpusError) as err:
+            recorded_corpus({**spec, "path": path}, where)
+        full = where.parent / "corpus" / path
+        assert str(err.value) == f"{where}: the recorded corpus path {str(full)!r} is not a .csv file{move}"
+    vmc = {"_target_": "sqa.data.readers.read_vmc24", "root": "gone", "sample_rate_filter": None}
+    with pytest.raises(CorpusError) as err:
+        recorded_corpus(vmc, where)
+    assert (
+        str(err.value)
+        == f"{where}: the recorded corpus folder {str(where.parent / 'gone')!r} does not exist{move}"
+    )
+
+
+def test_a_recorded_synthetic_corpus_is_never_generated(tmp_path):
+    from sqa.data.readers import recorded_corpus
+
+    (tmp_path / "export" / "corpus").mkdir(parents=True)
+    spec = {"_target_": "sqa.data.synthetic.load_synthetic_mushra", "root": "corpus", "allow_generate": True}
+    with pytest.raises(CorpusError, match=r"no synthetic corpus there \(allow_generate is false\)"):
+        recorded_corpus(spec, tmp_path / "export" / "config.yaml")
+    assert list((tmp_path / "export" / "corpus").iterdir()) == []

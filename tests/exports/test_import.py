@@ -10,8 +10,10 @@ frame scores are compared one by one as well.
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import yaml
 from torch import nn
 
 from sqa.exports import importers
-from sqa.exports.format import load_export
+from sqa.exports.format import ExportError, load_export
 from sqa.models.ssl import S3prlWav2Vec2, patch_torchaudio_for_s3prl
 from sqa.scoring.scorer import Scorer
 from tests.models.test_ssl_sources import FAIRSEQ_TINY, fairseq_reference_model
@@ -207,6 +209,15 @@ def test_singmos_v1_release_imports_exactly_with_a_linear_head(tmp_path: Path) -
     assert yaml.safe_load((out / "config.yaml").read_text())["model"]["range_clip"] is False
     expected, frames = reference_score(released.frame_scores(torch.from_numpy(clip())[None]))
     check_export(out, released, frames, expected)
+    # An existing export is kept unless the import is told to overwrite it.
+    with pytest.raises(ExportError, match="already exists"):
+        importers.import_predictor(
+            "singmos_v1", tmp_path / "singmos_v1.pt", out, upstream_checkpoint=str(upstream)
+        )
+    importers.import_predictor(
+        "singmos_v1", tmp_path / "singmos_v1.pt", out, upstream_checkpoint=str(upstream), overwrite=True
+    )
+    check_export(out, released, frames, expected)
 
 
 @pytest.mark.parametrize("trainer_checkpoint", [False, True])
@@ -260,7 +271,9 @@ def test_sheet_release_imports_from_its_config_and_s3prl_cache(
     check_export(out, released, frames, expected)
 
 
-def test_import_errors_name_the_file_and_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_import_errors_name_the_file_and_the_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     upstream = upstream_file(tmp_path / "upstream.pt", FAIRSEQ_TINY, normalize=True)
     torch.manual_seed(6)
     state = SingMOSPro(upstream, ssl_dim=256).state_dict()
@@ -302,25 +315,45 @@ def test_import_errors_name_the_file_and_the_problem(tmp_path: Path, capsys: pyt
     sheet[1] = str(tmp_path / "wavlm.pkl")
     assert importers.main([*sheet, *base]) == 1
     assert "'wavlm_large' is not a wav2vec2 model" in capsys.readouterr().err
-    # Weights for another architecture than the upstream's.
-    small = upstream_file(tmp_path / "small.pt", {**FAIRSEQ_TINY, "encoder_layers": 1}, normalize=True)
-    assert (
-        importers.main(
-            [
-                "singmos_pro",
-                str(tmp_path / "pro.pth"),
-                str(tmp_path / "c"),
-                "--upstream-checkpoint",
-                str(small),
-            ]
+    # Weights for another architecture than the upstream's: one layer fewer (16 tensors left over),
+    # one more (16 missing) or narrower (every layer's tensors of another shape). Each list names
+    # the first 8, sorted.
+    layouts = {
+        "fewer": ({"encoder_layers": 1}, "unexpected", ".layers.1."),
+        "more": ({"encoder_layers": 3}, "missing", ".layers.2."),
+        "narrower": ({"encoder_embed_dim": 192}, "different shapes", "backbone.model."),
+    }
+    for name, (change, listed, key) in layouts.items():
+        other = upstream_file(tmp_path / f"{name}.pt", {**FAIRSEQ_TINY, **change}, normalize=True)
+        args = [
+            "singmos_pro",
+            str(tmp_path / "pro.pth"),
+            str(tmp_path / name),
+            "--upstream-checkpoint",
+            str(other),
+        ]
+        assert importers.main(args) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(
+            f"sqa-import: {tmp_path / 'pro.pth'} does not match the wav2vec2_large_ll60k architecture"
         )
-        == 1
-    )
-    assert "does not match" in capsys.readouterr().err
+        found = re.search(r"missing (\[.*?\]), unexpected (\[.*?\]), different shapes (\[.*?\])$", err)
+        lists = dict(
+            zip(
+                ("missing", "unexpected", "different shapes"),
+                map(ast.literal_eval, found.groups()),
+                strict=True,
+            )
+        )
+        named = lists.pop(listed)
+        assert len(named) == 8 and named == sorted(named) and all(key in k for k in named), named
+        assert all(v == [] for v in lists.values()), lists
     assert importers.main(["singmos_pro", str(tmp_path / "missing.pth"), str(tmp_path / "d"), *base]) == 1
     assert "missing.pth does not exist" in capsys.readouterr().err
     # An existing export is never overwritten without --overwrite.
+    capsys.readouterr()
     assert importers.main(["singmos_pro", str(tmp_path / "pro.pth"), str(tmp_path / "e"), *base]) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'e'}\n"
     before = (tmp_path / "e" / "model.pt").read_bytes()
     assert importers.main(["singmos_pro", str(tmp_path / "pro.pth"), str(tmp_path / "e"), *base]) == 1
     assert (
@@ -328,6 +361,14 @@ def test_import_errors_name_the_file_and_the_problem(tmp_path: Path, capsys: pyt
     )
     assert json.loads((tmp_path / "e" / "metrics.json").read_text()) == {}
     assert isinstance(load_export(tmp_path / "e")[0].backbone, S3prlWav2Vec2)
+    # --overwrite replaces it. Run as a console script (no logging set up yet), sqa's notes are
+    # shown at INFO as plain lines.
+    monkeypatch.setattr(logging.root, "handlers", [])
+    monkeypatch.setattr(logging.root, "level", logging.WARNING)
+    overwrite = ["singmos_pro", str(tmp_path / "pro.pth"), str(tmp_path / "e"), *base, "--overwrite"]
+    assert importers.main(overwrite) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "normalize=" in line]
+    assert notes and all(re.fullmatch(r"[^:]+: normalize=True \(.+\)", line) for line in notes), notes
 
 
 # Clips of 1-4 s at 16 kHz: N mod 320 of 40 gives s3prl two repeated frames, the others one.
@@ -448,3 +489,284 @@ def test_imported_predictors_score_every_clip_as_their_authors_forward(
     api, cli = sqa_scores(export, clips, 8, tmp_path, domain, pooling="masked_mean")
     assert np.abs(api - expected).max() > 1e-3
     np.testing.assert_allclose(api, cli, atol=1e-5, rtol=0)
+
+
+# The conversions themselves, on small made-up tensors in each release's key layout: no s3prl.
+def save_state(path: Path, state: dict) -> Path:
+    torch.save(state, path)
+    return path
+
+
+def pro_state(num_ids: int = 6) -> dict[str, torch.Tensor]:
+    """A singmos_pro layout: two backbone tensors, a (num_ids, 3) embedding, a 5 -> 4 -> 1 head."""
+    ssl = importers.SINGMOS_SSL
+    return {
+        f"{ssl}w": torch.ones(2),
+        f"{ssl}layer.b": torch.zeros(3),
+        "domain_emb.weight": torch.arange(num_ids * 3, dtype=torch.float32).reshape(num_ids, 3),
+        "decoder.net.0.weight": torch.full((4, 5), 0.5),
+        "decoder.net.0.bias": torch.full((4,), 0.25),
+        "decoder.net.3.weight": torch.full((1, 4), 2.0),
+        "decoder.net.3.bias": torch.full((1,), -1.0),
+    }
+
+
+def test_singmos_pro_conversion_puts_the_hub_default_domain_first(tmp_path: Path) -> None:
+    state = pro_state()
+    converted = importers.convert_singmos_pro(save_state(tmp_path / "pro.pth", state))
+    # The backbone's keys lose the release's prefix; nothing else is taken for the backbone.
+    assert set(converted.ssl) == {"w", "layer.b"}
+    # torch.hub's default ID 1 first, then 0, 2, ... 5: sqa's default domain is the hub's.
+    assert converted.domains == [f"domain_id_{i}" for i in (1, 0, 2, 3, 4, 5)]
+    rows = state["domain_emb.weight"][[1, 0, 2, 3, 4, 5]]
+    torch.testing.assert_close(converted.other["domain.embedding.weight"], rows, rtol=0, atol=0)
+    assert (converted.upstream, converted.head_dim, converted.domain_dim) == ("wav2vec2_large_ll60k", 4, 3)
+    assert converted.range_clip is True
+    assert set(converted.other) == {"head.0.weight", "head.0.bias", "head.3.weight", "head.3.bias"} | {
+        "domain.embedding.weight"
+    }
+    for name, source in (("head.0.weight", "decoder.net.0.weight"), ("head.3.bias", "decoder.net.3.bias")):
+        assert torch.equal(converted.other[name], state[source])
+    # A release with another number of domain IDs: every one kept, the default still first.
+    three = importers.convert_singmos_pro(save_state(tmp_path / "three.pth", pro_state(3)))
+    assert three.domains == ["domain_id_1", "domain_id_0", "domain_id_2"]
+
+
+def test_singmos_v1_head_computes_the_linear_layer_on_both_sides_of_zero(tmp_path: Path) -> None:
+    weight, bias = torch.tensor([[1.0, -2.0, 0.5]]), torch.tensor([0.5])
+    state = {f"{importers.SINGMOS_SSL}w": torch.ones(2), "linear.weight": weight, "linear.bias": bias}
+    converted = importers.convert_singmos_v1(save_state(tmp_path / "v1.pt", state))
+    assert (converted.upstream, converted.head_dim, converted.range_clip) == ("wav2vec2_base_960", 2, False)
+    assert converted.domains == [] and converted.domain_dim is None and set(converted.ssl) == {"w"}
+    # Frames whose w·x + b is 4, 0.5, -0.5 and -7.5 (by hand): the head gives exactly those.
+    x = torch.tensor([[3.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.5, 0.0], [-2.0, 3.0, 0.0]])
+    head = converted.other
+    hidden = torch.relu(x @ head["head.0.weight"].T + head["head.0.bias"])
+    out = hidden @ head["head.3.weight"].T + head["head.3.bias"]
+    torch.testing.assert_close(out[:, 0], torch.tensor([4.0, 0.5, -0.5, -7.5]), rtol=0, atol=1e-6)
+
+
+def test_released_weights_are_read_as_a_state_dict_or_a_trainer_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = {"a.weight": torch.ones(2), "b": torch.zeros(1)}
+    plain = save_state(tmp_path / "plain.pth", state)
+    trainer = save_state(tmp_path / "trainer.pkl", {"model": state, "steps": torch.tensor(5)})
+    for path in (plain, trainer):
+        assert importers.read_weights(path).keys() == state.keys()
+    # From another working directory by a relative path, and through a symlink.
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "link.pth").symlink_to(plain)
+    monkeypatch.chdir(tmp_path / "sub")
+    assert importers.read_weights(Path("link.pth")).keys() == state.keys()
+    assert importers.read_weights(Path("../trainer.pkl")).keys() == state.keys()
+    # A "model" entry that is a tensor is one of the state_dict's own tensors.
+    own = save_state(tmp_path / "own.pth", {"model": torch.ones(1), "head": torch.ones(1)})
+    assert set(importers.read_weights(own)) == {"model", "head"}
+    bad = {
+        "list.pth": [torch.ones(1)],
+        "number.pth": {"a": torch.ones(1), "b": 3},
+        "inner.pkl": {"model": {"a": 3}, "steps": 5},
+    }
+    for name, content in bad.items():
+        with pytest.raises(importers.LayoutError, match=rf"{name} holds no state_dict of tensors"):
+            importers.read_weights(save_state(tmp_path / name, content))
+    (tmp_path / "junk.pth").write_bytes(b"not a zip file")
+    with pytest.raises(importers.LayoutError, match=r"junk.pth is not a torch state_dict file"):
+        importers.read_weights(tmp_path / "junk.pth")
+    with pytest.raises(FileNotFoundError, match=r"gone.pth does not exist; expected the released"):
+        importers.read_weights(tmp_path / "gone.pth")
+
+
+class Planted:
+    """A pickled object that, when unpickled, creates the file `marker`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
+
+
+def test_released_weights_never_unpickle_code(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    state = {"model": {"a.weight": torch.ones(1)}, "hook": Planted(marker)}
+    with pytest.raises(importers.LayoutError, match=r"planted.pkl is not a torch state_dict file"):
+        importers.read_weights(save_state(tmp_path / "planted.pkl", state))
+    assert not marker.exists()
+
+
+def test_layout_errors_name_the_file_the_kind_and_the_keys(tmp_path: Path) -> None:
+    ssl = {f"{importers.SINGMOS_SSL}w": torch.ones(1)}
+    no_bias = save_state(tmp_path / "v1.pt", {**ssl, "linear.weight": torch.ones(1, 2)})
+    with pytest.raises(importers.LayoutError) as err:
+        importers.convert_singmos_v1(no_bias)
+    assert str(err.value) == (
+        f"{no_bias} does not have the singmos_v1 (use_lstm=False) layout: "
+        "missing ['linear.bias'], unexpected []"
+    )
+    # Left-over keys are named (the first 8, sorted) with what the import leaves out.
+    extra = {f"lstm.{i}": torch.ones(1) for i in range(9)}
+    lstm = save_state(
+        tmp_path / "lstm.pt", {**ssl, "linear.weight": torch.ones(1, 2), "linear.bias": torch.ones(1)}
+    )
+    torch.save({**torch.load(lstm), **extra}, lstm)
+    with pytest.raises(importers.LayoutError) as err:
+        importers.convert_singmos_v1(lstm)
+    assert str(err.value) == (
+        f"{lstm} does not have the singmos_v1 (use_lstm=False) layout: missing [], unexpected "
+        f"{[f'lstm.{i}' for i in range(8)]} (branches such as pitch or judge embeddings are not imported)"
+    )
+    # No backbone under the kind's prefix: the file and the prefix are named.
+    sheet = save_state(tmp_path / "sheet.pkl", {f"{importers.SHEET_SSL}w": torch.ones(1)})
+    for convert in (importers.convert_singmos_pro, importers.convert_singmos_v1):
+        with pytest.raises(importers.LayoutError) as err:
+            convert(sheet)
+        assert str(err.value) == (
+            f"{sheet} has no wav2vec2 weights under 'ssl_model.ssl_model.upstream.model.'; "
+            "is it the right kind?"
+        )
+
+
+SHEET_PARAMS = {
+    "ssl_module": "s3prl",
+    "s3prl_name": "wav2vec2_large_ll60k",
+    "ssl_model_layer_idx": -1,
+    "mean_net_output_type": "scalar",
+}
+
+
+def write_sheet_config(path: Path, params: dict, **top: object) -> Path:
+    path.write_text(yaml.safe_dump({"model_type": "SSLMOS", **top, "model_params": params}))
+    return path
+
+
+def test_sheet_config_defaults_apply_only_where_the_key_is_absent(tmp_path: Path) -> None:
+    # No use_listener_modeling, sampling_rate nor mean_net_range_clipping: SSLMOS's defaults.
+    config = write_sheet_config(tmp_path / "config.yml", SHEET_PARAMS)
+    assert importers.read_sheet_config(config) == {**SHEET_PARAMS, "use_listener_modeling": False}
+    weights = {f"{importers.SHEET_SSL}w": torch.ones(1)}
+    weights |= {f"mean_net_dnn.net.{i}.weight": torch.ones(7, 3) for i in (0, 3)}
+    weights |= {f"mean_net_dnn.net.{i}.bias": torch.ones(7) for i in (0, 3)}
+    checkpoint = save_state(tmp_path / "checkpoint.pkl", weights)
+    converted = importers.convert_sheet(checkpoint, config)
+    assert (converted.upstream, converted.head_dim, converted.range_clip) == ("wav2vec2_large_ll60k", 7, True)
+    assert converted.domains == [] and set(converted.ssl) == {"w"}
+    # The file's value wins over the default, both ways.
+    off = write_sheet_config(tmp_path / "off.yml", {**SHEET_PARAMS, "mean_net_range_clipping": False})
+    assert importers.convert_sheet(checkpoint, off).range_clip is False
+    listening = write_sheet_config(tmp_path / "listen.yml", {**SHEET_PARAMS, "use_listener_modeling": True})
+    with pytest.raises(
+        importers.LayoutError,
+        match=r"listen.yml: model_params.use_listener_modeling is True; listener modeling is not imported$",
+    ):
+        importers.read_sheet_config(listening)
+    plain = write_sheet_config(tmp_path / "plain.yml", {**SHEET_PARAMS, "use_listener_modeling": False})
+    assert importers.read_sheet_config(plain)["use_listener_modeling"] is False
+    assert importers.read_sheet_config(
+        write_sheet_config(tmp_path / "16k.yml", SHEET_PARAMS, sampling_rate=16000)
+    )
+    with pytest.raises(
+        importers.LayoutError, match=r"22k.yml: sampling_rate 22050; SHEET's SSL-MOS uses 16000"
+    ):
+        importers.read_sheet_config(
+            write_sheet_config(tmp_path / "22k.yml", SHEET_PARAMS, sampling_rate=22050)
+        )
+    # A checkpoint of another layout: the file and what it lacks are named.
+    pro = save_state(tmp_path / "pro.pth", pro_state())
+    with pytest.raises(importers.LayoutError) as err:
+        importers.convert_sheet(pro, config)
+    assert (
+        str(err.value)
+        == f"{pro} has no wav2vec2 weights under 'ssl_model.upstream.model.'; is it the right kind?"
+    )
+    headless = save_state(tmp_path / "headless.pkl", {f"{importers.SHEET_SSL}w": torch.ones(1)})
+    with pytest.raises(importers.LayoutError) as err:
+        importers.convert_sheet(headless, config)
+    assert str(err.value).startswith(
+        f"{headless} does not have the SHEET SSLMOS layout: missing ['mean_net_dnn."
+    )
+    clip = write_sheet_config(tmp_path / "clip.yml", {**SHEET_PARAMS, "mean_net_range_clipping": "yes"})
+    with pytest.raises(
+        importers.LayoutError, match=r"clip.yml: model_params.mean_net_range_clipping must be true or false"
+    ):
+        importers.convert_sheet(checkpoint, clip)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("ssl_module", "hf", "the SSL model must come from s3prl"),
+        ("mean_net_output_type", "categorical", "only scalar outputs are imported"),
+        ("ssl_model_layer_idx", 6, r"only the last SSL layer \(-1\) is imported"),
+    ],
+)
+def test_sheet_config_refuses_what_sqa_cannot_import(
+    tmp_path: Path, key: str, value: object, why: str
+) -> None:
+    config = write_sheet_config(tmp_path / "config.yml", {**SHEET_PARAMS, key: value})
+    with pytest.raises(importers.LayoutError, match=rf"config.yml: model_params.{key} is {value!r}; {why}$"):
+        importers.read_sheet_config(config)
+    absent = {k: v for k, v in SHEET_PARAMS.items() if k != key}
+    with pytest.raises(importers.LayoutError, match=rf"model_params.{key} is None; {why}$"):
+        importers.read_sheet_config(write_sheet_config(tmp_path / "absent.yml", absent))
+
+
+def test_sheet_config_files_that_are_not_sslmos_configs(tmp_path: Path) -> None:
+    with pytest.raises(
+        FileNotFoundError, match=r"none.yml does not exist; expected the SHEET model's config.yml"
+    ):
+        importers.read_sheet_config(tmp_path / "none.yml")
+    (tmp_path / "bad.yml").write_text("model_type: [unclosed\n")
+    with pytest.raises(importers.LayoutError, match=r"bad.yml is not a plain YAML file"):
+        importers.read_sheet_config(tmp_path / "bad.yml")
+    for name, text in (("list.yml", "- SSLMOS\n"), ("ldnet.yml", "model_type: LDNet\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(
+            importers.LayoutError, match=rf"{name}: model_type must be SSLMOS, the only SHEET"
+        ):
+            importers.read_sheet_config(tmp_path / name)
+    (tmp_path / "flat.yml").write_text("model_type: SSLMOS\nmodel_params: s3prl\n")
+    with pytest.raises(importers.LayoutError, match=r"flat.yml: no model_params mapping"):
+        importers.read_sheet_config(tmp_path / "flat.yml")
+
+
+def test_import_paths_expand_the_home_folder_and_kinds_are_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=rf"^{tmp_path / 'w.pth'} does not exist"):
+        importers.import_predictor("singmos_v1", "~/w.pth", tmp_path / "out")
+    weights = save_state(tmp_path / "w.pkl", {})
+    with pytest.raises(FileNotFoundError, match=rf"^{tmp_path / 'config.yml'} does not exist"):
+        importers.import_predictor("sheet", weights, tmp_path / "out", sheet_config="~/config.yml")
+    with pytest.raises(importers.LayoutError, match=r"^sheet needs --sheet-config \(the config.yml released"):
+        importers.import_predictor("sheet", weights, tmp_path / "out")
+    with pytest.raises(importers.LayoutError, match=r"kind must be one of \('singmos_pro', .*got 'mosnet'"):
+        importers.import_predictor("mosnet", weights, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_sqa_import_help_and_an_unknown_kind(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        importers.main(["--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.startswith("usage: sqa-import [-h] [--sheet-config SHEET_CONFIG]")
+    assert (
+        "Command line: convert a released MOS predictor, downloaded by the user, into an sqa export." in text
+    )
+    # Each argument says what it is; the defaults say that nothing is downloaded.
+    for said in (
+        "{singmos_pro,singmos_v1,sheet}",
+        "weights the released weights file (a local file; nothing is downloaded)",
+        "output export directory to write",
+        "--sheet-config SHEET_CONFIG sheet: the config.yml released with the checkpoint",
+        "--upstream-checkpoint UPSTREAM_CHECKPOINT s3prl-converted wav2vec2 file giving the architecture "
+        "(default: s3prl's cache)",
+        "--overwrite replace an existing export",
+    ):
+        assert said in text
+    with pytest.raises(SystemExit) as exit_:
+        importers.main(["mosnet", "w.pth", "out"])
+    assert exit_.value.code == 2 and "invalid choice: 'mosnet'" in capsys.readouterr().err
