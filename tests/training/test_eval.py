@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.readers import recorded_corpus
 from sqa.exports.format import ExportError
-from sqa.training.evaluation import evaluate, evaluation_corpus
+from sqa.training.evaluation import evaluate, evaluation_corpus, recorded_split
 from sqa.training.run_outputs import recorded_data
 from tests.conftest import REPO
 from tests.training.test_selection import compose_train
@@ -179,6 +179,184 @@ def test_clips_of_domains_the_export_does_not_know_are_scored_as_its_first(caplo
     ]
     corpus = evaluation_corpus(Corpus(clips, ["p1", "p2", "new"]), ["p1", "p2"], uses_domains=True)
     assert [(c.sample_id, c.domain) for c in corpus.clips] == [("a", "p2"), ("b", "p1")]
-    assert corpus.domains == ["p1", "p2"] and "['new'] are unknown to the export" in caplog.text
+    assert corpus.domains == ["p1", "p2"]
+    assert "domains ['new'] are unknown to the export; scored as its domain 'p1'" in caplog.text
+    # A model without domain IDs scores every domain alike: mapped without a warning.
+    caplog.clear()
+    corpus = evaluation_corpus(Corpus(clips, ["p1", "p2", "new"]), ["p2", "p1"], uses_domains=False)
+    assert [(c.sample_id, c.domain) for c in corpus.clips] == [("a", "p2"), ("b", "p2")]
+    assert corpus.domains == ["p2", "p1"] and not caplog.records
     with pytest.raises(CorpusError, match="no test clips"):
         evaluation_corpus(Corpus(clips[2:], ["p1"]), ["p1"], uses_domains=False)
+
+
+def export_copy(run_dir: Path, manifest: Path, export: Path, **changes) -> Path:
+    """A copy of the tiny run's export at `export`, its corpus recorded relative to it, with `changes`.
+
+    A change of None removes the key; `corpus` entries update the recorded corpus.
+    """
+    shutil.copytree(run_dir / "export", export)
+    config = yaml.safe_load((export / "config.yaml").read_text())
+    config["data"]["corpus"]["root"] = os.path.relpath(manifest.parent, export)
+    config["data"]["corpus"].update(changes.pop("corpus", {}))
+    for where, key, value in changes.pop("entries", ()):
+        section = config[where] if where else config
+        if value is None:
+            section.pop(key, None)
+        else:
+            section[key] = value
+    (export / "config.yaml").write_text(yaml.safe_dump(config))
+    return export
+
+
+def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
+    tiny_run, tmp_path, monkeypatch
+):
+    from sqa.training import evaluation
+
+    manifest, run_dir = tiny_run
+    sizes, real = [], evaluation.MOSDataModule
+
+    def datamodule(*args, **kwargs):
+        sizes.append(kwargs["eval_batch_size"])
+        return real(*args, **kwargs)
+
+    recorded = export_copy(
+        run_dir,
+        manifest,
+        tmp_path / "recorded",
+        entries=[(None, "test", {"seed": 5, "bootstrap": 30}), ("data", "eval_batch_size", 3)],
+    )
+    bare = export_copy(
+        run_dir,
+        manifest,
+        tmp_path / "bare",
+        entries=[(None, "test", None), ("data", "eval_batch_size", None)],
+    )
+    monkeypatch.setattr(evaluation, "MOSDataModule", datamodule)
+    monkeypatch.setenv("SQA_EVAL_MANIFEST", str(manifest))
+    # Named relative to another working directory: the record is the resolved export folder.
+    monkeypatch.chdir(tmp_path)
+    cases = [
+        # (overrides, output folder, seed, bootstrap, eval batch size)
+        (["export=recorded"], "out/a/b", 5, 30, 3),
+        (["export=recorded", "seed=3", "bootstrap=7", "eval_batch_size=2"], "existing", 3, 7, 2),
+        (["export=bare", "seed=5", "bootstrap=30"], "c", 5, 30, 8),
+        (["export=bare"], "d", 0, 1000, 8),
+        # The user's corpus (an interpolation, recorded resolved) and its own batch size.
+        (
+            [
+                "export=bare",
+                "data=csv",
+                "data.corpus.path=${oc.env:SQA_EVAL_MANIFEST}",
+                "data.eval_batch_size=4",
+            ],
+            "e",
+            0,
+            1000,
+            4,
+        ),
+        (
+            [
+                "export=bare",
+                "data=csv",
+                f"data.corpus.path={manifest}",
+                "data.eval_batch_size=4",
+                "eval_batch_size=2",
+            ],
+            "f",
+            0,
+            1000,
+            2,
+        ),
+    ]
+    (tmp_path / "existing").mkdir()
+    infos, metrics = [], []
+    for overrides, out, seed, bootstrap, size in cases:
+        evaluate(compose_eval(overrides), out)
+        info = json.loads((tmp_path / out / "eval_info.json").read_text())
+        assert (info["seed"], info["bootstrap"], sizes[-1]) == (seed, bootstrap, size), overrides
+        infos.append(info)
+        metrics.append(json.loads((tmp_path / out / "metrics.json").read_text()))
+    assert {p.name for p in (tmp_path / "out/a/b").iterdir()} == {
+        "eval_info.json",
+        "metrics.json",
+        "predictions.csv",
+        "plots",
+    }
+    # The same seed and resamples, from the export or the command line, give the same intervals.
+    assert_same(metrics[0], metrics[2])
+    assert metrics[0] != metrics[3]
+    assert [i["export"] for i in infos] == [str(recorded.resolve())] * 2 + [str(bare.resolve())] * 4
+    config = yaml.safe_load((recorded / "config.yaml").read_text())
+    assert infos[0]["corpus"] == config["data"]["corpus"]
+    assert infos[4]["corpus"]["path"] == infos[5]["corpus"]["path"] == str(manifest)
+    # The fingerprint of the clips scored, named by the export's domains.
+    corpus = recorded_corpus(config["data"]["corpus"], recorded / "config.yaml")
+    expected = evaluation_corpus(corpus, config["domains"], uses_domains=False).fingerprint()
+    assert {i["corpus_fingerprint"] for i in infos} == {expected}
+
+
+def test_a_carved_test_split_applies_only_to_a_corpus_without_test_clips(tiny_run, tmp_path):
+    manifest, run_dir = tiny_run
+    expected = json.loads((run_dir / "metrics.json").read_text())
+    rows = read_rows(manifest)
+    test_ids = [r["sample_id"] for r in rows if r["split"] == "test"]
+    # The corpus with its test clips as training clips (its audio named by absolute paths).
+    untested = tmp_path / "corpus" / "untested.csv"
+    untested.parent.mkdir()
+    with untested.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for r in rows:
+            split = "train" if r["split"] == "test" else r["split"]
+            writer.writerow({**r, "wav_path": str(manifest.parent / r["wav_path"]), "split": split})
+    split = tmp_path / "test_split.csv"
+    split.write_text("sample_id\n" + "\n".join(test_ids) + "\n")
+    named = ["data=csv", f"data.corpus.path={untested}"]
+    with pytest.raises(CorpusError, match="no test clips"):
+        evaluate(compose_eval([f"export={run_dir / 'export'}", *named]), tmp_path / "none")
+    results = evaluate(
+        compose_eval([f"export={run_dir / 'export'}", *named, f"data.test_split_csv={split}"]),
+        tmp_path / "named",
+    )
+    assert_same(results, expected)
+    # A corpus with its own test clips keeps them (its test clips listed again are no training clips).
+    own = ["data=csv", f"data.corpus.path={manifest}", f"data.test_split_csv={split}"]
+    assert_same(evaluate(compose_eval([f"export={run_dir / 'export'}", *own]), tmp_path / "own"), expected)
+    # The export's own copy of the split, whatever folder its record names.
+    export = export_copy(
+        run_dir,
+        manifest,
+        tmp_path / "export",
+        corpus={"root": os.path.relpath(untested.parent, tmp_path / "export"), "path": untested.name},
+        entries=[("data", "test_split_csv", "/trainer/runs/x/test_split.csv")],
+    )
+    shutil.copy(split, export / "test_split.csv")
+    assert_same(evaluate(compose_eval([f"export={export}"]), tmp_path / "recorded"), expected)
+    assert recorded_split(export, None) is None
+    assert recorded_split(export, "/trainer/runs/x/test_split.csv") == export / "test_split.csv"
+
+
+def test_main_writes_into_hydras_folder_and_ends_a_bad_export_in_one_line(tiny_run, tmp_path, monkeypatch):
+    from sqa.training import evaluation
+
+    _, run_dir = tiny_run
+    logging = ["hydra/job_logging=none", "hydra/hydra_logging=none", "hydra.output_subdir=null"]
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["eval.py", f"export={run_dir / 'export'}", f"hydra.run.dir={tmp_path / 'run'}", *logging],
+    )
+    evaluation.main()
+    assert_same(
+        json.loads((tmp_path / "run" / "metrics.json").read_text()),
+        json.loads((run_dir / "metrics.json").read_text()),
+    )
+    missing = tmp_path / "missing"
+    monkeypatch.setattr(
+        sys, "argv", ["eval.py", f"export={missing}", f"hydra.run.dir={tmp_path / 'b'}", *logging]
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        evaluation.main()
+    assert str(exit_info.value).startswith(f"Error: {missing}: not found")
