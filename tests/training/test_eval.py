@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,16 +15,19 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from hydra import compose, initialize_config_dir
 
-from sqa.data.corpus import Clip, Corpus, CorpusError
+from sqa.data.corpus import DEFAULT_DOMAIN, Clip, Corpus, CorpusError
 from sqa.data.readers import recorded_corpus
-from sqa.exports.format import ExportError
+from sqa.exports.format import ExportError, export_predictor
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.predictor import MOSPredictor
 from sqa.training.evaluation import evaluate, evaluation_corpus, recorded_split
 from sqa.training.run_outputs import recorded_data
 from tests.conftest import REPO
-from tests.training.test_selection import compose_train
+from tests.training.test_selection import compose_train, write_per_system_corpus
 
 
 def compose_eval(overrides: list[str]):
@@ -186,120 +191,154 @@ def test_clips_of_domains_the_export_does_not_know_are_scored_as_its_first(caplo
     corpus = evaluation_corpus(Corpus(clips, ["p1", "p2", "new"]), ["p2", "p1"], uses_domains=False)
     assert [(c.sample_id, c.domain) for c in corpus.clips] == [("a", "p2"), ("b", "p2")]
     assert corpus.domains == ["p2", "p1"] and not caplog.records
-    with pytest.raises(CorpusError, match="no test clips"):
+    no_test = (
+        "the corpus has no test clips to evaluate; for a corpus whose test split a run carved, name it: "
+    )
+    with pytest.raises(
+        CorpusError, match=f"^{re.escape(no_test)}data.test_split_csv=<run dir>/test_split.csv$"
+    ):
         evaluation_corpus(Corpus(clips[2:], ["p1"]), ["p1"], uses_domains=False)
 
 
-def export_copy(run_dir: Path, manifest: Path, export: Path, **changes) -> Path:
-    """A copy of the tiny run's export at `export`, its corpus recorded relative to it, with `changes`.
+# The tests below score with an untrained model (no training): each takes seconds.
 
-    A change of None removes the key; `corpus` entries update the recorded corpus.
+
+@pytest.fixture(scope="module")
+def corpus_manifest(tmp_path_factory) -> Path:
+    """The tiny run's per-system corpus (train, valid and three test systems)."""
+    return write_per_system_corpus(tmp_path_factory.mktemp("eval-corpus"))
+
+
+@pytest.fixture(scope="module")
+def untrained() -> MOSPredictor:
+    torch.manual_seed(0)
+    return MOSPredictor(LogMelBackbone())
+
+
+def labelled_export(
+    model: MOSPredictor,
+    manifest: Path,
+    export: Path,
+    domains: list[str],
+    test: dict | None = None,
+    files: tuple[Path, ...] = (),
+    **data_changes,
+) -> Path:
+    """An export of `model` recording the CSV corpus `manifest` as a training run does, with `data_changes`.
+
+    A change of None removes the key from the recorded `data`.
     """
-    shutil.copytree(run_dir / "export", export)
-    config = yaml.safe_load((export / "config.yaml").read_text())
-    config["data"]["corpus"]["root"] = os.path.relpath(manifest.parent, export)
-    config["data"]["corpus"].update(changes.pop("corpus", {}))
-    for where, key, value in changes.pop("entries", ()):
-        section = config[where] if where else config
+    data = recorded_data(compose_train(["data=csv", f"data.corpus.path={manifest}"]), export)
+    for key, value in data_changes.items():
         if value is None:
-            section.pop(key, None)
+            data.pop(key, None)
         else:
-            section[key] = value
-    (export / "config.yaml").write_text(yaml.safe_dump(config))
-    return export
+            data[key] = value
+    return export_predictor(model, export, 16000, domains, data=data, test=test, files=files)
 
 
 def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
-    tiny_run, tmp_path, monkeypatch
+    untrained, corpus_manifest, tmp_path, monkeypatch, caplog
 ):
     from sqa.training import evaluation
 
-    manifest, run_dir = tiny_run
-    sizes, real = [], evaluation.MOSDataModule
+    manifest = corpus_manifest
+    modules, real = [], evaluation.MOSDataModule
 
     def datamodule(*args, **kwargs):
-        sizes.append(kwargs["eval_batch_size"])
-        return real(*args, **kwargs)
+        modules.append(real(*args, **kwargs))
+        return modules[-1]
 
-    recorded = export_copy(
-        run_dir,
+    recorded = labelled_export(
+        untrained,
         manifest,
         tmp_path / "recorded",
-        entries=[(None, "test", {"seed": 5, "bootstrap": 30}), ("data", "eval_batch_size", 3)],
+        ["d"],
+        test={"seed": 5, "bootstrap": 30},
+        eval_batch_size=3,
     )
-    bare = export_copy(
-        run_dir,
-        manifest,
-        tmp_path / "bare",
-        entries=[(None, "test", None), ("data", "eval_batch_size", None)],
-    )
+    # An export without domains (scored as the corpus's default one) nor test settings.
+    bare = labelled_export(untrained, manifest, tmp_path / "bare", [], eval_batch_size=None)
+    # Named through a link one folder deeper: its record is relative to the export itself.
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "bare").symlink_to(bare)
     monkeypatch.setattr(evaluation, "MOSDataModule", datamodule)
     monkeypatch.setenv("SQA_EVAL_MANIFEST", str(manifest))
+    caplog.set_level(logging.INFO, logger="sqa")
     # Named relative to another working directory: the record is the resolved export folder.
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "existing").mkdir()
+    named = ["data=csv", "data.corpus.path=${oc.env:SQA_EVAL_MANIFEST}", "data.eval_batch_size=4"]
     cases = [
         # (overrides, output folder, seed, bootstrap, eval batch size)
         (["export=recorded"], "out/a/b", 5, 30, 3),
-        (["export=recorded", "seed=3", "bootstrap=7", "eval_batch_size=2"], "existing", 3, 7, 2),
-        (["export=bare", "seed=5", "bootstrap=30"], "c", 5, 30, 8),
-        (["export=bare"], "d", 0, 1000, 8),
-        # The user's corpus (an interpolation, recorded resolved) and its own batch size.
         (
             [
-                "export=bare",
-                "data=csv",
-                "data.corpus.path=${oc.env:SQA_EVAL_MANIFEST}",
-                "data.eval_batch_size=4",
-            ],
-            "e",
-            0,
-            1000,
-            4,
-        ),
-        (
-            [
-                "export=bare",
-                "data=csv",
-                f"data.corpus.path={manifest}",
-                "data.eval_batch_size=4",
+                "export=recorded",
+                "seed=3",
+                "bootstrap=7",
                 "eval_batch_size=2",
+                f"data.corpus.root={manifest.parent}",
             ],
-            "f",
-            0,
-            1000,
+            "existing",
+            3,
+            7,
             2,
         ),
+        (["export=bare", "seed=5", "bootstrap=30"], "c", 5, 30, 8),
+        (["export=links/bare"], "d", 0, 1000, 8),
+        # The user's corpus (an interpolation, recorded resolved), its batch size and settings.
+        (["export=bare", *named, "num_workers=1"], "e", 0, 1000, 4),
+        (["export=bare", *named, "eval_batch_size=2", "seed=3", "bootstrap=30"], "f", 3, 30, 2),
     ]
-    (tmp_path / "existing").mkdir()
     infos, metrics = [], []
     for overrides, out, seed, bootstrap, size in cases:
         evaluate(compose_eval(overrides), out)
         info = json.loads((tmp_path / out / "eval_info.json").read_text())
-        assert (info["seed"], info["bootstrap"], sizes[-1]) == (seed, bootstrap, size), overrides
+        assert (info["seed"], info["bootstrap"], modules[-1].eval_batch_size) == (seed, bootstrap, size), out
         infos.append(info)
         metrics.append(json.loads((tmp_path / out / "metrics.json").read_text()))
+    assert [m.num_workers for m in modules] == [0, 0, 0, 0, 1, 0]
     assert {p.name for p in (tmp_path / "out/a/b").iterdir()} == {
         "eval_info.json",
         "metrics.json",
         "predictions.csv",
         "plots",
     }
-    # The same seed and resamples, from the export or the command line, give the same intervals.
+    assert f"Test results of {recorded.resolve()}:" in caplog.text
+    # The intervals follow the seed and the resamples, wherever they are set.
     assert_same(metrics[0], metrics[2])
-    assert metrics[0] != metrics[3]
+    assert_same(metrics[3], metrics[4])
+    assert metrics[0] != metrics[5] and metrics[0] != metrics[3]
     assert [i["export"] for i in infos] == [str(recorded.resolve())] * 2 + [str(bare.resolve())] * 4
-    config = yaml.safe_load((recorded / "config.yaml").read_text())
-    assert infos[0]["corpus"] == config["data"]["corpus"]
+    spec = yaml.safe_load((recorded / "config.yaml").read_text())["data"]["corpus"]
+    assert infos[0]["corpus"] == spec
+    assert infos[1]["corpus"] == {**spec, "root": str(manifest.parent)}
     assert infos[4]["corpus"]["path"] == infos[5]["corpus"]["path"] == str(manifest)
     # The fingerprint of the clips scored, named by the export's domains.
-    corpus = recorded_corpus(config["data"]["corpus"], recorded / "config.yaml")
-    expected = evaluation_corpus(corpus, config["domains"], uses_domains=False).fingerprint()
-    assert {i["corpus_fingerprint"] for i in infos} == {expected}
+    corpus = recorded_corpus(spec, recorded / "config.yaml")
+    fingerprints = [
+        evaluation_corpus(corpus, domains, uses_domains=False).fingerprint()
+        for domains in (["d"], [DEFAULT_DOMAIN])
+    ]
+    assert [i["corpus_fingerprint"] for i in infos] == fingerprints[:1] * 2 + fingerprints[1:] * 4
 
 
-def test_a_carved_test_split_applies_only_to_a_corpus_without_test_clips(tiny_run, tmp_path):
-    manifest, run_dir = tiny_run
-    expected = json.loads((run_dir / "metrics.json").read_text())
+def test_an_export_without_a_recorded_corpus_needs_one_named(untrained, corpus_manifest, tmp_path):
+    export = export_predictor(untrained, tmp_path / "export", 16000, ["d"])
+    message = (
+        f"{export.resolve() / 'config.yaml'}: records no corpus; name one, e.g. data=csv data.corpus.path=..."
+    )
+    with pytest.raises(CorpusError, match=f"^{re.escape(message)}$"):
+        evaluate(compose_eval([f"export={export}"]), tmp_path / "out")
+    named = ["data=csv", f"data.corpus.path={corpus_manifest}"]
+    assert evaluate(compose_eval([f"export={export}", *named]), tmp_path / "named")["test"]["utt"]["n"] == 9
+
+
+def test_a_carved_test_split_applies_only_to_a_corpus_without_test_clips(
+    untrained, corpus_manifest, tmp_path
+):
+    manifest = corpus_manifest
     rows = read_rows(manifest)
     test_ids = [r["sample_id"] for r in rows if r["split"] == "test"]
     # The corpus with its test clips as training clips (its audio named by absolute paths).
@@ -313,50 +352,64 @@ def test_a_carved_test_split_applies_only_to_a_corpus_without_test_clips(tiny_ru
             writer.writerow({**r, "wav_path": str(manifest.parent / r["wav_path"]), "split": split})
     split = tmp_path / "test_split.csv"
     split.write_text("sample_id\n" + "\n".join(test_ids) + "\n")
-    named = ["data=csv", f"data.corpus.path={untested}"]
+    export = labelled_export(untrained, manifest, tmp_path / "export", ["d"])
+    expected = evaluate(compose_eval([f"export={export}"]), tmp_path / "expected")
+    named = [f"export={export}", "data=csv", f"data.corpus.path={untested}"]
     with pytest.raises(CorpusError, match="no test clips"):
-        evaluate(compose_eval([f"export={run_dir / 'export'}", *named]), tmp_path / "none")
-    results = evaluate(
-        compose_eval([f"export={run_dir / 'export'}", *named, f"data.test_split_csv={split}"]),
-        tmp_path / "named",
+        evaluate(compose_eval(named), tmp_path / "none")
+    assert_same(
+        evaluate(compose_eval([*named, f"data.test_split_csv={split}"]), tmp_path / "named"), expected
     )
-    assert_same(results, expected)
     # A corpus with its own test clips keeps them (its test clips listed again are no training clips).
-    own = ["data=csv", f"data.corpus.path={manifest}", f"data.test_split_csv={split}"]
-    assert_same(evaluate(compose_eval([f"export={run_dir / 'export'}", *own]), tmp_path / "own"), expected)
+    own = [f"export={export}", "data=csv", f"data.corpus.path={manifest}", f"data.test_split_csv={split}"]
+    assert_same(evaluate(compose_eval(own), tmp_path / "own"), expected)
     # The export's own copy of the split, whatever folder its record names.
-    export = export_copy(
-        run_dir,
-        manifest,
-        tmp_path / "export",
-        corpus={"root": os.path.relpath(untested.parent, tmp_path / "export"), "path": untested.name},
-        entries=[("data", "test_split_csv", "/trainer/runs/x/test_split.csv")],
+    carved = labelled_export(
+        untrained,
+        untested,
+        tmp_path / "carved",
+        ["d"],
+        files=(split,),
+        test_split_csv="/trainer/runs/x/test_split.csv",
     )
-    shutil.copy(split, export / "test_split.csv")
-    assert_same(evaluate(compose_eval([f"export={export}"]), tmp_path / "recorded"), expected)
-    assert recorded_split(export, None) is None
-    assert recorded_split(export, "/trainer/runs/x/test_split.csv") == export / "test_split.csv"
+    assert_same(evaluate(compose_eval([f"export={carved}"]), tmp_path / "recorded"), expected)
+    assert recorded_split(carved, None) is None
+    assert recorded_split(carved, "/trainer/runs/x/test_split.csv") == carved / "test_split.csv"
 
 
-def test_main_writes_into_hydras_folder_and_ends_a_bad_export_in_one_line(tiny_run, tmp_path, monkeypatch):
+def test_bad_test_clips_stop_the_evaluation_unless_skipped(untrained, corpus_manifest, tmp_path):
+    broken = tmp_path / "broken.csv"
+    (tmp_path / "empty.wav").write_bytes(b"")
+    rows = read_rows(corpus_manifest)
+    with broken.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, "wav_path": str(corpus_manifest.parent / r["wav_path"])})
+        writer.writerow({**rows[-1], "wav_path": str(tmp_path / "empty.wav"), "sample_id": "empty"})
+    export = export_predictor(untrained, tmp_path / "export", 16000, ["d"])
+    named = [f"export={export}", "data=csv", f"data.corpus.path={broken}"]
+    with pytest.raises(CorpusError, match="empty"):
+        evaluate(compose_eval(named), tmp_path / "raise")
+    evaluate(compose_eval([*named, "on_error=skip"]), tmp_path / "skip")
+    assert len(read_rows(tmp_path / "skip" / "predictions.csv")) == 9
+
+
+def test_main_writes_into_hydras_folder_and_ends_a_bad_export_in_one_line(
+    untrained, corpus_manifest, tmp_path, monkeypatch
+):
     from sqa.training import evaluation
 
-    _, run_dir = tiny_run
-    logging = ["hydra/job_logging=none", "hydra/hydra_logging=none", "hydra.output_subdir=null"]
-    monkeypatch.setattr(
-        sys,
-        "argv",
-        ["eval.py", f"export={run_dir / 'export'}", f"hydra.run.dir={tmp_path / 'run'}", *logging],
-    )
+    export = labelled_export(untrained, corpus_manifest, tmp_path / "export", ["d"])
+    logging_off = ["hydra/job_logging=none", "hydra/hydra_logging=none", "hydra.output_subdir=null"]
+    run = ["eval.py", f"export={export}", f"hydra.run.dir={tmp_path / 'run'}", *logging_off]
+    monkeypatch.setattr(sys, "argv", run)
     evaluation.main()
-    assert_same(
-        json.loads((tmp_path / "run" / "metrics.json").read_text()),
-        json.loads((run_dir / "metrics.json").read_text()),
-    )
+    info = json.loads((tmp_path / "run" / "eval_info.json").read_text())
+    assert info["export"] == str(export.resolve()) and (tmp_path / "run" / "metrics.json").is_file()
     missing = tmp_path / "missing"
-    monkeypatch.setattr(
-        sys, "argv", ["eval.py", f"export={missing}", f"hydra.run.dir={tmp_path / 'b'}", *logging]
-    )
+    run = ["eval.py", f"export={missing}", f"hydra.run.dir={tmp_path / 'b'}", *logging_off]
+    monkeypatch.setattr(sys, "argv", run)
     with pytest.raises(SystemExit) as exit_info:
         evaluation.main()
     assert str(exit_info.value).startswith(f"Error: {missing}: not found")
