@@ -15,6 +15,7 @@ import torch
 
 from sqa.data.audio import load_audio
 from sqa.scoring import cli as score
+from sqa.scoring.inputs import expand_inputs
 from sqa.scoring.scorer import Scorer
 from tests.conftest import REPO
 
@@ -400,3 +401,99 @@ def test_chunking_in_windows_shorter_than_the_measured_bound_warns_once(default_
     with warnings.catch_warnings():
         warnings.simplefilter("error", ChunkWarning)
         short.score(wav, 16000)
+
+
+# What sqa-score is asked to score (sqa.scoring.inputs), without scoring it: files need not be audio.
+
+
+def touch(*paths: Path) -> None:
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+
+
+def test_inputs_of_folders_are_their_audio_files_at_any_depth_sorted(tmp_path, monkeypatch):
+    touch(tmp_path / "f" / "b.wav", tmp_path / "f" / "a.FLAC", tmp_path / "f" / "sub" / "c.mp3")
+    touch(tmp_path / "f" / "notes.txt", tmp_path / "f" / "m.csv", tmp_path / "f" / "noext")
+    (tmp_path / "f" / "folder.wav").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    (tmp_path / "empty").mkdir()
+    touch(tmp_path / "empty" / "readme.md")
+    monkeypatch.chdir(tmp_path)
+    inputs = expand_inputs(["f", str(tmp_path / "link"), "empty"])
+    assert inputs.paths == [
+        "f/a.FLAC",
+        "f/b.wav",
+        "f/sub/c.mp3",
+        *(str(tmp_path / "link" / name) for name in ("a.FLAC", "b.wav", "sub/c.mp3")),
+    ]
+    assert inputs.columns == [{}] * 6
+    suffixes = ".aif, .aiff, .flac, .mp3, .ogg, .opus, .wav"
+    assert inputs.problems == [f"empty: the folder holds no audio files ({suffixes})"]
+
+
+def test_inputs_of_files_are_kept_as_named_and_missing_ones_reported(tmp_path, monkeypatch):
+    touch(tmp_path / "a.wav", tmp_path / "noext", tmp_path / "b.M4A")
+    monkeypatch.chdir(tmp_path)
+    inputs = expand_inputs(["a.wav", "missing.wav", str(tmp_path / "noext"), "b.M4A"])
+    assert inputs.paths == ["a.wav", str(tmp_path / "noext"), "b.M4A"]
+    assert inputs.columns == [{}, {}, {}]
+    assert inputs.problems == ["missing.wav: does not exist"]
+
+
+def test_inputs_of_manifests_resolve_against_the_manifests_folder(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    # A byte-order mark, an absolute path, padded and empty wav_path cells, a row with an extra field.
+    (corpus / "m.CSV").write_text(
+        f"\ufeffwav_path,singer\nwavs/a.wav,x\n{tmp_path / 'b.wav'},y\n\n ,z\n  wavs/c.wav  ,w,extra\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    inputs = expand_inputs(["../corpus/m.CSV"])
+    assert inputs.paths == ["../corpus/wavs/a.wav", str(tmp_path / "b.wav"), "../corpus/wavs/c.wav"]
+    assert inputs.columns == [{"singer": "x"}, {"singer": "y"}, {"singer": "w"}]
+    assert inputs.problems == ["../corpus/m.CSV, line 4: empty wav_path"]
+
+
+def test_unreadable_manifests_are_reported_one_line_each(tmp_path):
+    (tmp_path / "nowav.csv").write_text("path,score\nx.wav,3\n")
+    (tmp_path / "header.csv").write_text("wav_path,score\n")
+    (tmp_path / "latin1.csv").write_bytes("wav_path,singer\na.wav,Jos\xe9\n".encode("latin-1"))
+    (tmp_path / "huge.csv").write_text("wav_path\n" + "x" * 200_000 + "\n")
+    (tmp_path / "blank.csv").write_text("")
+    names = ["nowav.csv", "header.csv", "latin1.csv", "huge.csv", "blank.csv"]
+    inputs = expand_inputs([str(tmp_path / name) for name in names])
+    assert inputs.paths == []
+    nowav, header, latin1, huge, blank = inputs.problems
+    assert (
+        nowav == f"{tmp_path / 'nowav.csv'}: the CSV manifest has no wav_path column (columns: path, score)"
+    )
+    assert header == f"{tmp_path / 'header.csv'}: the manifest holds no rows"
+    assert latin1.startswith(f"{tmp_path / 'latin1.csv'}: not UTF-8 text (")
+    assert latin1.endswith(
+        "can't decode byte 0xe9 in position 25: invalid continuation byte); save the manifest as UTF-8"
+    )
+    assert huge.startswith(
+        f"{tmp_path / 'huge.csv'}: cannot read the CSV manifest (field larger than field limit"
+    )
+    assert blank == f"{tmp_path / 'blank.csv'}: the CSV manifest has no wav_path column (columns: )"
+
+
+def test_inputs_of_lists_resolve_against_the_lists_folder(tmp_path, monkeypatch):
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / "l.TXT").write_text(f"  a.wav \n\n{tmp_path / 'b.wav'}\nsub/c.wav\n", encoding="utf-8")
+    (lists / "blank.txt").write_text(" \n\n")
+    (lists / "latin1.txt").write_bytes("Jos\xe9.wav\n".encode("latin-1"))
+    monkeypatch.chdir(tmp_path)
+    inputs = expand_inputs(["lists/l.TXT", "lists/blank.txt", "lists/latin1.txt"])
+    assert inputs.paths == ["lists/a.wav", str(tmp_path / "b.wav"), "lists/sub/c.wav"]
+    assert inputs.columns == [{}, {}, {}]
+    blank, latin1 = inputs.problems
+    assert blank == "lists/blank.txt: the list names no files"
+    assert latin1 == (
+        "lists/latin1.txt: not UTF-8 text ('utf-8' codec can't decode byte 0xe9 in position 3: "
+        "invalid continuation byte)"
+    )
