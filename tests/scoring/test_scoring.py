@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 
 from sqa.data.audio import load_audio
 from sqa.scoring import cli as score
+from sqa.scoring.clips import ClipWarning
 from sqa.scoring.inputs import expand_inputs
 from sqa.scoring.scorer import Scorer
 from tests.conftest import REPO
@@ -497,3 +499,91 @@ def test_inputs_of_lists_resolve_against_the_lists_folder(tmp_path, monkeypatch)
         "lists/latin1.txt: not UTF-8 text ('utf-8' codec can't decode byte 0xe9 in position 3: "
         "invalid continuation byte)"
     )
+
+
+def test_chunk_warnings_by_backbone_at_the_measured_bounds():
+    from sqa.scoring.scorer import chunk_warning
+
+    assert chunk_warning("LogMelBackbone", 10.0) is None and chunk_warning("TorchaudioWav2Vec2", 5.0) is None
+    assert chunk_warning("TorchaudioWav2Vec2", 4.9) == (
+        "TorchaudioWav2Vec2 windows shorter than 5 s moved scores of long songs by more than 0.02 MOS "
+        "against whole-clip scoring (docs/scoring.md); use longer windows where memory allows"
+    )
+    assert chunk_warning("LogMelBackbone", 9.99).startswith("LogMelBackbone windows shorter than 10 s moved")
+    assert chunk_warning("Other", 60.0) == (
+        "chunked scoring of a Other backbone was not measured against whole-clip scoring"
+    )
+
+
+def test_domains_by_name_or_index_within_the_exports_list():
+    from sqa.scoring.scorer import resolve_domain
+
+    domains = ["p1", "p2", "p3"]
+    assert [resolve_domain(d, domains) for d in (None, "p1", "p3", 0, 2, "2")] == [0, 0, 2, 0, 2, 2]
+    assert resolve_domain(0, []) == 0 and resolve_domain(None, []) == 0
+    for index in (3, -1, "3"):
+        expected = f"domain index {int(index)} out of range for domains ['p1', 'p2', 'p3']"
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            resolve_domain(index, domains)
+    with pytest.raises(ValueError, match=r"^domain index 1 out of range for domains \[\]$"):
+        resolve_domain(1, [])
+    with pytest.raises(ValueError, match=r"^unknown domain 'p4'; the export knows \['p1', 'p2', 'p3'\]$"):
+        resolve_domain("p4", domains)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusals of a machine without a GPU")
+def test_devices_that_this_machine_lacks_are_refused_by_name():
+    from sqa.scoring.scorer import resolve_device
+
+    with pytest.raises(ValueError, match=r"^unknown device 'nonsense' \(.+\)$"):
+        resolve_device("nonsense")
+    for name in ("cuda", "cuda:0"):
+        with pytest.raises(
+            ValueError, match=f"^device '{name}' is not available: this machine has 0 CUDA GPU"
+        ):
+            resolve_device(name)
+    if not torch.backends.mps.is_available():
+        with pytest.raises(ValueError, match=r"^device 'mps' is not available on this machine$"):
+            resolve_device("mps")
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")
+
+
+def test_scorer_settings_at_their_bounds(default_export):
+    for kwargs, message in (
+        ({"max_samples": 0}, "max_samples must be at least 1, got 0"),
+        ({"batch_size": 0}, "batch_size must be at least 1, got 0"),
+        ({"chunk_seconds": 0}, "chunk_seconds must be positive, got 0"),
+        ({"chunk_seconds": float("nan")}, "chunk_seconds must be positive, got nan"),
+        ({"pooling": "mean"}, "pooling must be one of ('masked_mean', 's3prl_padded_mean'), got 'mean'"),
+    ):
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            Scorer(default_export, **kwargs)
+    # Windows are whole 20 ms hops, at least 4 of them (the nearest count to the seconds asked for).
+    windows = {
+        s: Scorer(default_export, chunk_seconds=s).prepare.chunk_samples for s in (0.001, 0.1, 0.13, 10)
+    }
+    assert windows == {0.001: 1280, 0.1: 1600, 0.13: 1920, 10: 160000}
+    assert Scorer(default_export).prepare.chunk_samples is None
+    scorer = Scorer(default_export, max_samples=16000, batch_size=1)
+    clip = np.full(16000, 0.1, dtype=np.float32)
+    assert isinstance(scorer.score(clip, 16000), float)
+    limit = "audio: 16001 frames x 1 channels at 16000 Hz (16001 samples decoded or resampled to 16000 Hz)"
+    with pytest.raises(ValueError, match=re.escape(limit)):
+        scorer.score(np.full(16001, 0.1, dtype=np.float32), 16000)
+
+
+def test_sample_rates_and_clip_warnings_of_the_api(default_export):
+    scorer = Scorer(default_export)
+    clip = np.full(3200, 0.1, dtype=np.float32)
+    for rate in (True, 0, 384_001, 16000.0):
+        message = f"sample_rate must be an integer in 1..384000 Hz, got {rate!r}"
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            scorer.score(clip, rate)
+    assert isinstance(scorer.score(clip, np.int64(16000)), float)
+    assert isinstance(scorer.score(np.full(384_000, 0.1, dtype=np.float32), 384_000), float)
+    with pytest.warns(ClipWarning) as caught:
+        scores = scorer.score((clip, np.zeros(16000, dtype=np.float32)), 16000)
+    assert [str(w.message).split(":")[0] for w in caught] == ["audio[1]"]
+    assert isinstance(scores, list) and len(scores) == 2
+    with pytest.warns(ClipWarning, match="^audio: silent"):
+        scorer.score(np.zeros(16000, dtype=np.float32), 16000)
