@@ -548,7 +548,7 @@ def test_devices_that_this_machine_lacks_are_refused_by_name():
     assert resolve_device(torch.device("cpu")) == torch.device("cpu")
 
 
-def test_scorer_settings_at_their_bounds(default_export):
+def test_scorer_settings_at_their_bounds(default_export, tmp_path):
     for kwargs, message in (
         ({"max_samples": 0}, "max_samples must be at least 1, got 0"),
         ({"batch_size": 0}, "batch_size must be at least 1, got 0"),
@@ -570,6 +570,13 @@ def test_scorer_settings_at_their_bounds(default_export):
     limit = "audio: 16001 frames x 1 channels at 16000 Hz (16001 samples decoded or resampled to 16000 Hz)"
     with pytest.raises(ValueError, match=re.escape(limit)):
         scorer.score(np.full(16001, 0.1, dtype=np.float32), 16000)
+    # Files at the limit and one sample over it.
+    for n in (16000, 16001):
+        sf.write(tmp_path / f"{n}.wav", np.full(n, 0.1), 16000, subtype="FLOAT")
+    results = scorer.score_files([tmp_path / "16000.wav", tmp_path / "16001.wav"])
+    fits, over = sorted(results, key=lambda r: r.index)
+    assert fits.error is None and isinstance(fits.score, float)
+    assert over.score is None and "exceeds the limit of 16000 samples" in over.error
 
 
 def test_sample_rates_and_clip_warnings_of_the_api(default_export):
