@@ -20,6 +20,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from sqa.data.corpus import DEFAULT_DOMAIN, Clip, Corpus, CorpusError
+from sqa.data.pitch import F0Extractor
 from sqa.data.readers import recorded_corpus
 from sqa.exports.format import ExportError, export_predictor
 from sqa.models.backbone import LogMelBackbone
@@ -211,8 +212,11 @@ def corpus_manifest(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def untrained() -> MOSPredictor:
+    """A small model with domain IDs and a pitch branch: scored with both, as the export says."""
     torch.manual_seed(0)
-    return MOSPredictor(LogMelBackbone())
+    return MOSPredictor(
+        LogMelBackbone(n_mels=16, channels=8), num_domains=2, domain_dim=4, pitch="midi", pitch_dim=8
+    )
 
 
 def labelled_export(
@@ -234,7 +238,9 @@ def labelled_export(
             data.pop(key, None)
         else:
             data[key] = value
-    return export_predictor(model, export, 16000, domains, data=data, test=test, files=files)
+    return export_predictor(
+        model, export, 16000, domains, data=data, test=test, files=files, f0_extractor=F0Extractor()
+    )
 
 
 def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
@@ -253,7 +259,7 @@ def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
         untrained,
         manifest,
         tmp_path / "recorded",
-        ["d"],
+        ["d", "e"],
         test={"seed": 5, "bootstrap": 30},
         eval_batch_size=3,
     )
@@ -306,10 +312,13 @@ def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
         "plots",
     }
     assert f"Test results of {recorded.resolve()}:" in caplog.text
+    # The corpus's clips are of no domain the export knows: scored as its first.
+    unknown = "domains ['default'] are unknown to the export; scored as its domain 'd'"
+    assert [r.getMessage() for r in caplog.records].count(unknown) == 2
     # The intervals follow the seed and the resamples, wherever they are set.
     assert_same(metrics[0], metrics[2])
     assert_same(metrics[3], metrics[4])
-    assert metrics[0] != metrics[5] and metrics[0] != metrics[3]
+    assert metrics[0] != metrics[5] and metrics[0] != metrics[3] and metrics[1] != metrics[5]
     assert [i["export"] for i in infos] == [str(recorded.resolve())] * 2 + [str(bare.resolve())] * 4
     spec = yaml.safe_load((recorded / "config.yaml").read_text())["data"]["corpus"]
     assert infos[0]["corpus"] == spec
@@ -319,13 +328,13 @@ def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
     corpus = recorded_corpus(spec, recorded / "config.yaml")
     fingerprints = [
         evaluation_corpus(corpus, domains, uses_domains=False).fingerprint()
-        for domains in (["d"], [DEFAULT_DOMAIN])
+        for domains in (["d", "e"], [DEFAULT_DOMAIN])
     ]
     assert [i["corpus_fingerprint"] for i in infos] == fingerprints[:1] * 2 + fingerprints[1:] * 4
 
 
 def test_an_export_without_a_recorded_corpus_needs_one_named(untrained, corpus_manifest, tmp_path):
-    export = export_predictor(untrained, tmp_path / "export", 16000, ["d"])
+    export = export_predictor(untrained, tmp_path / "export", 16000, ["d"], f0_extractor=F0Extractor())
     message = (
         f"{export.resolve() / 'config.yaml'}: records no corpus; name one, e.g. data=csv data.corpus.path=..."
     )
@@ -333,6 +342,12 @@ def test_an_export_without_a_recorded_corpus_needs_one_named(untrained, corpus_m
         evaluate(compose_eval([f"export={export}"]), tmp_path / "out")
     named = ["data=csv", f"data.corpus.path={corpus_manifest}"]
     assert evaluate(compose_eval([f"export={export}", *named]), tmp_path / "named")["test"]["utt"]["n"] == 9
+    # A recorded corpus that did not move with the export: the error names the export's config.
+    moved = labelled_export(untrained, corpus_manifest, tmp_path / "a" / "export", ["d"])
+    shutil.move(moved, tmp_path / "moved")
+    where = re.escape(f"{(tmp_path / 'moved').resolve() / 'config.yaml'}: the recorded corpus path")
+    with pytest.raises(CorpusError, match=f"^{where}"):
+        evaluate(compose_eval([f"export={tmp_path / 'moved'}"]), tmp_path / "out")
 
 
 def test_a_carved_test_split_applies_only_to_a_corpus_without_test_clips(
@@ -360,6 +375,11 @@ def test_a_carved_test_split_applies_only_to_a_corpus_without_test_clips(
     assert_same(
         evaluate(compose_eval([*named, f"data.test_split_csv={split}"]), tmp_path / "named"), expected
     )
+    unknown = tmp_path / "unknown_split.csv"
+    unknown.write_text("sample_id\nnot-a-clip\n")
+    message = f"{unknown}: 1 listed test clip(s) are not training clips of this corpus (first: 'not-a-clip')"
+    with pytest.raises(CorpusError, match=f"^{re.escape(message)}$"):
+        evaluate(compose_eval([*named, f"data.test_split_csv={unknown}"]), tmp_path / "unknown")
     # A corpus with its own test clips keeps them (its test clips listed again are no training clips).
     own = [f"export={export}", "data=csv", f"data.corpus.path={manifest}", f"data.test_split_csv={split}"]
     assert_same(evaluate(compose_eval(own), tmp_path / "own"), expected)
@@ -387,7 +407,7 @@ def test_bad_test_clips_stop_the_evaluation_unless_skipped(untrained, corpus_man
         for r in rows:
             writer.writerow({**r, "wav_path": str(corpus_manifest.parent / r["wav_path"])})
         writer.writerow({**rows[-1], "wav_path": str(tmp_path / "empty.wav"), "sample_id": "empty"})
-    export = export_predictor(untrained, tmp_path / "export", 16000, ["d"])
+    export = export_predictor(untrained, tmp_path / "export", 16000, ["d"], f0_extractor=F0Extractor())
     named = [f"export={export}", "data=csv", f"data.corpus.path={broken}"]
     with pytest.raises(CorpusError, match="empty"):
         evaluate(compose_eval(named), tmp_path / "raise")
