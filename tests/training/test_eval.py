@@ -275,26 +275,17 @@ def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "existing").mkdir()
     named = ["data=csv", "data.corpus.path=${oc.env:SQA_EVAL_MANIFEST}", "data.eval_batch_size=4"]
+    # A reader named by its path of an earlier sqa version (as an old config holds it).
+    old_reader = "data.corpus._target_=sqa.data.corpus.read_csv_manifest"
+    moved = f"data.corpus.root={manifest.parent}"
     cases = [
         # (overrides, output folder, seed, bootstrap, eval batch size)
         (["export=recorded"], "out/a/b", 5, 30, 3),
-        (
-            [
-                "export=recorded",
-                "seed=3",
-                "bootstrap=7",
-                "eval_batch_size=2",
-                f"data.corpus.root={manifest.parent}",
-            ],
-            "existing",
-            3,
-            7,
-            2,
-        ),
+        (["export=recorded", "seed=3", "bootstrap=7", "eval_batch_size=2", moved], "existing", 3, 7, 2),
         (["export=bare", "seed=5", "bootstrap=30"], "c", 5, 30, 8),
         (["export=links/bare"], "d", 0, 1000, 8),
         # The user's corpus (an interpolation, recorded resolved), its batch size and settings.
-        (["export=bare", *named, "num_workers=1"], "e", 0, 1000, 4),
+        (["export=bare", *named, "num_workers=1", old_reader], "e", 0, 1000, 4),
         (["export=bare", *named, "eval_batch_size=2", "seed=3", "bootstrap=30"], "f", 3, 30, 2),
     ]
     infos, metrics = [], []
@@ -324,6 +315,7 @@ def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
     assert infos[0]["corpus"] == spec
     assert infos[1]["corpus"] == {**spec, "root": str(manifest.parent)}
     assert infos[4]["corpus"]["path"] == infos[5]["corpus"]["path"] == str(manifest)
+    assert infos[4]["corpus"]["_target_"] == "sqa.data.readers.read_csv_manifest"
     # The fingerprint of the clips scored, named by the export's domains.
     corpus = recorded_corpus(spec, recorded / "config.yaml")
     fingerprints = [
