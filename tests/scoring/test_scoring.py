@@ -446,17 +446,23 @@ def test_inputs_of_files_are_kept_as_named_and_missing_ones_reported(tmp_path, m
 def test_inputs_of_manifests_resolve_against_the_manifests_folder(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    # A byte-order mark, an absolute path, padded and empty wav_path cells, a row with an extra field.
-    (corpus / "m.CSV").write_text(
-        f"\ufeffwav_path,singer\nwavs/a.wav,x\n{tmp_path / 'b.wav'},y\n\n ,z\n  wavs/c.wav  ,w,extra\n",
-        encoding="utf-8",
-    )
+    # A byte-order mark, an absolute path, a cell over two lines, a blank line, padded and empty
+    # wav_path cells, a row with an extra field.
+    rows = [
+        "\ufeffwav_path,singer",
+        'wavs/a.wav,"x\r\ny"',
+        f"{tmp_path / 'b.wav'},y",
+        "",
+        " ,z",
+        "  wavs/c.wav  ,w,extra",
+    ]
+    (corpus / "m.CSV").write_bytes(("\n".join(rows) + "\n").encode())
     (tmp_path / "here").mkdir()
     monkeypatch.chdir(tmp_path / "here")
     inputs = expand_inputs(["../corpus/m.CSV"])
     assert inputs.paths == ["../corpus/wavs/a.wav", str(tmp_path / "b.wav"), "../corpus/wavs/c.wav"]
-    assert inputs.columns == [{"singer": "x"}, {"singer": "y"}, {"singer": "w"}]
-    assert inputs.problems == ["../corpus/m.CSV, line 4: empty wav_path"]
+    assert inputs.columns == [{"singer": "x\r\ny"}, {"singer": "y"}, {"singer": "w"}]
+    assert inputs.problems == ["../corpus/m.CSV, line 6: empty wav_path"]
 
 
 def test_unreadable_manifests_are_reported_one_line_each(tmp_path):
