@@ -554,6 +554,23 @@ def test_devices_that_this_machine_lacks_are_refused_by_name():
     assert resolve_device(torch.device("cpu")) == torch.device("cpu")
 
 
+def test_gpus_are_taken_by_index_below_the_count(monkeypatch):
+    from sqa.scoring.scorer import resolve_device
+
+    # A machine with two GPUs, as torch reports it (torch.device needs no GPU to name one).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [resolve_device(d) for d in ("auto", "cuda", "cuda:1")] == [
+        torch.device("cuda"),
+        torch.device("cuda"),
+        torch.device("cuda:1"),
+    ]
+    with pytest.raises(
+        ValueError, match=r"^device 'cuda:2' is not available: this machine has 2 CUDA GPU\(s\)$"
+    ):
+        resolve_device("cuda:2")
+
+
 def test_scorer_settings_at_their_bounds(default_export, tmp_path):
     for kwargs, message in (
         ({"max_samples": 0}, "max_samples must be at least 1, got 0"),
@@ -570,6 +587,7 @@ def test_scorer_settings_at_their_bounds(default_export, tmp_path):
     }
     assert windows == {0.001: 1280, 0.1: 1600, 0.13: 1920, 10: 160000}
     assert Scorer(default_export).prepare.chunk_samples is None
+    assert Scorer(default_export, max_samples=1, batch_size=1).max_samples == 1
     scorer = Scorer(default_export, max_samples=16000, batch_size=1)
     clip = np.full(16000, 0.1, dtype=np.float32)
     assert isinstance(scorer.score(clip, 16000), float)
@@ -598,5 +616,7 @@ def test_sample_rates_and_clip_warnings_of_the_api(default_export):
         scores = scorer.score((clip, np.zeros(16000, dtype=np.float32)), 16000)
     assert [str(w.message).split(":")[0] for w in caught] == ["audio[1]"]
     assert isinstance(scores, list) and len(scores) == 2
+    with pytest.raises(ValueError, match=r"^audio\[1\]: the audio holds NaN or infinite samples$"):
+        scorer.score([clip, np.full(3200, np.nan, dtype=np.float32)], 16000)
     with pytest.warns(ClipWarning, match="^audio: silent"):
         scorer.score(np.zeros(16000, dtype=np.float32), 16000)
