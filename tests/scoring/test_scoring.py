@@ -471,10 +471,13 @@ def test_unreadable_manifests_are_reported_one_line_each(tmp_path):
     (tmp_path / "latin1.csv").write_bytes("wav_path,singer\na.wav,Jos\xe9\n".encode("latin-1"))
     (tmp_path / "huge.csv").write_text("wav_path\n" + "x" * 200_000 + "\n")
     (tmp_path / "blank.csv").write_text("")
-    names = ["nowav.csv", "header.csv", "latin1.csv", "huge.csv", "blank.csv"]
+    # A row too short to reach its wav_path cell.
+    (tmp_path / "short.csv").write_text("singer,wav_path\nx\n")
+    names = ["nowav.csv", "header.csv", "latin1.csv", "huge.csv", "blank.csv", "short.csv"]
     inputs = expand_inputs([str(tmp_path / name) for name in names])
     assert inputs.paths == []
-    nowav, header, latin1, huge, blank = inputs.problems
+    nowav, header, latin1, huge, blank, short = inputs.problems
+    assert short == f"{tmp_path / 'short.csv'}, line 2: empty wav_path"
     assert (
         nowav == f"{tmp_path / 'nowav.csv'}: the CSV manifest has no wav_path column (columns: path, score)"
     )
