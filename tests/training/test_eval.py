@@ -219,6 +219,12 @@ def untrained() -> MOSPredictor:
     )
 
 
+def copy_corpus(manifest: Path, folder: Path) -> Path:
+    """A copy of the corpus folder of `manifest` at `folder`; the copy's manifest."""
+    shutil.copytree(manifest.parent, folder)
+    return folder / manifest.name
+
+
 def labelled_export(
     model: MOSPredictor,
     manifest: Path,
@@ -255,14 +261,19 @@ def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
         modules.append(real(*args, **kwargs))
         return modules[-1]
 
-    recorded = labelled_export(
-        untrained,
-        manifest,
-        tmp_path / "recorded",
-        ["d", "e"],
-        test={"seed": 5, "bootstrap": 30},
-        eval_batch_size=3,
+    recorded, moved = (
+        labelled_export(
+            untrained,
+            source,
+            tmp_path / name,
+            ["d", "e"],
+            test={"seed": 5, "bootstrap": 30},
+            eval_batch_size=3,
+        )
+        for name, source in (("recorded", manifest), ("moved", copy_corpus(manifest, tmp_path / "before")))
     )
+    # The corpus of `moved` is no longer where it records: it is named by its new folder.
+    (tmp_path / "before").rename(tmp_path / "after")
     # An export without domains (scored as the corpus's default one) nor test settings.
     bare = labelled_export(untrained, manifest, tmp_path / "bare", [], eval_batch_size=None)
     # Named through a link one folder deeper: its record is relative to the export itself.
@@ -277,11 +288,11 @@ def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
     named = ["data=csv", "data.corpus.path=${oc.env:SQA_EVAL_MANIFEST}", "data.eval_batch_size=4"]
     # A reader named by its path of an earlier sqa version (as an old config holds it).
     old_reader = "data.corpus._target_=sqa.data.corpus.read_csv_manifest"
-    moved = f"data.corpus.root={manifest.parent}"
+    new_root = f"data.corpus.root={tmp_path / 'after'}"
     cases = [
         # (overrides, output folder, seed, bootstrap, eval batch size)
         (["export=recorded"], "out/a/b", 5, 30, 3),
-        (["export=recorded", "seed=3", "bootstrap=7", "eval_batch_size=2", moved], "existing", 3, 7, 2),
+        (["export=moved", "seed=3", "bootstrap=7", "eval_batch_size=2", new_root], "existing", 3, 7, 2),
         (["export=bare", "seed=5", "bootstrap=30"], "c", 5, 30, 8),
         (["export=links/bare"], "d", 0, 1000, 8),
         # The user's corpus (an interpolation, recorded resolved), its batch size and settings.
@@ -310,10 +321,11 @@ def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
     assert_same(metrics[0], metrics[2])
     assert_same(metrics[3], metrics[4])
     assert metrics[0] != metrics[5] and metrics[0] != metrics[3] and metrics[1] != metrics[5]
-    assert [i["export"] for i in infos] == [str(recorded.resolve())] * 2 + [str(bare.resolve())] * 4
+    exports = [recorded.resolve(), moved.resolve(), *[bare.resolve()] * 4]
+    assert [i["export"] for i in infos] == [str(e) for e in exports]
     spec = yaml.safe_load((recorded / "config.yaml").read_text())["data"]["corpus"]
     assert infos[0]["corpus"] == spec
-    assert infos[1]["corpus"] == {**spec, "root": str(manifest.parent)}
+    assert infos[1]["corpus"] == {**spec, "root": str(tmp_path / "after")}
     assert infos[4]["corpus"]["path"] == infos[5]["corpus"]["path"] == str(manifest)
     assert infos[4]["corpus"]["_target_"] == "sqa.data.readers.read_csv_manifest"
     # The fingerprint of the clips scored, named by the export's domains.
