@@ -25,6 +25,7 @@ from sqa.data.readers import recorded_corpus
 from sqa.exports.format import ExportError, export_predictor
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
+from sqa.scoring.scorer import Scorer
 from sqa.training.evaluation import evaluate, evaluation_corpus, recorded_split
 from sqa.training.run_outputs import recorded_data
 from tests.conftest import REPO
@@ -349,6 +350,14 @@ def test_an_export_without_a_recorded_corpus_needs_one_named(untrained, corpus_m
         evaluate(compose_eval([f"export={export}"]), tmp_path / "out")
     named = ["data=csv", f"data.corpus.path={corpus_manifest}"]
     assert evaluate(compose_eval([f"export={export}", *named]), tmp_path / "named")["test"]["utt"]["n"] == 9
+    # An export of another sample rate scores the clips resampled to it, as sqa-score does.
+    slow = export_predictor(untrained, tmp_path / "8k", 8000, ["d"], f0_extractor=F0Extractor())
+    evaluate(compose_eval([f"export={slow}", *named, "eval_batch_size=1"]), tmp_path / "8k-out")
+    rows = read_rows(tmp_path / "8k-out" / "predictions.csv")
+    wavs = {r["sample_id"]: corpus_manifest.parent / r["wav_path"] for r in read_rows(corpus_manifest)}
+    scored = Scorer(slow).score_files([wavs[r["sample_id"]] for r in rows])
+    expected = [s.score for s in sorted(scored, key=lambda s: s.index)]
+    assert [float(r["pred"]) for r in rows] == pytest.approx(expected, abs=1e-4)
     # A recorded corpus that did not move with the export: the error names the export's config.
     moved = labelled_export(untrained, corpus_manifest, tmp_path / "a" / "export", ["d"])
     shutil.move(moved, tmp_path / "moved")
