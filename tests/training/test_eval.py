@@ -358,6 +358,21 @@ def test_an_export_without_a_recorded_corpus_needs_one_named(untrained, corpus_m
     scored = Scorer(slow).score_files([wavs[r["sample_id"]] for r in rows])
     expected = [s.score for s in sorted(scored, key=lambda s: s.index)]
     assert [float(r["pred"]) for r in rows] == pytest.approx(expected, abs=1e-4)
+    # An export of two score dimensions is evaluated on both.
+    lyrics = tmp_path / "lyrics.csv"
+    with lyrics.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[*read_rows(corpus_manifest)[0], "score_lyrics"])
+        writer.writeheader()
+        for r in read_rows(corpus_manifest):
+            wav = str(corpus_manifest.parent / r["wav_path"])
+            writer.writerow({**r, "wav_path": wav, "score_lyrics": 6 - float(r["score"])})
+    torch.manual_seed(0)
+    two = MOSPredictor(LogMelBackbone(n_mels=16, channels=8), dimensions=["mos", "lyrics"])
+    two_export = export_predictor(two, tmp_path / "two", 16000, ["d"])
+    evaluate(
+        compose_eval([f"export={two_export}", "data=csv", f"data.corpus.path={lyrics}"]), tmp_path / "two-out"
+    )
+    assert json.loads((tmp_path / "two-out" / "metrics_lyrics.json").read_text())["test"]["utt"]["n"] == 9
     # A recorded corpus that did not move with the export: the error names the export's config.
     moved = labelled_export(untrained, corpus_manifest, tmp_path / "a" / "export", ["d"])
     shutil.move(moved, tmp_path / "moved")
