@@ -184,7 +184,12 @@ def test_clips_of_domains_the_export_does_not_know_are_scored_as_its_first(caplo
         Clip("b", Path("b.wav"), 3.0, "s", "new", "test", "test1"),
         Clip("c", Path("c.wav"), 3.0, "s", "p1", "train"),
     ]
-    corpus = evaluation_corpus(Corpus(clips, ["p1", "p2", "new"]), ["p1", "p2"], uses_domains=True)
+    known = frozenset({"s"})
+    corpus = evaluation_corpus(
+        Corpus(clips, ["p1", "p2", "new"], (0.0, 10.0), known), ["p1", "p2"], uses_domains=True
+    )
+    # The corpus's scale and its list of known systems (which validation checks clips against) are kept.
+    assert corpus.score_range == (0.0, 10.0) and corpus.systems == known
     assert [(c.sample_id, c.domain) for c in corpus.clips] == [("a", "p2"), ("b", "p1")]
     assert corpus.domains == ["p1", "p2"]
     assert "domains ['new'] are unknown to the export; scored as its domain 'p1'" in caplog.text
