@@ -33,7 +33,9 @@ def _read_manifest(path: Path, inputs: Inputs) -> None:
     try:
         with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
-            rows = list(reader)
+            # Each row with its line in the file (its last, for a quoted cell over several lines):
+            # blank lines are skipped, so rows are not counted from the header.
+            rows = [(reader.line_num, row) for row in reader]
             columns = list(reader.fieldnames or [])
     except UnicodeDecodeError as err:
         inputs.problems.append(f"{path}: not UTF-8 text ({err}); save the manifest as UTF-8")
@@ -48,7 +50,7 @@ def _read_manifest(path: Path, inputs: Inputs) -> None:
     elif not rows:
         inputs.problems.append(f"{path}: the manifest holds no rows")
     else:
-        for line, row in enumerate(rows, start=2):
+        for line, row in rows:
             if not (row.get("wav_path") or "").strip():
                 inputs.problems.append(f"{path}, line {line}: empty wav_path")
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ import torch
 
 from sqa.data.audio import load_audio
 from sqa.scoring import cli as score
+from sqa.scoring.clips import ClipWarning
+from sqa.scoring.inputs import expand_inputs
 from sqa.scoring.scorer import Scorer
 from tests.conftest import REPO
 
@@ -400,3 +403,223 @@ def test_chunking_in_windows_shorter_than_the_measured_bound_warns_once(default_
     with warnings.catch_warnings():
         warnings.simplefilter("error", ChunkWarning)
         short.score(wav, 16000)
+
+
+# What sqa-score is asked to score (sqa.scoring.inputs), without scoring it: files need not be audio.
+
+
+def touch(*paths: Path) -> None:
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+
+
+def test_inputs_of_folders_are_their_audio_files_at_any_depth_sorted(tmp_path, monkeypatch):
+    touch(tmp_path / "f" / "b.wav", tmp_path / "f" / "a.FLAC", tmp_path / "f" / "sub" / "c.mp3")
+    touch(tmp_path / "f" / "notes.txt", tmp_path / "f" / "m.csv", tmp_path / "f" / "noext")
+    (tmp_path / "f" / "folder.wav").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    (tmp_path / "empty").mkdir()
+    touch(tmp_path / "empty" / "readme.md")
+    monkeypatch.chdir(tmp_path)
+    inputs = expand_inputs(["f", str(tmp_path / "link"), "empty"])
+    assert inputs.paths == [
+        "f/a.FLAC",
+        "f/b.wav",
+        "f/sub/c.mp3",
+        *(str(tmp_path / "link" / name) for name in ("a.FLAC", "b.wav", "sub/c.mp3")),
+    ]
+    assert inputs.columns == [{}] * 6
+    suffixes = ".aif, .aiff, .flac, .mp3, .ogg, .opus, .wav"
+    assert inputs.problems == [f"empty: the folder holds no audio files ({suffixes})"]
+
+
+def test_inputs_of_files_are_kept_as_named_and_missing_ones_reported(tmp_path, monkeypatch):
+    touch(tmp_path / "a.wav", tmp_path / "noext", tmp_path / "b.M4A")
+    monkeypatch.chdir(tmp_path)
+    inputs = expand_inputs(["a.wav", "missing.wav", str(tmp_path / "noext"), "b.M4A"])
+    assert inputs.paths == ["a.wav", str(tmp_path / "noext"), "b.M4A"]
+    assert inputs.columns == [{}, {}, {}]
+    assert inputs.problems == ["missing.wav: does not exist"]
+
+
+def test_inputs_of_manifests_resolve_against_the_manifests_folder(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    # A byte-order mark, an absolute path, a cell over two lines, a blank line, padded and empty
+    # wav_path cells, a row with an extra field.
+    rows = [
+        "\ufeffwav_path,singer",
+        'wavs/a.wav,"x\r\ny"',
+        f"{tmp_path / 'b.wav'},y",
+        "",
+        " ,z",
+        "  wavs/c.wav  ,w,extra",
+    ]
+    (corpus / "m.CSV").write_bytes(("\n".join(rows) + "\n").encode())
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    inputs = expand_inputs(["../corpus/m.CSV"])
+    assert inputs.paths == ["../corpus/wavs/a.wav", str(tmp_path / "b.wav"), "../corpus/wavs/c.wav"]
+    assert inputs.columns == [{"singer": "x\r\ny"}, {"singer": "y"}, {"singer": "w"}]
+    assert inputs.problems == ["../corpus/m.CSV, line 6: empty wav_path"]
+
+
+def test_unreadable_manifests_are_reported_one_line_each(tmp_path):
+    (tmp_path / "nowav.csv").write_text("path,score\nx.wav,3\n")
+    (tmp_path / "header.csv").write_text("wav_path,score\n")
+    (tmp_path / "latin1.csv").write_bytes("wav_path,singer\na.wav,Jos\xe9\n".encode("latin-1"))
+    (tmp_path / "huge.csv").write_text("wav_path\n" + "x" * 200_000 + "\n")
+    (tmp_path / "blank.csv").write_text("")
+    # A row too short to reach its wav_path cell.
+    (tmp_path / "short.csv").write_text("singer,wav_path\nx\n")
+    names = ["nowav.csv", "header.csv", "latin1.csv", "huge.csv", "blank.csv", "short.csv"]
+    inputs = expand_inputs([str(tmp_path / name) for name in names])
+    assert inputs.paths == []
+    nowav, header, latin1, huge, blank, short = inputs.problems
+    assert short == f"{tmp_path / 'short.csv'}, line 2: empty wav_path"
+    assert (
+        nowav == f"{tmp_path / 'nowav.csv'}: the CSV manifest has no wav_path column (columns: path, score)"
+    )
+    assert header == f"{tmp_path / 'header.csv'}: the manifest holds no rows"
+    assert latin1.startswith(f"{tmp_path / 'latin1.csv'}: not UTF-8 text (")
+    assert latin1.endswith(
+        "can't decode byte 0xe9 in position 25: invalid continuation byte); save the manifest as UTF-8"
+    )
+    assert huge.startswith(
+        f"{tmp_path / 'huge.csv'}: cannot read the CSV manifest (field larger than field limit"
+    )
+    assert blank == f"{tmp_path / 'blank.csv'}: the CSV manifest has no wav_path column (columns: )"
+
+
+def test_inputs_of_lists_resolve_against_the_lists_folder(tmp_path, monkeypatch):
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / "l.TXT").write_text(f"  a.wav \n\n{tmp_path / 'b.wav'}\nsub/c.wav\n", encoding="utf-8")
+    (lists / "blank.txt").write_text(" \n\n")
+    (lists / "latin1.txt").write_bytes("Jos\xe9.wav\n".encode("latin-1"))
+    monkeypatch.chdir(tmp_path)
+    inputs = expand_inputs(["lists/l.TXT", "lists/blank.txt", "lists/latin1.txt"])
+    assert inputs.paths == ["lists/a.wav", str(tmp_path / "b.wav"), "lists/sub/c.wav"]
+    assert inputs.columns == [{}, {}, {}]
+    blank, latin1 = inputs.problems
+    assert blank == "lists/blank.txt: the list names no files"
+    assert latin1 == (
+        "lists/latin1.txt: not UTF-8 text ('utf-8' codec can't decode byte 0xe9 in position 3: "
+        "invalid continuation byte)"
+    )
+
+
+def test_chunk_warnings_by_backbone_at_the_measured_bounds():
+    from sqa.scoring.scorer import chunk_warning
+
+    assert chunk_warning("LogMelBackbone", 10.0) is None and chunk_warning("TorchaudioWav2Vec2", 5.0) is None
+    assert chunk_warning("TorchaudioWav2Vec2", 4.9) == (
+        "TorchaudioWav2Vec2 windows shorter than 5 s moved scores of long songs by more than 0.02 MOS "
+        "against whole-clip scoring (docs/scoring.md); use longer windows where memory allows"
+    )
+    assert chunk_warning("LogMelBackbone", 9.99).startswith("LogMelBackbone windows shorter than 10 s moved")
+    assert chunk_warning("Other", 60.0) == (
+        "chunked scoring of a Other backbone was not measured against whole-clip scoring"
+    )
+
+
+def test_domains_by_name_or_index_within_the_exports_list():
+    from sqa.scoring.scorer import resolve_domain
+
+    domains = ["p1", "p2", "p3"]
+    assert [resolve_domain(d, domains) for d in (None, "p1", "p3", 0, 2, "2")] == [0, 0, 2, 0, 2, 2]
+    assert resolve_domain(0, []) == 0 and resolve_domain(None, []) == 0
+    for index in (3, -1, "3"):
+        expected = f"domain index {int(index)} out of range for domains ['p1', 'p2', 'p3']"
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            resolve_domain(index, domains)
+    with pytest.raises(ValueError, match=r"^domain index 1 out of range for domains \[\]$"):
+        resolve_domain(1, [])
+    with pytest.raises(ValueError, match=r"^unknown domain 'p4'; the export knows \['p1', 'p2', 'p3'\]$"):
+        resolve_domain("p4", domains)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusals of a machine without a GPU")
+def test_devices_that_this_machine_lacks_are_refused_by_name():
+    from sqa.scoring.scorer import resolve_device
+
+    with pytest.raises(ValueError, match=r"^unknown device 'nonsense' \(.+\)$"):
+        resolve_device("nonsense")
+    for name in ("cuda", "cuda:0"):
+        with pytest.raises(
+            ValueError, match=f"^device '{name}' is not available: this machine has 0 CUDA GPU"
+        ):
+            resolve_device(name)
+    if not torch.backends.mps.is_available():
+        with pytest.raises(ValueError, match=r"^device 'mps' is not available on this machine$"):
+            resolve_device("mps")
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")
+
+
+def test_gpus_are_taken_by_index_below_the_count(monkeypatch):
+    from sqa.scoring.scorer import resolve_device
+
+    # A machine with two GPUs, as torch reports it (torch.device needs no GPU to name one).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [resolve_device(d) for d in ("auto", "cuda", "cuda:1")] == [
+        torch.device("cuda"),
+        torch.device("cuda"),
+        torch.device("cuda:1"),
+    ]
+    with pytest.raises(
+        ValueError, match=r"^device 'cuda:2' is not available: this machine has 2 CUDA GPU\(s\)$"
+    ):
+        resolve_device("cuda:2")
+
+
+def test_scorer_settings_at_their_bounds(default_export, tmp_path):
+    for kwargs, message in (
+        ({"max_samples": 0}, "max_samples must be at least 1, got 0"),
+        ({"batch_size": 0}, "batch_size must be at least 1, got 0"),
+        ({"chunk_seconds": 0}, "chunk_seconds must be positive, got 0"),
+        ({"chunk_seconds": float("nan")}, "chunk_seconds must be positive, got nan"),
+        ({"pooling": "mean"}, "pooling must be one of ('masked_mean', 's3prl_padded_mean'), got 'mean'"),
+    ):
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            Scorer(default_export, **kwargs)
+    # Windows are whole 20 ms hops, at least 4 of them (the nearest count to the seconds asked for).
+    windows = {
+        s: Scorer(default_export, chunk_seconds=s).prepare.chunk_samples for s in (0.001, 0.1, 0.13, 10)
+    }
+    assert windows == {0.001: 1280, 0.1: 1600, 0.13: 1920, 10: 160000}
+    assert Scorer(default_export).prepare.chunk_samples is None
+    assert Scorer(default_export, max_samples=1, batch_size=1).max_samples == 1
+    scorer = Scorer(default_export, max_samples=16000, batch_size=1)
+    clip = np.full(16000, 0.1, dtype=np.float32)
+    assert isinstance(scorer.score(clip, 16000), float)
+    limit = "audio: 16001 frames x 1 channels at 16000 Hz (16001 samples decoded or resampled to 16000 Hz)"
+    with pytest.raises(ValueError, match=re.escape(limit)):
+        scorer.score(np.full(16001, 0.1, dtype=np.float32), 16000)
+    # Files at the limit and one sample over it.
+    for n in (16000, 16001):
+        sf.write(tmp_path / f"{n}.wav", np.full(n, 0.1), 16000, subtype="FLOAT")
+    results = scorer.score_files([tmp_path / "16000.wav", tmp_path / "16001.wav"])
+    fits, over = sorted(results, key=lambda r: r.index)
+    assert fits.error is None and isinstance(fits.score, float)
+    assert over.score is None and "exceeds the limit of 16000 samples" in over.error
+
+
+def test_sample_rates_and_clip_warnings_of_the_api(default_export):
+    scorer = Scorer(default_export)
+    clip = np.full(3200, 0.1, dtype=np.float32)
+    for rate in (True, 0, 384_001, 16000.0):
+        message = f"sample_rate must be an integer in 1..384000 Hz, got {rate!r}"
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            scorer.score(clip, rate)
+    assert isinstance(scorer.score(clip, np.int64(16000)), float)
+    assert isinstance(scorer.score(np.full(384_000, 0.1, dtype=np.float32), 384_000), float)
+    with pytest.warns(ClipWarning) as caught:
+        scores = scorer.score((clip, np.zeros(16000, dtype=np.float32)), 16000)
+    assert [str(w.message).split(":")[0] for w in caught] == ["audio[1]"]
+    assert isinstance(scores, list) and len(scores) == 2
+    with pytest.raises(ValueError, match=r"^audio\[1\]: the audio holds NaN or infinite samples$"):
+        scorer.score([clip, np.full(3200, np.nan, dtype=np.float32)], 16000)
+    with pytest.warns(ClipWarning, match="^audio: silent"):
+        scorer.score(np.zeros(16000, dtype=np.float32), 16000)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,16 +15,21 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from hydra import compose, initialize_config_dir
 
-from sqa.data.corpus import Clip, Corpus, CorpusError
+from sqa.data.corpus import DEFAULT_DOMAIN, Clip, Corpus, CorpusError
+from sqa.data.pitch import F0Extractor
 from sqa.data.readers import recorded_corpus
-from sqa.exports.format import ExportError
-from sqa.training.evaluation import evaluate, evaluation_corpus
+from sqa.exports.format import ExportError, export_predictor
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.predictor import MOSPredictor
+from sqa.scoring.scorer import Scorer
+from sqa.training.evaluation import evaluate, evaluation_corpus, recorded_split
 from sqa.training.run_outputs import recorded_data
 from tests.conftest import REPO
-from tests.training.test_selection import compose_train
+from tests.training.test_selection import compose_train, write_per_system_corpus
 
 
 def compose_eval(overrides: list[str]):
@@ -177,8 +184,288 @@ def test_clips_of_domains_the_export_does_not_know_are_scored_as_its_first(caplo
         Clip("b", Path("b.wav"), 3.0, "s", "new", "test", "test1"),
         Clip("c", Path("c.wav"), 3.0, "s", "p1", "train"),
     ]
-    corpus = evaluation_corpus(Corpus(clips, ["p1", "p2", "new"]), ["p1", "p2"], uses_domains=True)
+    known = frozenset({"s"})
+    corpus = evaluation_corpus(
+        Corpus(clips, ["p1", "p2", "new"], (0.0, 10.0), known), ["p1", "p2"], uses_domains=True
+    )
+    # The corpus's scale and its list of known systems (which validation checks clips against) are kept.
+    assert corpus.score_range == (0.0, 10.0) and corpus.systems == known
     assert [(c.sample_id, c.domain) for c in corpus.clips] == [("a", "p2"), ("b", "p1")]
-    assert corpus.domains == ["p1", "p2"] and "['new'] are unknown to the export" in caplog.text
-    with pytest.raises(CorpusError, match="no test clips"):
+    assert corpus.domains == ["p1", "p2"]
+    assert "domains ['new'] are unknown to the export; scored as its domain 'p1'" in caplog.text
+    # A model without domain IDs scores every domain alike: mapped without a warning.
+    caplog.clear()
+    corpus = evaluation_corpus(Corpus(clips, ["p1", "p2", "new"]), ["p2", "p1"], uses_domains=False)
+    assert [(c.sample_id, c.domain) for c in corpus.clips] == [("a", "p2"), ("b", "p2")]
+    assert corpus.domains == ["p2", "p1"] and not caplog.records
+    no_test = (
+        "the corpus has no test clips to evaluate; for a corpus whose test split a run carved, name it: "
+    )
+    with pytest.raises(
+        CorpusError, match=f"^{re.escape(no_test)}data.test_split_csv=<run dir>/test_split.csv$"
+    ):
         evaluation_corpus(Corpus(clips[2:], ["p1"]), ["p1"], uses_domains=False)
+
+
+# The tests below score with an untrained model (no training): each takes seconds.
+
+
+@pytest.fixture(scope="module")
+def corpus_manifest(tmp_path_factory) -> Path:
+    """The tiny run's per-system corpus (train, valid and three test systems)."""
+    return write_per_system_corpus(tmp_path_factory.mktemp("eval-corpus"))
+
+
+@pytest.fixture(scope="module")
+def untrained() -> MOSPredictor:
+    """A small model with domain IDs and a pitch branch: scored with both, as the export says."""
+    torch.manual_seed(0)
+    return MOSPredictor(
+        LogMelBackbone(n_mels=16, channels=8), num_domains=2, domain_dim=4, pitch="midi", pitch_dim=8
+    )
+
+
+def copy_corpus(manifest: Path, folder: Path) -> Path:
+    """A copy of the corpus folder of `manifest` at `folder`; the copy's manifest."""
+    shutil.copytree(manifest.parent, folder)
+    return folder / manifest.name
+
+
+def labelled_export(
+    model: MOSPredictor,
+    manifest: Path,
+    export: Path,
+    domains: list[str],
+    test: dict | None = None,
+    files: tuple[Path, ...] = (),
+    **data_changes,
+) -> Path:
+    """An export of `model` recording the CSV corpus `manifest` as a training run does, with `data_changes`.
+
+    A change of None removes the key from the recorded `data`.
+    """
+    data = recorded_data(compose_train(["data=csv", f"data.corpus.path={manifest}"]), export)
+    for key, value in data_changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return export_predictor(
+        model, export, 16000, domains, data=data, test=test, files=files, f0_extractor=F0Extractor()
+    )
+
+
+def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
+    untrained, corpus_manifest, tmp_path, monkeypatch, caplog
+):
+    from sqa.training import evaluation
+
+    manifest = corpus_manifest
+    modules, real = [], evaluation.MOSDataModule
+
+    def datamodule(*args, **kwargs):
+        modules.append(real(*args, **kwargs))
+        return modules[-1]
+
+    recorded, moved = (
+        labelled_export(
+            untrained,
+            source,
+            tmp_path / name,
+            ["d", "e"],
+            test={"seed": 5, "bootstrap": 30},
+            eval_batch_size=3,
+        )
+        for name, source in (("recorded", manifest), ("moved", copy_corpus(manifest, tmp_path / "before")))
+    )
+    # The corpus of `moved` is no longer where it records: it is named by its new folder.
+    (tmp_path / "before").rename(tmp_path / "after")
+    # An export without domains (scored as the corpus's default one) nor test settings.
+    bare = labelled_export(untrained, manifest, tmp_path / "bare", [], eval_batch_size=None)
+    # Named through a link one folder deeper: its record is relative to the export itself.
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "bare").symlink_to(bare)
+    monkeypatch.setattr(evaluation, "MOSDataModule", datamodule)
+    monkeypatch.setenv("SQA_EVAL_MANIFEST", str(manifest))
+    caplog.set_level(logging.INFO, logger="sqa")
+    # Named relative to another working directory: the record is the resolved export folder.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "existing").mkdir()
+    named = ["data=csv", "data.corpus.path=${oc.env:SQA_EVAL_MANIFEST}", "data.eval_batch_size=4"]
+    # A reader named by its path of an earlier sqa version (as an old config holds it).
+    old_reader = "data.corpus._target_=sqa.data.corpus.read_csv_manifest"
+    new_root = f"data.corpus.root={tmp_path / 'after'}"
+    cases = [
+        # (overrides, output folder, seed, bootstrap, eval batch size)
+        (["export=recorded"], "out/a/b", 5, 30, 3),
+        (["export=moved", "seed=3", "bootstrap=7", "eval_batch_size=2", new_root], "existing", 3, 7, 2),
+        (["export=bare", "seed=5", "bootstrap=30"], "c", 5, 30, 8),
+        (["export=links/bare"], "d", 0, 1000, 8),
+        # The user's corpus (an interpolation, recorded resolved), its batch size and settings.
+        (["export=bare", *named, "num_workers=1", old_reader], "e", 0, 1000, 4),
+        (["export=bare", *named, "eval_batch_size=2", "seed=3", "bootstrap=30"], "f", 3, 30, 2),
+    ]
+    infos, metrics = [], []
+    for overrides, out, seed, bootstrap, size in cases:
+        evaluate(compose_eval(overrides), out)
+        info = json.loads((tmp_path / out / "eval_info.json").read_text())
+        assert (info["seed"], info["bootstrap"], modules[-1].eval_batch_size) == (seed, bootstrap, size), out
+        infos.append(info)
+        metrics.append(json.loads((tmp_path / out / "metrics.json").read_text()))
+    assert [m.num_workers for m in modules] == [0, 0, 0, 0, 1, 0]
+    assert {p.name for p in (tmp_path / "out/a/b").iterdir()} == {
+        "eval_info.json",
+        "metrics.json",
+        "predictions.csv",
+        "plots",
+    }
+    assert f"Test results of {recorded.resolve()}:" in caplog.text
+    # The corpus's clips are of no domain the export knows: scored as its first.
+    unknown = "domains ['default'] are unknown to the export; scored as its domain 'd'"
+    assert [r.getMessage() for r in caplog.records].count(unknown) == 2
+    # The intervals follow the seed and the resamples, wherever they are set.
+    assert_same(metrics[0], metrics[2])
+    assert_same(metrics[3], metrics[4])
+    # Another seed, or as many resamples from another seed, moves an interval beyond 1e-4.
+    for a, b in ((0, 5), (0, 3), (1, 5)):
+        with pytest.raises(AssertionError):
+            assert_same(metrics[a], metrics[b])
+    exports = [recorded.resolve(), moved.resolve(), *[bare.resolve()] * 4]
+    assert [i["export"] for i in infos] == [str(e) for e in exports]
+    spec = yaml.safe_load((recorded / "config.yaml").read_text())["data"]["corpus"]
+    assert infos[0]["corpus"] == spec
+    assert infos[1]["corpus"] == {**spec, "root": str(tmp_path / "after")}
+    assert infos[4]["corpus"]["path"] == infos[5]["corpus"]["path"] == str(manifest)
+    assert infos[4]["corpus"]["_target_"] == "sqa.data.readers.read_csv_manifest"
+    # The fingerprint of the clips scored, named by the export's domains.
+    corpus = recorded_corpus(spec, recorded / "config.yaml")
+    fingerprints = [
+        evaluation_corpus(corpus, domains, uses_domains=False).fingerprint()
+        for domains in (["d", "e"], [DEFAULT_DOMAIN])
+    ]
+    assert [i["corpus_fingerprint"] for i in infos] == fingerprints[:1] * 2 + fingerprints[1:] * 4
+
+
+def test_an_export_without_a_recorded_corpus_needs_one_named(untrained, corpus_manifest, tmp_path):
+    export = export_predictor(untrained, tmp_path / "export", 16000, ["d"], f0_extractor=F0Extractor())
+    message = (
+        f"{export.resolve() / 'config.yaml'}: records no corpus; name one, e.g. data=csv data.corpus.path=..."
+    )
+    with pytest.raises(CorpusError, match=f"^{re.escape(message)}$"):
+        evaluate(compose_eval([f"export={export}"]), tmp_path / "out")
+    named = ["data=csv", f"data.corpus.path={corpus_manifest}"]
+    assert evaluate(compose_eval([f"export={export}", *named]), tmp_path / "named")["test"]["utt"]["n"] == 9
+    # An export of another sample rate scores the clips resampled to it, as sqa-score does.
+    slow = export_predictor(untrained, tmp_path / "8k", 8000, ["d"], f0_extractor=F0Extractor())
+    evaluate(compose_eval([f"export={slow}", *named, "eval_batch_size=1"]), tmp_path / "8k-out")
+    rows = read_rows(tmp_path / "8k-out" / "predictions.csv")
+    wavs = {r["sample_id"]: corpus_manifest.parent / r["wav_path"] for r in read_rows(corpus_manifest)}
+    scored = Scorer(slow).score_files([wavs[r["sample_id"]] for r in rows])
+    expected = [s.score for s in sorted(scored, key=lambda s: s.index)]
+    assert [float(r["pred"]) for r in rows] == pytest.approx(expected, abs=1e-4)
+    # An export of two score dimensions is evaluated on both.
+    lyrics = tmp_path / "lyrics.csv"
+    with lyrics.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[*read_rows(corpus_manifest)[0], "score_lyrics"])
+        writer.writeheader()
+        for r in read_rows(corpus_manifest):
+            wav = str(corpus_manifest.parent / r["wav_path"])
+            writer.writerow({**r, "wav_path": wav, "score_lyrics": 6 - float(r["score"])})
+    torch.manual_seed(0)
+    two = MOSPredictor(LogMelBackbone(n_mels=16, channels=8), dimensions=["mos", "lyrics"])
+    two_export = export_predictor(two, tmp_path / "two", 16000, ["d"])
+    evaluate(
+        compose_eval([f"export={two_export}", "data=csv", f"data.corpus.path={lyrics}"]), tmp_path / "two-out"
+    )
+    assert json.loads((tmp_path / "two-out" / "metrics_lyrics.json").read_text())["test"]["utt"]["n"] == 9
+    # A recorded corpus that did not move with the export: the error names the export's config.
+    moved = labelled_export(untrained, corpus_manifest, tmp_path / "a" / "export", ["d"])
+    shutil.move(moved, tmp_path / "moved")
+    where = re.escape(f"{(tmp_path / 'moved').resolve() / 'config.yaml'}: the recorded corpus path")
+    with pytest.raises(CorpusError, match=f"^{where}"):
+        evaluate(compose_eval([f"export={tmp_path / 'moved'}"]), tmp_path / "out")
+
+
+def test_a_carved_test_split_applies_only_to_a_corpus_without_test_clips(
+    untrained, corpus_manifest, tmp_path
+):
+    manifest = corpus_manifest
+    rows = read_rows(manifest)
+    test_ids = [r["sample_id"] for r in rows if r["split"] == "test"]
+    # The corpus with its test clips as training clips (its audio named by absolute paths).
+    untested = tmp_path / "corpus" / "untested.csv"
+    untested.parent.mkdir()
+    with untested.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for r in rows:
+            split = "train" if r["split"] == "test" else r["split"]
+            writer.writerow({**r, "wav_path": str(manifest.parent / r["wav_path"]), "split": split})
+    split = tmp_path / "test_split.csv"
+    split.write_text("sample_id\n" + "\n".join(test_ids) + "\n")
+    export = labelled_export(untrained, manifest, tmp_path / "export", ["d"])
+    expected = evaluate(compose_eval([f"export={export}"]), tmp_path / "expected")
+    named = [f"export={export}", "data=csv", f"data.corpus.path={untested}"]
+    with pytest.raises(CorpusError, match="no test clips"):
+        evaluate(compose_eval(named), tmp_path / "none")
+    assert_same(
+        evaluate(compose_eval([*named, f"data.test_split_csv={split}"]), tmp_path / "named"), expected
+    )
+    unknown = tmp_path / "unknown_split.csv"
+    unknown.write_text("sample_id\nnot-a-clip\n")
+    message = f"{unknown}: 1 listed test clip(s) are not training clips of this corpus (first: 'not-a-clip')"
+    with pytest.raises(CorpusError, match=f"^{re.escape(message)}$"):
+        evaluate(compose_eval([*named, f"data.test_split_csv={unknown}"]), tmp_path / "unknown")
+    # A corpus with its own test clips keeps them (its test clips listed again are no training clips).
+    own = [f"export={export}", "data=csv", f"data.corpus.path={manifest}", f"data.test_split_csv={split}"]
+    assert_same(evaluate(compose_eval(own), tmp_path / "own"), expected)
+    # The export's own copy of the split, whatever folder its record names.
+    carved = labelled_export(
+        untrained,
+        untested,
+        tmp_path / "carved",
+        ["d"],
+        files=(split,),
+        test_split_csv="/trainer/runs/x/test_split.csv",
+    )
+    assert_same(evaluate(compose_eval([f"export={carved}"]), tmp_path / "recorded"), expected)
+    assert recorded_split(carved, None) is None
+    assert recorded_split(carved, "/trainer/runs/x/test_split.csv") == carved / "test_split.csv"
+
+
+def test_bad_test_clips_stop_the_evaluation_unless_skipped(untrained, corpus_manifest, tmp_path):
+    broken = tmp_path / "broken.csv"
+    (tmp_path / "empty.wav").write_bytes(b"")
+    rows = read_rows(corpus_manifest)
+    with broken.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, "wav_path": str(corpus_manifest.parent / r["wav_path"])})
+        writer.writerow({**rows[-1], "wav_path": str(tmp_path / "empty.wav"), "sample_id": "empty"})
+    export = export_predictor(untrained, tmp_path / "export", 16000, ["d"], f0_extractor=F0Extractor())
+    named = [f"export={export}", "data=csv", f"data.corpus.path={broken}"]
+    with pytest.raises(CorpusError, match="empty"):
+        evaluate(compose_eval(named), tmp_path / "raise")
+    evaluate(compose_eval([*named, "on_error=skip"]), tmp_path / "skip")
+    assert len(read_rows(tmp_path / "skip" / "predictions.csv")) == 9
+
+
+def test_main_writes_into_hydras_folder_and_ends_a_bad_export_in_one_line(
+    untrained, corpus_manifest, tmp_path, monkeypatch
+):
+    from sqa.training import evaluation
+
+    export = labelled_export(untrained, corpus_manifest, tmp_path / "export", ["d"])
+    logging_off = ["hydra/job_logging=none", "hydra/hydra_logging=none", "hydra.output_subdir=null"]
+    run = ["eval.py", f"export={export}", f"hydra.run.dir={tmp_path / 'run'}", *logging_off]
+    monkeypatch.setattr(sys, "argv", run)
+    evaluation.main()
+    info = json.loads((tmp_path / "run" / "eval_info.json").read_text())
+    assert info["export"] == str(export.resolve()) and (tmp_path / "run" / "metrics.json").is_file()
+    missing = tmp_path / "missing"
+    run = ["eval.py", f"export={missing}", f"hydra.run.dir={tmp_path / 'b'}", *logging_off]
+    monkeypatch.setattr(sys, "argv", run)
+    with pytest.raises(SystemExit) as exit_info:
+        evaluation.main()
+    assert str(exit_info.value).startswith(f"Error: {missing}: not found")
