@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from typing import Any
 
 import lightning as L
 import pytest
@@ -51,7 +52,7 @@ def items(n: int, offset: int = 0) -> list[dict]:
     return out
 
 
-def trainer(tmp_path) -> L.Trainer:
+def trainer(tmp_path, **settings: Any) -> L.Trainer:
     return L.Trainer(
         accelerator="cpu",
         devices=1,
@@ -60,6 +61,7 @@ def trainer(tmp_path) -> L.Trainer:
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=tmp_path,
+        **settings,
     )
 
 
@@ -278,19 +280,7 @@ def test_selecting_on_the_training_loss_scores_the_mean_step_loss_since_the_prev
         selection=train_loss_rule(),
     )
     recorder = Recorder()
-    fit = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        max_steps=4,
-        val_check_interval=2,
-        num_sanity_val_steps=0,
-        callbacks=[recorder],
-        default_root_dir=tmp_path,
-    )
+    fit = trainer(tmp_path, max_steps=4, val_check_interval=2, num_sanity_val_steps=0, callbacks=[recorder])
     clips = items(8)
     train = loader(clips[:2], clips[2:5], clips[5:6], clips[6:])
     fit.fit(module, train_dataloaders=train, val_dataloaders=loader(items(4)))
