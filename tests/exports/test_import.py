@@ -605,6 +605,15 @@ def test_layout_errors_name_the_file_the_kind_and_the_keys(tmp_path: Path) -> No
         f"{no_bias} does not have the singmos_v1 (use_lstm=False) layout: "
         "missing ['linear.bias'], unexpected []"
     )
+    # A singmos_pro release with a pitch branch and no head bias: its kind named too.
+    state = {k: v for k, v in pro_state().items() if k != "decoder.net.3.bias"}
+    pitch = save_state(tmp_path / "pro.pth", {**state, "pitch_emb.weight": torch.ones(2)})
+    with pytest.raises(importers.LayoutError) as err:
+        importers.convert_singmos_pro(pitch)
+    assert str(err.value) == (
+        f"{pitch} does not have the singmos_pro layout: missing ['decoder.net.3.bias'], unexpected "
+        "['pitch_emb.weight'] (branches such as pitch or judge embeddings are not imported)"
+    )
     # Left-over keys are named (the first 8, sorted) with what the import leaves out.
     extra = {f"lstm.{i}": torch.ones(1) for i in range(9)}
     lstm = save_state(
@@ -756,6 +765,8 @@ def test_sqa_import_help_and_an_unknown_kind(capsys: pytest.CaptureFixture) -> N
     assert (
         "Command line: convert a released MOS predictor, downloaded by the user, into an sqa export." in text
     )
+    # The docstring's first line only: its examples and layout notes stay out of --help.
+    assert "Layouts, read from the public code" not in text
     # Each argument says what it is; the defaults say that nothing is downloaded.
     for said in (
         "{singmos_pro,singmos_v1,sheet}",
