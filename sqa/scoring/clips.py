@@ -6,6 +6,9 @@ workers in length-sorted batches), which `sqa-score` and `sqa-baseline` read ali
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +28,21 @@ SILENCE_PEAK = 1e-4
 LOUD_PEAK = 2.0
 
 
+# The sqa package's folder: a warning points at the first caller outside it.
+_PACKAGE = os.path.dirname(os.path.dirname(__file__)) + os.sep
+
+
 class ClipWarning(UserWarning):
     """A clip was scored, but its score says little (too short, silent, or far above full scale)."""
+
+
+def warn_at_caller(message: str, category: type[Warning]) -> None:
+    """Warn at the user's line that called into sqa, however deep inside sqa the cause lies."""
+    # A fixed stacklevel points at the user only from one call path (score vs. score_files).
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def as_samples(audio: Any, name: str) -> np.ndarray:

@@ -12,7 +12,6 @@ Lightning nor Hydra; a backbone library is imported only when the export uses it
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from sqa.scoring.clips import (
     as_samples,
     clip_warning,
     file_batches,
+    warn_at_caller,
 )
 
 # The shortest window (seconds) whose chunked scores stayed within 0.02 MOS of whole-clip scores
@@ -198,7 +198,7 @@ class Scorer:
         for wav, name in zip(wavs, names, strict=True):
             warning = clip_warning(wav, self.sample_rate, self.min_samples)
             if warning is not None:
-                warnings.warn(f"{name}: {warning}", ClipWarning, stacklevel=2)
+                warn_at_caller(f"{name}: {warning}", ClipWarning)
         rows = self.score_dimensions(wavs)
         out = [row[0] if len(row) == 1 else dict(zip(self.dimensions, row, strict=True)) for row in rows]
         return out[0] if single else out
@@ -232,7 +232,7 @@ class Scorer:
     def _score_prepared(self, clips: list[PreparedClip]) -> list[tuple[PreparedClip, list[float]]]:
         """Each clip's scores (K,): the mean over its pieces' kept frames (a whole clip: its score)."""
         if self.chunk_warning and any(len(clip.pieces) > 1 for clip in clips):
-            warnings.warn(self.chunk_warning, ChunkWarning, stacklevel=3)
+            warn_at_caller(self.chunk_warning, ChunkWarning)
             self.chunk_warning = None  # once per Scorer
         scores, sums, counts = self._forward([piece for clip in clips for piece in clip.pieces])
         out = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from sqa.data.audio import load_audio
+from sqa.data.audio import downmix_resample, load_audio
 from sqa.scoring import cli as score
 from sqa.scoring.clips import ClipWarning
 from sqa.scoring.inputs import expand_inputs
@@ -113,6 +114,25 @@ def test_batched_workers_equal_the_predictors_own_forward_in_input_order(default
                 wav[None], torch.tensor([wav.shape[0]]), torch.zeros(1, dtype=torch.long)
             )
             assert float(row["score"]) == pytest.approx(reference.score.item(), abs=1e-5)
+
+
+def test_files_are_decoded_in_this_process_unless_workers_are_asked(default_export, tmp_path, monkeypatch):
+    from sqa.scoring import clips
+
+    decoded_in = []
+
+    def recording_load_audio(*args, **kwargs):
+        decoded_in.append(os.getpid())
+        return load_audio(*args, **kwargs)
+
+    monkeypatch.setattr(clips, "load_audio", recording_load_audio)
+    paths = write_clips(tmp_path, [1600, 3200])
+    scorer = Scorer(default_export)
+    assert all(r.error is None for r in scorer.score_files(paths))
+    assert decoded_in == [os.getpid()] * 2
+    # A worker decodes in its own process: nothing is recorded in this one.
+    assert all(r.error is None for r in scorer.score_files(paths, num_workers=1))
+    assert decoded_in == [os.getpid()] * 2
 
 
 def test_output_in_a_missing_folder_is_refused_before_scoring(default_export, tmp_path, capsys, monkeypatch):
@@ -387,7 +407,7 @@ def test_chunked_scoring_bounds_peak_memory(default_export, tmp_path):
     assert growth["10"] < 0.3 * growth["none"], growth
 
 
-def test_chunking_in_windows_shorter_than_the_measured_bound_warns_once(default_export):
+def test_chunking_in_windows_shorter_than_the_measured_bound_warns_once(default_export, tmp_path):
     import warnings
 
     from sqa.scoring.scorer import ChunkWarning
@@ -398,11 +418,17 @@ def test_chunking_in_windows_shorter_than_the_measured_bound_warns_once(default_
         warnings.simplefilter("error", ChunkWarning)
         short.score(wav[:16000], 16000)  # shorter than a window: scored whole, no warning
         Scorer(default_export, chunk_seconds=10).score(wav, 16000)
-    with pytest.warns(ChunkWarning, match=r"LogMelBackbone windows shorter than 10 s .* 0.02 MOS"):
+    with pytest.warns(ChunkWarning, match=r"LogMelBackbone windows shorter than 10 s .* 0.02 MOS") as caught:
         short.score(wav, 16000)
+    # The warning points at the caller's line, from arrays and from files alike.
+    assert [w.filename for w in caught] == [__file__]
     with warnings.catch_warnings():
         warnings.simplefilter("error", ChunkWarning)
         short.score(wav, 16000)
+    sf.write(tmp_path / "long.wav", wav, 16000, subtype="FLOAT")
+    with pytest.warns(ChunkWarning) as caught:
+        list(Scorer(default_export, chunk_seconds=5).score_files([tmp_path / "long.wav"]))
+    assert [w.filename for w in caught] == [__file__]
 
 
 # What sqa-score is asked to score (sqa.scoring.inputs), without scoring it: files need not be audio.
@@ -615,9 +641,15 @@ def test_sample_rates_and_clip_warnings_of_the_api(default_export):
             scorer.score(clip, rate)
     assert isinstance(scorer.score(clip, np.int64(16000)), float)
     assert isinstance(scorer.score(np.full(384_000, 0.1, dtype=np.float32), 384_000), float)
+    # 1 Hz is the lowest rate taken: 3 samples are resampled to 3 s at the export's 16 kHz.
+    lowest = np.full(3, 0.1, dtype=np.float32)
+    resampled = downmix_resample(lowest[:, None], 1, 16000, "audio")
+    assert resampled.shape == (48000,)
+    assert scorer.score(lowest, 1) == scorer.score_waveforms([resampled])[0]
     with pytest.warns(ClipWarning) as caught:
         scores = scorer.score((clip, np.zeros(16000, dtype=np.float32)), 16000)
     assert [str(w.message).split(":")[0] for w in caught] == ["audio[1]"]
+    assert [w.filename for w in caught] == [__file__]
     assert isinstance(scores, list) and len(scores) == 2
     with pytest.raises(ValueError, match=r"^audio\[1\]: the audio holds NaN or infinite samples$"):
         scorer.score([clip, np.full(3200, np.nan, dtype=np.float32)], 16000)
