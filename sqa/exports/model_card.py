@@ -68,7 +68,8 @@ def metrics_table(results: Mapping[str, Any]) -> list[str]:
         "|---|---|---|" + "---|" * len(names),
     ]
     for name in order:
-        for level in ("utt", "sys"):
+        # Metrics handed to `export_predictor` may hold one level only (clips without systems).
+        for level in [level for level in ("utt", "sys") if level in blocks[name]]:
             cells = [metric_cell(blocks[name], level, metric, interval_digits=3) for metric in names]
             label = "average" if name == AVERAGE_KEY else name
             lines.append(

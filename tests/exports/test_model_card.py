@@ -58,6 +58,12 @@ def test_metrics_rows_hold_values_and_intervals_and_say_what_is_undefined():
     assert "- test1, system SRCC: 1 system" in card
 
 
+def test_metrics_of_one_level_get_rows_of_that_level_only():
+    utt_only = {"test1": {"utt": METRICS["test1"]["utt"]}}
+    rows = [line for line in model_card.render(CONFIG, utt_only).splitlines() if line.startswith("| test1")]
+    assert rows == ["| test1 | utterance | 40 | 0.500 | 0.712 |"]
+
+
 def test_data_configuration_software_use_and_citation_sections():
     card = model_card.render(CONFIG, METRICS, run_info=RUN_INFO, training=TRAINING)
     for heading in (
