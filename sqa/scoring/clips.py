@@ -37,12 +37,14 @@ class ClipWarning(UserWarning):
 
 
 def warn_at_caller(message: str, category: type[Warning]) -> None:
-    """Warn at the user's line that called into sqa, however deep inside sqa the cause lies."""
-    # A fixed stacklevel points at the user only from one call path (score vs. score_files).
-    frame, level = sys._getframe(1), 2
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+    """Warn at the line that called into sqa (the outermost sqa frame's caller), however deep the cause."""
+    # A fixed stacklevel points at the caller only from one call path (score vs. score_files).
+    frame, level, outermost = sys._getframe(1), 2, 2
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_PACKAGE):
+            outermost = level
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=level)
+    warnings.warn(message, category, stacklevel=outermost + 1)
 
 
 def as_samples(audio: Any, name: str) -> np.ndarray:
