@@ -418,9 +418,10 @@ def test_chunking_in_windows_shorter_than_the_measured_bound_warns_once(default_
         warnings.simplefilter("error", ChunkWarning)
         short.score(wav[:16000], 16000)  # shorter than a window: scored whole, no warning
         Scorer(default_export, chunk_seconds=10).score(wav, 16000)
-    # A clip of two windows is chunked: the first one warns.
+    # A clip of two (overlapping) 5 s windows is chunked: the first one warns.
+    assert len(short.prepare(wav[:100_000])) == 2
     with pytest.warns(ChunkWarning, match=r"LogMelBackbone windows shorter than 10 s .* 0.02 MOS"):
-        short.score(wav[: 8 * 16000], 16000)
+        short.score(wav[:100_000], 16000)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ChunkWarning)
         short.score(wav, 16000)
