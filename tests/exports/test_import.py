@@ -15,6 +15,7 @@ import csv
 import json
 import logging
 import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,19 @@ def upstream_file(path: Path, model_cfg: dict, normalize: bool) -> Path:
     state = {"task_cfg": {"normalize": normalize}, "model_cfg": model_cfg, "model_weight": model.state_dict()}
     torch.save(state, path)
     return path
+
+
+def saved_on_cuda(path: Path, out: Path) -> Path:
+    """`path` (a torch.save file) as saved from a GPU: its storages' location is "cuda:0"."""
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith("/data.pkl"):
+                # The location string as pickle protocol 2 writes it (BINUNICODE, 4-byte length).
+                data, count = re.subn(rb"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0", data)
+                assert count > 0
+            dst.writestr(info, data)
+    return out
 
 
 def s3prl_upstream(path: Path) -> nn.Module:
@@ -218,6 +232,14 @@ def test_singmos_v1_release_imports_exactly_with_a_linear_head(tmp_path: Path) -
         "singmos_v1", tmp_path / "singmos_v1.pt", out, upstream_checkpoint=str(upstream), overwrite=True
     )
     check_export(out, released, frames, expected)
+    # Releases saved from a GPU (weights and upstream) import on a machine without one.
+    weights = saved_on_cuda(tmp_path / "singmos_v1.pt", tmp_path / "gpu.pt")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(weights, weights_only=True)
+    gpu_upstream = saved_on_cuda(upstream, tmp_path / "gpu_upstream.pt")
+    importers.import_predictor("singmos_v1", weights, tmp_path / "gpu", upstream_checkpoint=str(gpu_upstream))
+    check_export(tmp_path / "gpu", released, frames, expected)
 
 
 @pytest.mark.parametrize("trainer_checkpoint", [False, True])
