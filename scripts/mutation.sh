@@ -41,7 +41,7 @@ import tomllib
 from pathlib import Path
 
 module, path = sys.argv[1], Path(sys.argv[2])
-text = path.read_text()
+text = path.read_text(encoding="utf-8")
 config = tomllib.loads(text)["tool"]
 tests = config["sqa"]["mutation"].get(module)
 if tests is None:
@@ -58,7 +58,7 @@ for key, value in values.items():
     # The array up to its closing bracket (strings may hold brackets).
     pattern = rf'^{key} = \[(?:[^\]"]|"[^"]*")*\]'
     text = re.sub(pattern, lambda _: f"{key} = {json.dumps(value)}", text, count=1, flags=re.M)
-path.write_text(text)
+path.write_text(text, encoding="utf-8")
 EOF
     echo "== $module: $(cd "$work" && "$python" -c "
 import tomllib

@@ -194,7 +194,8 @@ def test_of_two_writers_to_one_new_output_only_one_wins(default_export, tmp_path
     assert f"{out}: not written (it appeared while scoring); the scores were saved to " in err
     assert out.read_text() == "the other run's scores\n"
     kept = Path(err.split("the scores were saved to ")[1].split("\n")[0])
-    assert kept.read_text().startswith("path,score\n") and str(good) in kept.read_text()
+    saved = kept.read_text(encoding="utf-8")
+    assert saved.startswith("path,score\n") and str(good) in saved
     kept.unlink()
     # With --overwrite the run replaces what it finds, as asked.
     assert (
@@ -217,7 +218,7 @@ def test_a_failing_final_write_keeps_the_scores_and_names_them(default_export, t
         "Traceback" not in err and f"{out}: not written (Permission denied); the scores were saved to " in err
     )
     kept = Path(err.split("the scores were saved to ")[1].split("\n")[0])
-    assert str(good) in kept.read_text() and not out.exists()
+    assert str(good) in kept.read_text(encoding="utf-8") and not out.exists()
     kept.unlink()
 
 
@@ -315,7 +316,7 @@ def write_manifest(path: Path, test_set: str) -> Path:
     good_clip(path.parent)
     rows = [["wav_path", "score", "system_id", "sample_id", "split", "test_set"]]
     rows.append(["sys0-utt000.wav", "3", "s0", "a", "test", test_set])
-    with path.open("w", newline="") as fh:
+    with path.open("w", encoding="utf-8", newline="") as fh:
         csv.writer(fh).writerows(rows)
     return path
 
@@ -397,7 +398,7 @@ def test_sqa_table_on_runs_with_different_test_sets_is_one_line(tmp_path, capsys
 def write_predictions(path: Path, extra_line: str = "") -> Path:
     lines = ["sample_id,system_id,test_set,mos,pred"]
     lines += [f"u{i},s{i % 3},test1,{1 + i % 4},{1.5 + i % 3}" for i in range(9)]
-    path.write_text("\n".join(lines) + "\n" + extra_line)
+    path.write_text("\n".join(lines) + "\n" + extra_line, encoding="utf-8")
     return path
 
 

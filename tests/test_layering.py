@@ -34,7 +34,7 @@ TRAINING_ONLY = ("lightning", "hydra")
 def imported_modules(path: Path) -> set[str]:
     """Every module a file imports (`import a.b`, `from a.b import c` gives a.b and a.b.c)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

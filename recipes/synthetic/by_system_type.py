@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("corpus", type=Path, help="the synthetic corpus folder (with info/sys_info.json)")
     parser.add_argument("--cell", action="append", required=True, help="LABEL=GLOB of run directories")
     args = parser.parse_args()
-    sys_info = json.loads((args.corpus / "info" / "sys_info.json").read_text())
+    sys_info = json.loads((args.corpus / "info" / "sys_info.json").read_text(encoding="utf-8"))
     sys_type = {k: v["type"] for k, v in sys_info.items()}
     header = ["setting", "runs", "pitch utt RMSE", "pitch sys RMSE", "other utt RMSE", "other sys RMSE"]
     print("| " + " | ".join(header) + " |")

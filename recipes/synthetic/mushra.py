@@ -30,9 +30,9 @@ SAME_DATA = ["data.batch_size=8", "data.eval_batch_size=16", "data.num_workers=0
 
 def rescale(manifest: Path, out: Path) -> None:
     """Write `manifest` with every score r as 1 + 4 r / 100 (0-100 onto 1-5) to `out`."""
-    with manifest.open(newline="") as fh:
+    with manifest.open(encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    with out.open("w", newline="") as fh:
+    with out.open("w", encoding="utf-8", newline="") as fh:
         writer = csv.DictWriter(fh, list(rows[0]), lineterminator="\n")
         writer.writeheader()
         writer.writerows({**r, "score": repr(1.0 + 4.0 * float(r["score"]) / 100.0)} for r in rows)
@@ -40,7 +40,7 @@ def rescale(manifest: Path, out: Path) -> None:
 
 def constant_rmse(run_dir: Path, train_mean: float) -> float:
     """Utterance RMSE over the headline test clips of predicting the training mean for every clip."""
-    with (run_dir / "predictions.csv").open() as fh:
+    with (run_dir / "predictions.csv").open(encoding="utf-8") as fh:
         rows = [r for r in csv.DictReader(fh) if r["test_set"] not in ("reference", "anchor")]
     labels = np.array([float(r["mos"]) for r in rows])
     return float(np.sqrt(np.mean((labels - train_mean) ** 2)))
@@ -69,7 +69,7 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- |")
     for name, (_, to_100) in runs.items():
         run_dir = (args.out / name).resolve()
-        avg = json.loads((run_dir / "metrics.json").read_text())["avg"]
+        avg = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))["avg"]
         mean = train_mean if to_100 == 1.0 else 1.0 + 4.0 * train_mean / 100.0
         utt, sys_, ci = avg["utt"], avg["sys"], avg.get("ci", {})
 

@@ -180,13 +180,13 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                 split[batch][part].append(utt_id)
             systems[sys_id] = {"mos": float(np.mean(sys_scores))}
     info = root / "info"
-    (info / "split.json").write_text(json.dumps(split, indent=1, allow_nan=False))
+    (info / "split.json").write_text(json.dumps(split, indent=1, allow_nan=False), encoding="utf-8")
     (info / "score.json").write_text(
-        json.dumps({"utterance": utterances, "system": systems}, indent=1, allow_nan=False)
+        json.dumps({"utterance": utterances, "system": systems}, indent=1, allow_nan=False), encoding="utf-8"
     )
-    (info / "sys_info.json").write_text(json.dumps(sys_info, indent=1, allow_nan=False))
+    (info / "sys_info.json").write_text(json.dumps(sys_info, indent=1, allow_nan=False), encoding="utf-8")
     (info / "synthetic.json").write_text(
-        json.dumps(_signature(seed, clips_per_system, systems_per_batch), allow_nan=False)
+        json.dumps(_signature(seed, clips_per_system, systems_per_batch), allow_nan=False), encoding="utf-8"
     )
 
 
@@ -217,7 +217,7 @@ def _signature_at(marker: Path, root: Path) -> object:
             f"{root}: not a corpus sqa generated (no {marker.relative_to(root)}); choose another root"
         )
     try:
-        return json.loads(marker.read_text())
+        return json.loads(marker.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise CorpusError(f"{marker}: unreadable ({err}); choose another root") from err
 
@@ -353,10 +353,8 @@ def load_synthetic_mushra(
     if not manifest.is_file():
         if not allow_generate:
             raise CorpusError(f"{manifest}: no MUSHRA-style manifest there (allow_generate is false)")
-        kinds = {
-            s: v["type"]
-            for s, v in json.loads((root / "audio" / "info" / "sys_info.json").read_text()).items()
-        }
+        sys_info = (root / "audio" / "info" / "sys_info.json").read_text(encoding="utf-8")
+        kinds = {s: v["type"] for s, v in json.loads(sys_info).items()}
         text = io.StringIO()
         writer = csv.DictWriter(text, MUSHRA_COLUMNS, lineterminator="\n")
         writer.writeheader()

@@ -80,10 +80,10 @@ def export_predictor(
     with atomic_dir(directory, replace=overwrite) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}
         torch.save(state, tmp / "model.pt")
-        (tmp / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
+        (tmp / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)), encoding="utf-8")
         artefacts.write_metrics(tmp, metrics or {}, dimension_metrics)
         if run_info is not None:
-            (tmp / "run_info.json").write_text(json_text(run_info))
+            (tmp / "run_info.json").write_text(json_text(run_info), encoding="utf-8")
         card = model_card.render(config, metrics or {}, dimension_metrics, run_info, training)
         (tmp / "README.md").write_text(card, encoding="utf-8")
         for path in files:

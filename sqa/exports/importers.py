@@ -150,7 +150,7 @@ def read_sheet_config(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; expected the SHEET model's config.yml")
     try:
-        config = yaml.safe_load(path.read_text())
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as error:
         raise LayoutError(f"{path} is not a plain YAML file: {error}") from error
     if not isinstance(config, dict) or config.get("model_type") != "SSLMOS":

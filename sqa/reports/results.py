@@ -171,7 +171,7 @@ def read_paper_rows(spec: str) -> tuple[list[tuple[str, list[list[float | None]]
     if not sep:
         raise ValueError(f"--paper-rows needs FILE:TABLE, got {spec!r}")
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ValueError(f"{path}: cannot read paper rows ({err})") from err
     if not isinstance(data, dict) or not isinstance(data.get(table), list):
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if source:
         print(f"\nPaper rows: {source}")
     if args.csv:
-        with open(args.csv, "w", newline="") as fh:
+        with open(args.csv, "w", encoding="utf-8", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(header)
             writer.writerows(rows)

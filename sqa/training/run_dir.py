@@ -53,7 +53,7 @@ def _owner(lock_path: Path) -> str:
     """The owner recorded in a lock file ("PID 123 on host"), or a note that it is unknown."""
     try:
         # A lock file is written by sqa, but any bytes in it must still give the "in use" message.
-        text = lock_path.read_text(errors="replace").strip()
+        text = lock_path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         text = ""
     return text or "a process that has not written its PID yet"

@@ -668,7 +668,7 @@ SHEET_PARAMS = {
 
 
 def write_sheet_config(path: Path, params: dict, **top: object) -> Path:
-    path.write_text(yaml.safe_dump({"model_type": "SSLMOS", **top, "model_params": params}))
+    path.write_text(yaml.safe_dump({"model_type": "SSLMOS", **top, "model_params": params}), encoding="utf-8")
     return path
 
 

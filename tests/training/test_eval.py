@@ -54,7 +54,7 @@ def assert_same(a, b, where: str = "") -> None:
 
 
 def read_rows(path: Path) -> list[dict]:
-    with path.open() as fh:
+    with path.open(encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
 

@@ -45,7 +45,7 @@ def test_the_export_records_old_paths_and_loads():
 
 
 def test_the_export_scores_its_test_clips_as_the_run_predicted_them(era_corpus):
-    with open(MAIN_ERA / "predictions.csv", newline="") as f:
+    with open(MAIN_ERA / "predictions.csv", encoding="utf-8", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["test_set"] == "test1"][:6]
     model = sqa.load(MAIN_ERA / "export", domain="singmospro-p1")
     wav = era_corpus / "synthetic-seed0-clips3" / "wav"

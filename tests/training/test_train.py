@@ -52,7 +52,7 @@ def default_run(synthetic_root, tmp_path_factory):
 
 
 def read_predictions(path: Path) -> list[dict]:
-    with path.open() as fh:
+    with path.open(encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
 

@@ -276,7 +276,7 @@ def transformers_do_normalize(directory: Path) -> bool | None:
     if not path.is_file():
         return None
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ValueError(f"{path} cannot be read as JSON: {error}") from error
     if not isinstance(config, dict) or not isinstance(config.get("do_normalize", False), bool):

@@ -1,0 +1,50 @@
+"""sqa under an ASCII locale (LANG=C in many containers): its text files are UTF-8 whatever the locale."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from tests.conftest import REPO
+
+
+def test_an_export_with_non_ascii_text_is_written_loaded_and_scored_under_an_ascii_locale(tmp_path):
+    # The export's README (its model card) holds an en dash; config.yaml holds the domain's name.
+    # The command line itself stays ASCII (\u escapes): the locale decodes it.
+    code = textwrap.dedent(
+        """
+        import locale, sys
+        from pathlib import Path
+        import numpy as np, torch
+        import sqa
+        from sqa.exports.format import export_predictor
+        from sqa.models.backbone import LogMelBackbone
+        from sqa.models.predictor import MOSPredictor
+
+        print(locale.getpreferredencoding(False))
+        torch.manual_seed(0)
+        model = MOSPredictor(LogMelBackbone(), num_domains=2, domain_dim=4)
+        export = export_predictor(model, Path(sys.argv[1]) / "export", 16000, ["ch\\u0153ur", "solo"])
+        scorer = sqa.load(export, domain="ch\\u0153ur")
+        print(scorer.score(np.full(16000, 0.1, dtype=np.float32), 16000))
+        """
+    )
+    # Without coercion and UTF-8 mode, Python keeps the C locale's ASCII encoding as the default.
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=env, capture_output=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
+    encoding, score = result.stdout.decode().split()
+    assert encoding == "ANSI_X3.4-1968"
+    export = tmp_path / "export"
+    assert "chœur" in (export / "config.yaml").read_text(encoding="utf-8")
+    assert "1–5 scale" in (export / "README.md").read_text(encoding="utf-8")
+    import numpy as np
+
+    import sqa
+
+    clip = np.full(16000, 0.1, dtype=np.float32)
+    assert float(score) == sqa.load(export, domain="chœur").score(clip, 16000)
