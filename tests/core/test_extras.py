@@ -115,18 +115,25 @@ def test_a_core_command_starts_without_the_extras(command):
     assert done.stdout.startswith("usage:")
 
 
-def test_sqa_score_and_the_hub_entry_point_score_without_the_extras(default_export, tmp_path):
-    t = np.arange(16000) / 16000
-    sf.write(tmp_path / "a.wav", (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000)
+def test_sqa_score_the_api_and_the_hub_entry_point_score_alike_without_the_extras(default_export, tmp_path):
+    # A stereo file at 24 kHz: the core install downmixes and resamples, in DataLoader workers too.
+    t = np.arange(24000) / 24000
+    tone = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    sf.write(tmp_path / "a.wav", np.stack([tone, 0.5 * tone], axis=1), 24000)
     out = tmp_path / "s.csv"
-    args = ["--checkpoint", default_export, "--output", out, tmp_path / "a.wav"]
+    args = ["--checkpoint", default_export, "--output", out, "--num-workers", 1, tmp_path / "a.wav"]
     done = run_core_only(console_scripts()["sqa-score"], *args)
     assert done.returncode == 0, done.stderr
-    score = float(out.read_text().splitlines()[1].split(",")[1])
+    score = float(out.read_text(encoding="utf-8").splitlines()[1].split(",")[1])
     (tmp_path / "hub.py").write_text(
-        "import sys\nimport soundfile as sf\nsys.path.insert(0, sys.argv[1])\nimport hubconf\n"
-        "print(hubconf.load(sys.argv[2]).score(sf.read(sys.argv[3], dtype='float32')[0], 16000))\n"
+        "import sys\nimport soundfile as sf\nimport sqa\n"
+        "assert 'torch' not in sys.modules, 'import sqa alone must stay light'\n"
+        "sys.path.insert(0, sys.argv[1])\nimport hubconf\n"
+        "wav, rate = sf.read(sys.argv[3], dtype='float32')\n"
+        "print(hubconf.load(sys.argv[2]).score(wav.T, rate), sqa.load(sys.argv[2]).score(wav.T, rate))\n",
+        encoding="utf-8",
     )
     done = run_core_only(tmp_path / "hub.py", REPO, default_export, tmp_path / "a.wav")
     assert done.returncode == 0, done.stderr
-    assert float(done.stdout.strip()) == pytest.approx(score, abs=1e-5)
+    hub, api = map(float, done.stdout.split())
+    assert hub == api == pytest.approx(score, abs=1e-5)
