@@ -81,7 +81,9 @@ def atomic_dir(path: str | Path, replace: bool = False) -> Iterator[Path]:
 
 def atomic_write_text(path: str | Path, text: str, exclusive: bool = False) -> None:
     """Write `text` (UTF-8) to `path` atomically; `exclusive`: never replace an existing `path`."""
-    atomic_write(path, lambda fh: fh.write(text.encode()), exclusive)
+    # A file name that Python decoded with surrogate escapes (not UTF-8 under the locale, e.g. any
+    # non-ASCII name under LANG=C) is written back as the bytes it was read from.
+    atomic_write(path, lambda fh: fh.write(text.encode("utf-8", "surrogateescape")), exclusive)
 
 
 def _strict(value: Any) -> Any:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -35,12 +37,32 @@ def check_audio_size(
         )
 
 
+def _os_path(path: str | Path) -> str | bytes:
+    """`path` as libsndfile opens it: the file system's bytes on POSIX, whatever the locale."""
+    # soundfile encodes a str path strictly in the locale's encoding, so under LANG=C (ASCII) a
+    # non-ASCII name, which Python decoded with surrogate escapes, could not be opened.
+    if os.name == "nt":
+        return str(path)
+    try:
+        return os.fsencode(path)
+    except UnicodeEncodeError as err:  # a name read from UTF-8 text (a manifest) under LANG=C
+        raise AudioError(
+            f"{path}: the file system encoding of this locale ({sys.getfilesystemencoding()}) cannot "
+            "encode the name; run under a UTF-8 locale, e.g. LANG=C.UTF-8"
+        ) from err
+
+
+def _reason(err: Exception) -> str:
+    """Why a file could not be read, without libsndfile's repeat of the (bytes) path."""
+    return err.error_string if isinstance(err, sf.LibsndfileError) else str(err)
+
+
 def audio_info(path: str | Path) -> tuple[int, int, int]:
     """Return (sample_rate, frames, channels) of an audio file without decoding it."""
     try:
-        info = sf.info(str(path))
+        info = sf.info(_os_path(path))
     except (sf.LibsndfileError, RuntimeError, OSError) as err:
-        raise AudioError(f"{path}: cannot read audio header ({err})") from err
+        raise AudioError(f"{path}: cannot read audio header ({_reason(err)})") from err
     return int(info.samplerate), int(info.frames), int(info.channels)
 
 
@@ -50,11 +72,11 @@ def load_audio(path: str | Path, sample_rate: int, max_samples: int = MAX_AUDIO_
     The header's rate, frames and channels are checked (`check_audio_size`) before decoding.
     """
     try:
-        with sf.SoundFile(str(path)) as fh:
+        with sf.SoundFile(_os_path(path)) as fh:
             check_audio_size(str(path), fh.samplerate, fh.frames, fh.channels, sample_rate, max_samples)
             data, sr = fh.read(dtype="float32", always_2d=True), fh.samplerate
     except (sf.LibsndfileError, RuntimeError, OSError) as err:
-        raise AudioError(f"{path}: cannot read audio ({err})") from err
+        raise AudioError(f"{path}: cannot read audio ({_reason(err)})") from err
     if data.shape[0] == 0:
         raise AudioError(f"{path}: the file holds no samples")
     return downmix_resample(data, sr, sample_rate, str(path))

@@ -71,6 +71,8 @@ def test_missing_empty_and_corrupt_inputs_are_reported_and_the_rest_written(defa
     err = capsys.readouterr().err
     for name in ("missing.wav", "empty.wav", "corrupt.flac"):
         assert name in err
+    # libsndfile's reason, without its repeat of the path as bytes.
+    assert f"{tmp_path / 'corrupt.flac'}: cannot read audio header (" in err and "b'" not in err
     lines = out.read_text().splitlines()
     assert lines[0] == "path,score" and len(lines) == 2 and lines[1].startswith(str(tmp_path / "good.wav"))
 
