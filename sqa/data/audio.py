@@ -37,7 +37,7 @@ def check_audio_size(
         )
 
 
-def _os_path(path: str | Path) -> str | bytes:
+def os_path(path: str | Path) -> str | bytes:
     """`path` as libsndfile opens it: the file system's bytes on POSIX, whatever the locale."""
     # soundfile encodes a str path strictly in the locale's encoding, so under LANG=C (ASCII) a
     # non-ASCII name, which Python decoded with surrogate escapes, could not be opened.
@@ -60,7 +60,7 @@ def _reason(err: Exception) -> str:
 def audio_info(path: str | Path) -> tuple[int, int, int]:
     """Return (sample_rate, frames, channels) of an audio file without decoding it."""
     try:
-        info = sf.info(_os_path(path))
+        info = sf.info(os_path(path))
     except (sf.LibsndfileError, RuntimeError, OSError) as err:
         raise AudioError(f"{path}: cannot read audio header ({_reason(err)})") from err
     return int(info.samplerate), int(info.frames), int(info.channels)
@@ -72,7 +72,7 @@ def load_audio(path: str | Path, sample_rate: int, max_samples: int = MAX_AUDIO_
     The header's rate, frames and channels are checked (`check_audio_size`) before decoding.
     """
     try:
-        with sf.SoundFile(_os_path(path)) as fh:
+        with sf.SoundFile(os_path(path)) as fh:
             check_audio_size(str(path), fh.samplerate, fh.frames, fh.channels, sample_rate, max_samples)
             data, sr = fh.read(dtype="float32", always_2d=True), fh.samplerate
     except (sf.LibsndfileError, RuntimeError, OSError) as err:

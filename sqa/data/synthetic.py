@@ -35,7 +35,7 @@ import numpy as np
 import soundfile as sf
 
 from sqa.core.atomic import atomic_dir, atomic_write_text
-from sqa.data.audio import resample
+from sqa.data.audio import os_path, resample
 from sqa.data.corpus import Corpus, CorpusError
 from sqa.data.readers import read_csv_manifest, read_singmos_pro
 from sqa.data.singing import SYNTH_RATE, SystemRecipe, degrade, melody, recipe_pool, sing
@@ -161,7 +161,8 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                 wav = resample(sing(rng, f0, voiced), SYNTH_RATE, sr)
                 wav = degrade(rng, wav, sr, recipe)
                 wav = 0.5 * wav / (np.abs(wav).max() + 1e-9) * rng.uniform(0.5, 1.0)
-                sf.write(root / "wav" / f"{utt_id}.wav", wav.astype(np.float32), sr, subtype="PCM_16")
+                path = os_path(root / "wav" / f"{utt_id}.wav")
+                sf.write(path, wav.astype(np.float32), sr, subtype="PCM_16")
                 quality = recipe.quality + rng.normal(0, 0.15)
                 raw = 3.0 + gain * (quality - 3.0) + bias + rng.normal(0, 0.5, size=5)
                 ratings = np.clip(np.rint(raw), 1, 5).astype(int).tolist()
