@@ -20,6 +20,7 @@ def test_non_ascii_text_and_file_names_under_an_ascii_locale(tmp_path):
     # The command line itself stays ASCII (\u escapes): the locale decodes it.
     clip = np.full(16000, 0.1, dtype=np.float32)
     sf.write(tmp_path / "été.wav", clip, 16000, subtype="FLOAT")
+    (tmp_path / "manifest.csv").write_text("wav_path\nété.wav\n", encoding="utf-8")
     code = textwrap.dedent(
         """
         import locale, os, sys
@@ -41,7 +42,10 @@ def test_non_ascii_text_and_file_names_under_an_ascii_locale(tmp_path):
         # The file's name as a shell hands it over here: its UTF-8 bytes, surrogate-escaped.
         (name,) = [str(root / n) for n in os.listdir(root) if n.endswith(".wav")]
         args = ["--checkpoint", str(export), "--domain", "solo", "--output", str(root / "s.csv")]
-        sys.exit(cli.main([*args, "--num-workers", "1", name]))
+        assert cli.main([*args, "--num-workers", "1", name]) == 0
+        # Read from a UTF-8 manifest, the name is text this locale cannot encode for the file system.
+        args[-1] = str(root / "m.csv")
+        print(cli.main([*args, str(root / "manifest.csv")]), file=sys.stderr)
         """
     )
     # Without coercion and UTF-8 mode, Python keeps the C locale's ASCII encoding as the default.
@@ -49,7 +53,13 @@ def test_non_ascii_text_and_file_names_under_an_ascii_locale(tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=env, capture_output=True, timeout=300
     )
-    assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
+    stderr = result.stderr.decode(errors="replace")
+    assert result.returncode == 0, stderr[-3000:]
+    # Nothing scorable: reported, exit code 1, no traceback.
+    assert stderr.splitlines()[-1] == "1" and "Traceback" not in stderr
+    # stderr is ASCII here: the name shows backslash-escaped.
+    assert r"\xe9t\xe9.wav: the file system encoding of this locale (ascii) cannot encode the name" in stderr
+    assert "LANG=C.UTF-8" in stderr and not (tmp_path / "m.csv").exists()
     encoding, score = result.stdout.decode().split()[:2]
     assert encoding == "ANSI_X3.4-1968"
     export = tmp_path / "export"

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqa.data.audio import AudioError, os_path
+
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif", ".mp3", ".opus"}
 
 
@@ -19,7 +21,12 @@ class Inputs:
     problems: list[str] = field(default_factory=list)
 
     def add(self, path: Path | str, columns: dict[str, str] | None = None) -> None:
-        """Add one audio path with its manifest columns."""
+        """Add one audio path with its manifest columns; a name the locale cannot encode is a problem."""
+        try:
+            os_path(path)
+        except AudioError as err:  # a non-ASCII name from a manifest or list under LANG=C
+            self.problems.append(str(err))
+            return
         self.paths.append(str(path))
         self.columns.append(columns or {})
 
