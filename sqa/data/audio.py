@@ -41,6 +41,8 @@ def os_path(path: str | Path) -> str | bytes:
     """`path` as libsndfile opens it: the file system's bytes on POSIX, whatever the locale."""
     # soundfile encodes a str path strictly in the locale's encoding, so under LANG=C (ASCII) a
     # non-ASCII name, which Python decoded with surrogate escapes, could not be opened.
+    if "\0" in str(path):  # only a manifest or list can name one; every OS call would refuse it
+        raise AudioError(f"{str(path)!r}: a file name cannot hold a NUL character")
     if os.name == "nt":
         return str(path)
     try:

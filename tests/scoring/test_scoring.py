@@ -77,6 +77,20 @@ def test_missing_empty_and_corrupt_inputs_are_reported_and_the_rest_written(defa
     assert lines[0] == "path,score" and len(lines) == 2 and lines[1].startswith(str(tmp_path / "good.wav"))
 
 
+def test_a_manifest_naming_a_file_with_a_nul_character_is_reported_and_the_rest_scored(
+    default_export, tmp_path, capsys
+):
+    sf.write(tmp_path / "good.wav", np.full(8000, 0.1), 16000)
+    (tmp_path / "m.csv").write_text("wav_path\na\x00b.wav\ngood.wav\n", encoding="utf-8")
+    out = tmp_path / "scores.csv"
+    args = ["--checkpoint", str(default_export), "--output", str(out), str(tmp_path / "m.csv")]
+    assert score.main(args) == 1
+    nul = repr(str(tmp_path / "a\x00b.wav"))
+    assert f"{nul}: a file name cannot hold a NUL character" in capsys.readouterr().err
+    rows = out.read_text(encoding="utf-8").splitlines()[1:]
+    assert [row.split(",")[0] for row in rows] == [str(tmp_path / "good.wav")]
+
+
 def test_unsafe_or_missing_export_exits_with_code_2(tmp_path, capsys):
     assert score.main(["--checkpoint", str(tmp_path / "nope"), "x.wav"]) == 2
     assert "not found" in capsys.readouterr().err
