@@ -28,7 +28,7 @@ SILENCE_PEAK = 1e-4
 LOUD_PEAK = 2.0
 
 
-# The sqa package's folder: a warning points at the first caller outside it.
+# The sqa package's folder: a warning points at the caller of the outermost frame inside it.
 _PACKAGE = os.path.dirname(os.path.dirname(__file__)) + os.sep
 
 

@@ -21,10 +21,10 @@ class Inputs:
     problems: list[str] = field(default_factory=list)
 
     def add(self, path: Path | str, columns: dict[str, str] | None = None) -> None:
-        """Add one audio path with its manifest columns; a name the locale cannot encode is a problem."""
+        """Add one audio path with its manifest columns; a name no file here can have is a problem."""
         try:
             os_path(path)
-        except AudioError as err:  # a non-ASCII name from a manifest or list under LANG=C
+        except AudioError as err:  # from a manifest or list: a NUL, or a non-ASCII name under LANG=C
             self.problems.append(str(err))
             return
         self.paths.append(str(path))
