@@ -21,24 +21,27 @@ from sqa.data.audio import MAX_SAMPLE_RATE
 from sqa.data.pitch import F0Extractor
 from sqa.data.readers import CORPUS_READERS
 from sqa.models.backbone import LogMelBackbone
+from sqa.models.distillmos import DistillMosBackbone, DistillMosZeroShot
 from sqa.models.predictor import MOSPredictor
 from sqa.models.ssl import SSL_BACKBONES, TransformersWav2Vec2
 
 FORMAT_VERSION = 1
 # The classes an export may build, by the `_target_` each writes (see sqa.models.config).
-BACKBONE_CLASSES = (LogMelBackbone, *SSL_BACKBONES)
-PREDICTOR_TARGET = MOSPredictor.export_target()
+BACKBONE_CLASSES = (LogMelBackbone, DistillMosBackbone, *SSL_BACKBONES)
+# MOSPredictor, and Distill-MOS with its own head (its zero-shot scores).
+PREDICTOR_CLASSES = (MOSPredictor, DistillMosZeroShot)
+PREDICTOR_TARGETS = frozenset(cls.export_target() for cls in PREDICTOR_CLASSES)
 BACKBONE_TARGETS = frozenset(cls.export_target() for cls in BACKBONE_CLASSES)
 F0_TARGET = "sqa.data.pitch.F0Extractor"
 CONSTRUCTORS: dict[str, type] = {
-    PREDICTOR_TARGET: MOSPredictor,
+    **{cls.export_target(): cls for cls in PREDICTOR_CLASSES},
     F0_TARGET: F0Extractor,
     **{cls.export_target(): cls for cls in BACKBONE_CLASSES},
 }
 ALLOWED_TARGETS = frozenset(CONSTRUCTORS)
 # Where a `_target_` may stand in config.yaml, and which classes it may name there.
 TARGET_PLACES = {
-    ("model",): frozenset({PREDICTOR_TARGET}),
+    ("model",): PREDICTOR_TARGETS,
     ("model", "backbone"): BACKBONE_TARGETS,
     ("f0",): frozenset({F0_TARGET}),
     # The corpus a run was tested on, for `eval.py`; never built by `load_export`, and
@@ -46,8 +49,9 @@ TARGET_PLACES = {
     ("data", "corpus"): CORPUS_READERS,
 }
 # Constructor arguments that read or write files: an export records an architecture, never a
-# path (its weights are in model.pt), so these are refused wherever they appear.
-PATH_ARGUMENTS = frozenset({"checkpoint", "upstream", "path", "cache_dir"})
+# path (its weights are in model.pt), so these are refused wherever they appear. `pretrained`
+# reads an installed package's weight file (Distill-MOS).
+PATH_ARGUMENTS = frozenset({"checkpoint", "upstream", "path", "cache_dir", "pretrained"})
 MAX_CONFIG_BYTES = 1 << 20
 # Bounds on what an export declares, checked before anything is allocated: every integer of the
 # model and f0 settings (widths, layers, kernels), every list there, and the test settings.

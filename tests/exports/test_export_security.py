@@ -306,6 +306,7 @@ def test_allowed_targets_are_the_public_class_names():
 
     assert {
         "sqa.models.backbone.LogMelBackbone",
+        "sqa.models.distillmos.DistillMosBackbone",
         "sqa.models.ssl.TorchaudioWav2Vec2",
         "sqa.models.ssl.S3prlWav2Vec2",
         "sqa.models.ssl.Fairseq2Wav2Vec2",
@@ -315,6 +316,7 @@ def test_allowed_targets_are_the_public_class_names():
         BACKBONE_TARGETS
         | {
             "sqa.models.predictor.MOSPredictor",
+            "sqa.models.distillmos.DistillMosZeroShot",
             "sqa.data.pitch.F0Extractor",
         }
         == ALLOWED_TARGETS
@@ -1217,6 +1219,7 @@ def test_a_refused_backbone_lists_every_allowed_one(tmp_path):
     message = refused_config(tmp_path, backbone(_target_="os.system"))
     assert message.endswith(
         "model.backbone._target_: refusing to build 'os.system'; allowed there: "
-        "sqa.models.backbone.LogMelBackbone, sqa.models.ssl.Fairseq2Wav2Vec2, sqa.models.ssl.S3prlWav2Vec2, "
+        "sqa.models.backbone.LogMelBackbone, sqa.models.distillmos.DistillMosBackbone, "
+        "sqa.models.ssl.Fairseq2Wav2Vec2, sqa.models.ssl.S3prlWav2Vec2, "
         "sqa.models.ssl.TorchaudioWav2Vec2, sqa.models.ssl.TransformersWav2Vec2"
     )
