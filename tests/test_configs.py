@@ -211,6 +211,8 @@ def corpora(synthetic_root, tmp_path_factory) -> dict[str, list[str]]:
         "singmos_vmc24": [f"data.corpus.root={root}"],
         "synthetic": [f"data.corpus.root={synthetic_root}"],
         "synthetic_mushra": [f"data.corpus.root={root / 'mushra'}"],
+        # Generated on first use: its smallest size with a carved validation clip per system.
+        "small_table": [f"data.corpus.root={root / 'small-table'}", "data.corpus.clips=30"],
     }
 
 

@@ -42,6 +42,7 @@ CORPUS_READERS = frozenset(
         "sqa.data.readers.read_csv_manifest",
         "sqa.data.synthetic.load_synthetic",
         "sqa.data.synthetic.load_synthetic_mushra",
+        "sqa.data.small_table.load_small_table",
     }
 )
 

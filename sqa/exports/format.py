@@ -16,7 +16,7 @@ import shutil
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -24,6 +24,7 @@ from sqa.core.atomic import atomic_dir, json_text
 from sqa.data.pitch import F0Extractor
 from sqa.exports.config import FORMAT_VERSION, ExportError, build_node, read_bounded, read_export_config
 from sqa.models.predictor import MOSPredictor
+from sqa.reports import learning
 
 # The largest model an export may hold (4 GB of float32 weights; wav2vec2 large has 317M).
 MAX_PARAMETERS = 1_000_000_000
@@ -258,3 +259,49 @@ def load_export(
     f0_extractor = build_node(config["f0"], ("f0",), config_path) if config.get("f0") else None
     predictor.load_state_dict(state)
     return predictor.eval(), config, f0_extractor
+
+
+class Architecture(NamedTuple):
+    """What an export records of its predictor: the checked `model` node, its f0 extractor, where."""
+
+    model: dict[str, Any]
+    f0_extractor: F0Extractor | None
+    config_path: Path
+
+    def build(self, num_domains: int, num_judges: int, score_range: Sequence[float]) -> MOSPredictor:
+        """The architecture random-initialised for a new corpus: its domain and judge counts and scale.
+
+        The head still predicts on its internal 1-5 scale, so a predictor trained on 1-5 maps onto
+        any scale; `sqa.training.run.init_from` then copies the export's weights.
+        """
+        node = {**self.model, "num_domains": num_domains, "num_judges": num_judges}
+        node["score_range"] = [float(v) for v in score_range]
+        return build_node(node, ("model",), self.config_path)
+
+
+def read_architecture(path: str | Path) -> Architecture:
+    """The architecture of the export at `path`, checked as for scoring (see `load_export`)."""
+    config_path, _ = resolve_export(path)
+    config = read_export_config(config_path)
+    f0_extractor = build_node(config["f0"], ("f0",), config_path) if config.get("f0") else None
+    return Architecture(dict(config["model"]), f0_extractor, config_path)
+
+
+def learning_warning(path: str | Path) -> str | None:
+    """The learning check's sentence of the export at `path` when its model does not beat the constant.
+
+    Read from the export's run_info.json (None where it has none, or no learning check); the
+    sentence is rebuilt from the recorded numbers, never taken as stored text.
+    """
+    config_path, _ = resolve_export(path)
+    info_path = config_path.parent / "run_info.json"
+    if not info_path.is_file() or info_path.is_symlink():
+        return None
+    try:
+        info = json.loads(read_bounded(info_path, MAX_DATA_FILE_BYTES).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise ExportError(f"{info_path}: not a JSON file ({err})") from err
+    check = info.get("learning_check") if isinstance(info, dict) else None
+    if not isinstance(check, dict) or learning.verdict(check) == "better":
+        return None
+    return learning.sentence(check)

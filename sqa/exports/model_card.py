@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sqa.metrics import AVERAGE_KEY, CI_KEY, UNDEFINED_KEY
+from sqa.reports import learning
 from sqa.reports.tables import interval_note, metric_cell
 
 LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
@@ -169,7 +170,13 @@ def render(
     dimensions = list(model.get("dimensions") or ["mos"])
     pooling = str(model.get("pooling", "masked_mean"))
     version = (run_info or {}).get("sqa")
+    check = (run_info or {}).get("learning_check")
+    # A model that does not beat the constant training mean says so before anything else.
+    warning = (
+        [f"**Warning:** {learning.sentence(check)}", ""] if check and check["verdict"] != "better" else []
+    )
     lines = [
+        *warning,
         f"# MOS predictor for singing: {backbone}" + (f", trained with sqa {version}" if version else ""),
         "",
         "An exported sqa predictor of the mean opinion score (MOS) of singing clips,"
@@ -219,6 +226,8 @@ def render(
     else:
         lines.append("Not recorded (this export was not written by a training run).")
     lines += [f"- sample rate of the model: {config.get('sample_rate')} Hz", ""]
+    if check:
+        lines += ["## Against the constant predictor", "", learning.sentence(check), ""]
     lines += [*checkpoint_section(run_info), "", "## Test results", ""]
     lines += metrics_table(metrics)
     for dim, dim_metrics in (dimension_metrics or {}).items():

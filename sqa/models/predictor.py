@@ -134,6 +134,27 @@ class MOSPredictor(Exportable, nn.Module):
         low, high = self.config.score_range
         return low, high
 
+    @torch.no_grad()
+    def start_at(self, scores: Sequence[float]) -> None:
+        """Make every clip score `scores` (one per dimension, on `score_range`) until training moves it.
+
+        The head's last layer gets zero weights and the bias that yields the scores (through the
+        range clip where there is one), so training starts from the constant predictor instead of
+        a random function of the frames; the layer's weights then learn from the first step on.
+        """
+        if len(scores) != len(self.dimensions):
+            raise ValueError(
+                f"start_at needs {len(self.dimensions)} scores (one per dimension), got {len(scores)}"
+            )
+        target = self.to_internal(torch.tensor([float(v) for v in scores], dtype=torch.float64))
+        if self.range_clip:
+            # 2·tanh(b)+3 = target, kept off the clip's asymptotes.
+            low, high = INTERNAL_RANGE
+            target = torch.atanh(((target.clamp(low + 0.01, high - 0.01)) - 3.0) / 2.0)
+        last = self.head[-1]
+        last.weight.zero_()
+        last.bias.copy_(target.to(last.bias))
+
     def to_internal(self, values: torch.Tensor) -> torch.Tensor:
         """Labels (any shape) on `score_range` mapped linearly onto the head's 1-5 scale."""
         if self.scale_gain == 1.0 and self.scale_offset == 0.0:

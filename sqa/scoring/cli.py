@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -134,20 +135,25 @@ def main(argv: list[str] | None = None) -> int:
     # Imported only now, so that --help and argument errors come back without loading torch.
     from sqa.core.extras import MissingExtraError
     from sqa.exports.format import ExportError
-    from sqa.scoring.scorer import Scorer
+    from sqa.scoring.scorer import LearningWarning, Scorer
 
     try:
-        scorer = Scorer(
-            args.checkpoint,
-            args.device,
-            args.batch_size,
-            args.domain,
-            args.chunk_seconds,
-            max_samples=args.max_samples,
-            pooling=args.pooling,
-        )
+        with warnings.catch_warnings():
+            # Printed below as one line, not as Python's warning with its source line.
+            warnings.simplefilter("ignore", LearningWarning)
+            scorer = Scorer(
+                args.checkpoint,
+                args.device,
+                args.batch_size,
+                args.domain,
+                args.chunk_seconds,
+                max_samples=args.max_samples,
+                pooling=args.pooling,
+            )
     except (ExportError, ValueError, MissingExtraError) as err:
         return _fail([str(err)], 2)
+    if scorer.learning_warning is not None:
+        _fail([f"warning: {scorer.learning_warning}"], 0)
     if not inputs.paths:
         return _fail([*inputs.problems, "nothing to score; no output written"], 1)
     results: list[ScoreResult | None] = [None] * len(inputs.paths)

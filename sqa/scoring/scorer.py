@@ -22,7 +22,7 @@ import torch
 
 from sqa.data.audio import MAX_AUDIO_SAMPLES, MAX_SAMPLE_RATE, check_audio_size, downmix_resample
 from sqa.data.batching import pad_batch
-from sqa.exports.format import load_export
+from sqa.exports.format import learning_warning, load_export
 from sqa.models.backbone import W2V_HOP
 from sqa.models.predictor import POOLINGS
 from sqa.scoring.clips import (
@@ -86,6 +86,10 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return resolved
 
 
+class LearningWarning(UserWarning):
+    """The export's model did not beat the constant training-mean predictor on its own test data."""
+
+
 class ChunkWarning(UserWarning):
     """Chunked scores of this backbone and window length may differ from whole-clip scores."""
 
@@ -139,6 +143,10 @@ class Scorer:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         self.device = resolve_device(device)
         self.predictor, self.config, self.f0_extractor = load_export(export)
+        # Said on every load: a user may score with a model that learned nothing without knowing it.
+        self.learning_warning = learning_warning(export)
+        if self.learning_warning is not None:
+            warn_at_caller(self.learning_warning, LearningWarning)
         if pooling is not None:
             self.predictor.pooling = pooling
         self.predictor.to(self.device)

@@ -30,6 +30,9 @@ class MOSModule(L.LightningModule):
     (default: system-level SRCC of the overall MOS averaged over the validation sets weighted by
     their system counts), the quantity checkpoints are selected on, and
     `val/selection_tiebreak`, the utterance RMSE over the rule's sets that orders tied scores.
+    Fine-tuning a pretrained backbone: for the first `freeze_backbone_steps` steps only the
+    head and branches learn (the backbone's learning rate is 0, and in a single process its
+    gradients are not computed), then the backbone learns at `backbone_lr_scale` times the rate.
     Test results (per set and averaged) of the overall MOS are kept in `test_results`, those of
     the predictor's other score dimensions in `dimension_results` (each over the clips that have
     that label), and per-clip predictions in `test_predictions` (`mos`, `pred`, and
@@ -46,8 +49,17 @@ class MOSModule(L.LightningModule):
         seed: int = 0,
         bootstrap: int = 1000,
         selection: SelectionRule | None = None,
+        freeze_backbone_steps: int = 0,
+        backbone_lr_scale: float = 1.0,
     ) -> None:
         super().__init__()
+        if freeze_backbone_steps < 0:
+            raise ValueError(f"freeze_backbone_steps must be 0 or more, got {freeze_backbone_steps}")
+        if not 0 < backbone_lr_scale <= 1:
+            raise ValueError(f"backbone_lr_scale must be in (0, 1], got {backbone_lr_scale}")
+        self.freeze_backbone_steps = int(freeze_backbone_steps)
+        self.backbone_lr_scale = float(backbone_lr_scale)
+        self._backbone_trainable: list[torch.nn.Parameter] = []
         self.selection = selection or SelectionRule("srcc", "sys", tuple(valid_names), "sys srcc")
         # Sums and counts of the training loss since the last validation and of the validation
         # loss of the current one (losses are batch means: weighted by batch size).
@@ -88,6 +100,12 @@ class MOSModule(L.LightningModule):
         DDP ranks draw distinct masks.
         """
         torch.manual_seed(self.seed * 1_000_003 + self.global_step + 1_000_000_007 * self.global_rank)
+        if self.freeze_backbone_steps and self.trainer.world_size == 1:
+            # Skips the backbone's backward pass while it is frozen. Under DDP the parameter set
+            # that receives gradients must not change, so there its learning rate alone is 0.
+            learn = self.global_step >= self.freeze_backbone_steps
+            for parameter in self._backbone_trainable:
+                parameter.requires_grad_(learn)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         """One optimisation step on a padded batch."""
@@ -249,9 +267,25 @@ class MOSModule(L.LightningModule):
                             f"{prefix}/{name}/{level}_{key}", value, add_dataloader_idx=False, sync_dist=True
                         )
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        """The configured optimizer over all trainable parameters."""
-        return self.optimizer_factory(p for p in self.parameters() if p.requires_grad)
+    def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
+        """The configured optimizer over all trainable parameters, with the backbone's schedule.
+
+        Without a freeze or a backbone rate scale: one parameter group, as the paper trains.
+        """
+        if not self.freeze_backbone_steps and self.backbone_lr_scale == 1.0:
+            return self.optimizer_factory(p for p in self.parameters() if p.requires_grad)
+        # The backbone's own frozen parts (e.g. a wav2vec2 feature extractor) stay frozen.
+        backbone = [p for p in self.predictor.backbone.parameters() if p.requires_grad]
+        self._backbone_trainable = backbone
+        ids = {id(p) for p in backbone}
+        rest = [p for p in self.parameters() if p.requires_grad and id(p) not in ids]
+        optimizer = self.optimizer_factory([{"params": rest}, {"params": backbone}])
+        optimizer.param_groups[1]["lr"] = optimizer.defaults["lr"] * self.backbone_lr_scale
+        frozen = self.freeze_backbone_steps
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, [lambda step: 1.0, lambda step: 0.0 if step < frozen else 1.0]
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
 def labelled(

@@ -18,16 +18,18 @@ from omegaconf import DictConfig, OmegaConf
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.prediction import OVERALL
 from sqa.core.renames import rename_targets
-from sqa.data.corpus import CorpusError, count_labels, format_counts
+from sqa.data.corpus import Clip, CorpusError, count_labels, format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
-from sqa.exports.format import export_predictor, read_weights
+from sqa.exports.format import export_predictor, read_architecture, read_weights
+from sqa.reports import learning
 from sqa.reports.plots import CurveNames
 from sqa.training.callbacks import AtomicCheckpointIO, checkpoint_step, instantiate_callbacks
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
 from sqa.training.run_dir import is_leader, lock, log_to_file, prepare
 from sqa.training.run_outputs import (
+    learning_check,
     log_figures,
     recorded_data,
     report_selection,
@@ -54,6 +56,8 @@ class RunSettings:
     early_stopping_patience: int | None
     # {checkpoint, modules} of another run's export to start from (None: from scratch).
     init_from: dict[str, Any] | None
+    # How the head's output layer starts: "train_mean" (the constant predictor) or "random".
+    head_init: str = "random"
 
     @classmethod
     def of(cls, cfg: DictConfig) -> RunSettings:
@@ -68,16 +72,25 @@ class RunSettings:
             compile=bool(cfg.get("compile")),
             early_stopping_patience=cfg.early_stopping_patience,
             init_from=OmegaConf.to_container(init, resolve=True) if init else None,
+            head_init=str(cfg.get("head_init") or "random"),
         )
 
 
 def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
     """Instantiate the data module and the Lightning module described by `cfg`."""
     settings = RunSettings.of(cfg)
+    architecture = (settings.init_from or {}).get("architecture", "config")
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"init_from.architecture must be one of {list(ARCHITECTURES)}, got {architecture!r}")
+    # Fine-tuning an export or import as it is: its own architecture and f0 settings, cfg.model unused.
+    recorded = read_architecture(settings.init_from["checkpoint"]) if architecture == "export" else None
+    model = recorded.model if recorded else cfg.model
     # f0 is extracted only when the model has a pitch branch, per-judge items only when it has a
     # judge embedding; the domain count is the corpus's, the judge count the training split's.
-    f0_extractor = instantiate(cfg.f0) if cfg.model.get("pitch") else None
-    dimensions = list(cfg.model.get("dimensions") or [OVERALL])
+    f0_extractor = None
+    if model.get("pitch"):
+        f0_extractor = recorded.f0_extractor if recorded else instantiate(cfg.f0)
+    dimensions = list(model.get("dimensions") or [OVERALL])
     # Before the data module decodes every clip: a missing weights file is found at once.
     paths = {f"model.backbone.{k}": cfg.model.get("backbone", {}).get(k) for k in ("checkpoint", "path")}
     paths["init_from.checkpoint"] = settings.init_from["checkpoint"] if settings.init_from else None
@@ -89,7 +102,7 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
             cfg.data,
             f0_extractor=f0_extractor,
             dimensions=dimensions,
-            judges=bool(cfg.model.get("judge_dim")),
+            judges=bool(model.get("judge_dim")),
         )
     except InstantiationException as err:
         # Hydra wraps the error in a one-line repr; a corpus report is multi-line text.
@@ -97,12 +110,20 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
             raise err.__cause__ from None
         raise
     # The predictor learns on its internal 1-5 scale and maps its scores onto the corpus's.
-    predictor = instantiate(
-        cfg.model,
-        num_domains=len(datamodule.corpus.domains),
-        num_judges=datamodule.num_judges,
-        score_range=list(datamodule.corpus.score_range),
-    )
+    corpus_sizes = {
+        "num_domains": len(datamodule.corpus.domains),
+        "num_judges": datamodule.num_judges,
+        "score_range": list(datamodule.corpus.score_range),
+    }
+    if recorded:
+        predictor = recorded.build(**corpus_sizes)
+        log.info("Model: the architecture of %s (init_from.architecture=export)", recorded.config_path.parent)
+    else:
+        predictor = instantiate(cfg.model, **corpus_sizes)
+    if settings.head_init not in HEAD_INITS:
+        raise ValueError(f"head_init must be one of {list(HEAD_INITS)}, got {settings.head_init!r}")
+    if settings.head_init == "train_mean":
+        predictor.start_at(train_means(datamodule.train_clips, predictor.dimensions))
     if settings.init_from:
         init_from(predictor, settings.init_from["checkpoint"], list(settings.init_from["modules"]))
     if settings.compile:
@@ -118,8 +139,27 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         seed=settings.seed,
         bootstrap=settings.bootstrap,
         selection=choose_rule(valid_counts, **cfg.get("selection", {})),
+        **cfg.get("finetune", {}),
     )
     return datamodule, module
+
+
+HEAD_INITS = ("train_mean", "random")
+# Where the model of a run with init_from comes from: cfg.model (MDF stage 2) or the export itself.
+ARCHITECTURES = ("config", "export")
+
+
+def train_means(clips: list[Clip], dimensions: list[str]) -> list[float]:
+    """The mean training label of each score dimension (over the clips that have one)."""
+    means = []
+    for dim in dimensions:
+        values = [
+            c.mos if dim == OVERALL else c.extra_scores[dim]
+            for c in clips
+            if dim == OVERALL or dim in c.extra_scores
+        ]
+        means.append(sum(values) / len(values))
+    return means
 
 
 def log_interval(cfg: DictConfig, datamodule: MOSDataModule) -> int:
@@ -273,6 +313,7 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     best = Path(checkpoint.best_model_path).name
     selected_step = checkpoint_step(checkpoint.best_model_path)
     info["training_end"] = end
+    info["learning_check"] = learning_check(module, datamodule, history.history, selected_step)
     report_selection(info, history.history.get("val/selection", []), best, selected_step, run_dir)
     figures = write_test_outputs(
         module,
@@ -300,4 +341,7 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         files=[run_dir / info[key] for key in ("valid_split_csv", "test_split_csv") if key in info],
     )
     log.info("Exported the best model to %s", export_dir)
+    # The run's last line: whether the model beats predicting the training mean.
+    check = info["learning_check"]
+    (log.info if check["verdict"] == "better" else log.warning)("%s", learning.sentence(check))
     return outcome

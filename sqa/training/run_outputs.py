@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
@@ -19,13 +20,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json
+from sqa.core.prediction import OVERALL
 from sqa.core.provenance import package_versions
+from sqa.data.corpus import ROLES
 from sqa.data.readers import CORPUS_READERS
 from sqa.metrics import count_text
-from sqa.reports import plots
+from sqa.reports import learning, plots
 from sqa.reports.tables import format_table
 from sqa.training.datamodule import MOSDataModule
-from sqa.training.lit_module import MOSModule
+from sqa.training.lit_module import MOSModule, labelled
 from sqa.training.selection import uninformative
 
 log = logging.getLogger(__name__)
@@ -204,6 +207,29 @@ def report_selection(
             best,
         )
     atomic_write_json(run_dir / "run_info.json", info)
+
+
+def learning_check(
+    module: MOSModule, datamodule: MOSDataModule, history: plots.History, selected_step: int
+) -> dict[str, Any]:
+    """The selected model against the constant training-mean predictor (`sqa.reports.learning`).
+
+    The model's validation RMSE is that of the validation check at `selected_step` (pooled over
+    every validation set's clips); its test RMSE and SRCC interval those of the test average.
+    """
+    train_mean = float(np.mean([c.mos for c in datamodule.train_clips]))
+    valid_sets = datamodule.corpus.valid_sets()
+    squares, labels = 0.0, []
+    for name, clips in valid_sets.items():
+        at_step = [value for step, value in history.get(f"val/{name}/utt_rmse", []) if step == selected_step]
+        if not at_step:
+            squares = math.nan
+            break
+        squares += at_step[-1] ** 2 * len(clips)
+        labels.extend(c.mos for c in clips)
+    valid = (math.sqrt(squares / len(labels)), labels) if labels and math.isfinite(squares) else None
+    _, true, _, sets = labelled(module.test_predictions, OVERALL)
+    return learning.check(train_mean, valid, module.test_results, true, sets, apart=ROLES)
 
 
 def log_figures(logger: Logger | bool | None, figures: Mapping[str, Path], step: int = 0) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from scipy import stats
@@ -19,11 +20,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from sqa.data.synthetic import load_synthetic
-from sqa.reports import tables
+from sqa.reports import learning, tables
 from sqa.scoring import cli as score
 from sqa.training.callbacks import checkpoint_step, instantiate_callbacks, progress_bar
 from sqa.training.run import run
 from tests.conftest import REPO, small_corpus_overrides
+from tests.training.test_learning_check import last_log_line, learning_warnings
 
 
 def compose_train(overrides: list[str]):
@@ -65,6 +67,30 @@ def test_default_run_beats_constant_predictor(default_run, synthetic_root):
     constant_rmse = float(np.sqrt(np.mean((mos - train_mean) ** 2)))
     assert results["avg"]["sys"]["srcc"] >= 0.6
     assert results["avg"]["utt"]["rmse"] <= 0.9 * constant_rmse
+
+
+def test_a_model_that_beats_the_constant_says_so_without_a_warning(default_run, tmp_path, capsys):
+    run_dir, _ = default_run
+    check = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))["learning_check"]
+    assert check["verdict"] == "better"
+    assert check["test"]["rmse"] < check["test"]["constant_rmse"]
+    assert check["valid"]["rmse"] < check["valid"]["constant_rmse"]
+    assert check["test"]["srcc_ci"][0] > 0
+    sentence = learning.sentence(check)
+    assert last_log_line(run_dir).endswith(f"[INFO] - {sentence}")
+    card = (run_dir / "export" / "README.md").read_text(encoding="utf-8")
+    assert card.startswith("# MOS predictor")
+    assert "**Warning:**" not in card
+    assert f"## Against the constant predictor\n\n{sentence}" in card
+    assert learning_warnings(run_dir / "export") == []
+    wav = tmp_path / "clip.wav"
+    sf.write(wav, np.zeros(16000, dtype=np.float32) + 0.01, 16000)
+    capsys.readouterr()
+    assert (
+        score.main(["--checkpoint", str(run_dir / "export"), "--output", str(tmp_path / "s.csv"), str(wav)])
+        == 0
+    )
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_metrics_json_agrees_with_independent_computation(default_run):

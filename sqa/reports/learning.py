@@ -1,0 +1,143 @@
+"""Whether a trained model learned anything: the selected model against the constant predictor.
+
+The constant predictor scores every clip with the training labels' mean. On a small corpus a
+model can select, test and export well and still predict worse than that constant; its metrics
+alone do not say so. `check` compares the two on the validation and test clips (utterance-level
+RMSE, and whether the test SRCC's 95 % interval lies above 0) and `sentence` states the outcome
+in one sentence with the numbers, for the console, run_info.json, the model card and scoring.
+
+Verdicts: `better` (lower RMSE than the constant on validation and test, and a test SRCC
+interval above 0), `no_better` (an RMSE at or above the constant's on validation or test) and
+`uncertain` (lower RMSEs, but the test SRCC interval reaches 0 or could not be computed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sqa import metrics
+
+VERDICTS = ("better", "no_better", "uncertain")
+
+
+def constant_rmse(labels: Sequence[float], constant: float) -> float:
+    """RMSE of predicting `constant` for every one of `labels` (NaN without labels)."""
+    values = np.asarray(labels, dtype=np.float64)
+    return float(np.sqrt(np.mean((values - constant) ** 2))) if values.size else math.nan
+
+
+def _finite(value: object) -> float | None:
+    """`value` as a float when it is a finite number, else None (JSON null)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def check(
+    train_mean: float,
+    valid: tuple[float, Sequence[float]] | None,
+    test_results: Mapping[str, Mapping[str, Any]],
+    test_labels: Sequence[float],
+    test_sets: Sequence[str],
+    apart: Collection[str] = (),
+) -> dict[str, Any]:
+    """The learning check's record (plain values for run_info.json).
+
+    `valid` is (the selected model's utterance RMSE over every validation clip, those clips'
+    labels), None without validation clips. `test_results` are the test metric blocks with their
+    `avg`; the constant's test RMSE is averaged over the same sets in the same way, from the test
+    clips' `test_labels` and `test_sets` (sets in `apart` are left out, as from the average).
+    """
+    average = test_results.get(metrics.AVERAGE_KEY, {})
+    constant = [float(train_mean)] * len(test_labels)
+    no_systems = [""] * len(test_labels)
+    reference = metrics.evaluate_sets(constant, test_labels, no_systems, test_sets, apart=apart)
+    covered = [label for label, name in zip(test_labels, test_sets, strict=True) if name not in apart]
+    utt = average.get("utt", {})
+    interval = (average.get(metrics.CI_KEY) or {}).get("utt", {}).get("srcc")
+    record: dict[str, Any] = {
+        "train_mean": float(train_mean),
+        "test": {
+            "clips": len(covered),
+            "rmse": _finite(utt.get("rmse")),
+            "constant_rmse": _finite(reference[metrics.AVERAGE_KEY]["utt"]["rmse"]),
+            "srcc": _finite(utt.get("srcc")),
+            "srcc_ci": [_finite(v) for v in interval] if interval else None,
+        },
+        "valid": None,
+    }
+    if valid is not None:
+        rmse, labels = valid
+        record["valid"] = {
+            "clips": len(labels),
+            "rmse": _finite(rmse),
+            "constant_rmse": _finite(constant_rmse(labels, train_mean)),
+        }
+    record["verdict"] = verdict(record)
+    return record
+
+
+def _part(record: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The `test` or `valid` part of a record, {} where it is missing or not a mapping."""
+    part = record.get(name)
+    return part if isinstance(part, Mapping) else {}
+
+
+def _beats(part: Mapping[str, Any]) -> bool | None:
+    """Whether a part's RMSE is below the constant's (None where either is unknown)."""
+    rmse, constant = _finite(part.get("rmse")), _finite(part.get("constant_rmse"))
+    return None if rmse is None or constant is None else rmse < constant
+
+
+def _interval(part: Mapping[str, Any]) -> tuple[float | None, float | None] | None:
+    """The part's SRCC interval as (low, high) numbers, None where it has none."""
+    interval = part.get("srcc_ci")
+    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+        return None
+    return _finite(interval[0]), _finite(interval[1])
+
+
+def verdict(record: Mapping[str, Any]) -> str:
+    """`better`, `no_better` or `uncertain` for a record of `check` (see the module docstring)."""
+    beats = [_beats(_part(record, "test")), _beats(_part(record, "valid"))]
+    if False in beats:
+        return "no_better"
+    interval = _interval(_part(record, "test"))
+    above_zero = interval is not None and interval[0] is not None and interval[0] > 0
+    return "better" if beats[0] and above_zero else "uncertain"
+
+
+def _number(value: object) -> str:
+    """A finite number as text with four significant digits; anything else as `n/a`."""
+    number = _finite(value)
+    return "n/a" if number is None else f"{number:.4g}"
+
+
+def sentence(record: Mapping[str, Any]) -> str:
+    """The check's outcome in one sentence with its numbers (recomputed from them, never stored text)."""
+    test, valid = _part(record, "test"), _part(record, "valid")
+    mean = _number(record.get("train_mean"))
+    numbers = f"test utterance RMSE {_number(test.get('rmse'))} against {_number(test.get('constant_rmse'))}"
+    if valid:
+        numbers += f", validation {_number(valid.get('rmse'))} against {_number(valid.get('constant_rmse'))}"
+    interval = _interval(test)
+    ci = f"[{_number(interval[0])}, {_number(interval[1])}]" if interval else "not computed"
+    kind = verdict(record)
+    if kind == "no_better":
+        return (
+            f"This model predicts no better than the constant training mean {mean}: {numbers} "
+            "for the constant; do not rely on its scores."
+        )
+    if kind == "uncertain":
+        return (
+            f"This model beats the constant training mean {mean} in RMSE ({numbers} for the constant), "
+            f"but its test utterance SRCC interval {ci} does not exclude 0: its ranking may be chance."
+        )
+    return (
+        f"This model beats the constant training mean {mean}: {numbers} for the constant, "
+        f"test utterance SRCC interval {ci}."
+    )

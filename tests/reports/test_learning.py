@@ -1,0 +1,116 @@
+"""The learning check: the selected model against the constant training-mean predictor."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sqa import metrics
+from sqa.reports import learning
+
+
+def blocks(pred, true, systems, sets, bootstrap=0, apart=()):
+    return metrics.evaluate_sets(pred, true, systems, sets, bootstrap=bootstrap, seed=0, apart=apart)
+
+
+def record(test_rmse, constant_rmse, ci, valid=None, mean=3.0):
+    return {
+        "train_mean": mean,
+        "test": {"clips": 10, "rmse": test_rmse, "constant_rmse": constant_rmse, "srcc": 0.5, "srcc_ci": ci},
+        "valid": valid,
+    }
+
+
+def test_constant_rmse_is_the_root_mean_square_deviation_from_the_constant():
+    assert learning.constant_rmse([1.0, 2.0, 4.0], 2.0) == pytest.approx(math.sqrt((1 + 0 + 4) / 3))
+    assert math.isnan(learning.constant_rmse([], 3.0))
+
+
+def test_the_constants_test_rmse_is_averaged_over_sets_as_the_models_is():
+    # Two test sets of 2 and 4 clips: the average RMSE is clip-weighted over the sets' own RMSEs,
+    # not the RMSE pooled over all clips.
+    true = [1.0, 3.0, 2.0, 2.0, 5.0, 5.0]
+    sets = ["a", "a", "b", "b", "b", "b"]
+    pred = [1.5, 2.5, 2.0, 2.5, 4.0, 4.5]
+    results = blocks(pred, true, [f"s{i}" for i in range(6)], sets)
+    out = learning.check(3.0, None, results, true, sets)
+    rmse_a = math.sqrt((4 + 0) / 2)
+    rmse_b = math.sqrt((1 + 1 + 4 + 4) / 4)
+    assert out["test"]["constant_rmse"] == pytest.approx((2 * rmse_a + 4 * rmse_b) / 6)
+    pooled = learning.constant_rmse(true, 3.0)
+    assert out["test"]["constant_rmse"] != pytest.approx(pooled)
+    assert out["test"]["rmse"] == pytest.approx(results["avg"]["utt"]["rmse"])
+    assert out["test"]["clips"] == 6
+
+
+def test_sets_apart_are_left_out_of_the_constants_average_too():
+    true = [2.0, 4.0, 5.0]
+    sets = ["t", "t", "reference"]
+    results = blocks([2.5, 3.5, 5.0], true, ["a", "b", "c"], sets, apart=("reference",))
+    out = learning.check(3.0, None, results, true, sets, apart=("reference",))
+    assert out["test"]["constant_rmse"] == pytest.approx(1.0)
+    assert out["test"]["clips"] == 2
+
+
+def test_the_models_srcc_interval_is_recorded_from_the_test_average():
+    rng = np.random.default_rng(0)
+    true = rng.uniform(1, 5, 40).tolist()
+    pred = (np.array(true) + rng.normal(0, 0.3, 40)).tolist()
+    sets = ["t"] * 40
+    results = blocks(pred, true, [f"s{i % 8}" for i in range(40)], sets, bootstrap=50)
+    out = learning.check(3.0, (0.2, [2.0, 4.0]), results, true, sets)
+    assert out["test"]["srcc_ci"] == pytest.approx(results["avg"]["ci"]["utt"]["srcc"])
+    assert out["test"]["srcc"] == pytest.approx(results["avg"]["utt"]["srcc"])
+    assert out["valid"] == {"clips": 2, "rmse": 0.2, "constant_rmse": pytest.approx(1.0)}
+    assert out["verdict"] == "better"
+
+
+@pytest.mark.parametrize(
+    ("test_rmse", "ci", "valid", "expected"),
+    [
+        # Test RMSE on both sides of the constant's (equal is not better).
+        (0.79, [0.1, 0.6], None, "better"),
+        (0.80, [0.1, 0.6], None, "no_better"),
+        (0.81, [0.1, 0.6], None, "no_better"),
+        # The SRCC interval on both sides of 0 (touching 0 does not exclude it), and missing.
+        (0.79, [0.0, 0.6], None, "uncertain"),
+        (0.79, [1e-9, 0.6], None, "better"),
+        (0.79, None, None, "uncertain"),
+        (0.79, [None, None], None, "uncertain"),
+        # Both sources of "no better": validation alone decides too.
+        (0.79, [0.1, 0.6], {"rmse": 0.5, "constant_rmse": 0.5}, "no_better"),
+        (0.79, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "better"),
+        (0.81, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "no_better"),
+        # An unknown part does not decide.
+        (None, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "uncertain"),
+    ],
+)
+def test_verdict_on_both_sides_of_each_threshold(test_rmse, ci, valid, expected):
+    assert learning.verdict(record(test_rmse, 0.80, ci, valid)) == expected
+
+
+def test_the_sentence_states_the_outcome_with_both_numbers():
+    no = learning.sentence(record(0.95, 0.88, [0.1, 0.5], {"rmse": 0.7, "constant_rmse": 0.6}, mean=3.12))
+    assert no == (
+        "This model predicts no better than the constant training mean 3.12: test utterance RMSE 0.95 "
+        "against 0.88, validation 0.7 against 0.6 for the constant; do not rely on its scores."
+    )
+    unsure = learning.sentence(record(0.5, 0.88, [-0.2, 0.5]))
+    assert "beats the constant training mean 3 in RMSE" in unsure
+    assert "interval [-0.2, 0.5] does not exclude 0" in unsure
+    yes = learning.sentence(record(0.5, 0.88, [0.25, 0.5]))
+    assert yes.startswith(
+        "This model beats the constant training mean 3: test utterance RMSE 0.5 against 0.88"
+    )
+    assert yes.endswith("test utterance SRCC interval [0.25, 0.5].")
+    assert "\n" not in no + unsure + yes
+
+
+def test_the_sentence_never_repeats_stored_text():
+    hostile = record("\x1b[2Jrm -rf", 0.8, ["x", "y"], mean="\x1b]0;owned\x07")
+    text = learning.sentence(hostile)
+    assert "\x1b" not in text
+    assert "n/a" in text
+    assert learning.verdict(hostile) == "uncertain"
