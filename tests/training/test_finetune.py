@@ -1,0 +1,186 @@
+"""Starting points: the head at the training mean, a frozen-then-slower backbone, an export's architecture."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sqa.exports.format import ExportError, export_predictor, load_export, read_architecture
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.predictor import MOSPredictor
+from sqa.training.lit_module import MOSModule
+from sqa.training.losses import margin_l1
+from sqa.training.run import build, run
+from tests.training.test_lit_module import items, loader, trainer
+from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
+
+SR = 16000
+
+
+def tiny_predictor(**kwargs) -> MOSPredictor:
+    torch.manual_seed(0)
+    return MOSPredictor(LogMelBackbone(channels=16, conv_layers=1), **kwargs)
+
+
+def scores(predictor: MOSPredictor) -> torch.Tensor:
+    """Scores on the predictor's own scale of three random clips of unequal lengths."""
+    torch.manual_seed(1)
+    wav = torch.randn(3, 12000)
+    with torch.no_grad():
+        return predictor.to_scale(predictor.eval()(wav, torch.tensor([12000, 9000, 4000])).scores)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "start"),
+    [
+        ({}, [3.7]),
+        ({"range_clip": False}, [3.7]),
+        ({"score_range": [0, 100]}, [62.0]),
+        ({"dimensions": ["mos", "lyrics"]}, [2.2, 4.1]),
+    ],
+)
+def test_start_at_scores_every_clip_with_the_given_scores(kwargs, start):
+    predictor = tiny_predictor(**kwargs)
+    before = scores(predictor)
+    assert not torch.allclose(before, torch.tensor(start).expand_as(before), atol=1e-3)
+    predictor.start_at(start)
+    assert torch.allclose(scores(predictor), torch.tensor(start).expand(3, len(start)), atol=1e-4)
+
+
+def test_start_at_keeps_off_the_range_clips_asymptotes_and_checks_its_length():
+    predictor = tiny_predictor()
+    predictor.start_at([5.0])
+    assert scores(predictor)[:, 0] == pytest.approx([4.99] * 3, abs=1e-4)
+    predictor.start_at([1.0])
+    assert scores(predictor)[:, 0] == pytest.approx([1.01] * 3, abs=1e-4)
+    with pytest.raises(ValueError, match="start_at needs 1 scores"):
+        predictor.start_at([3.0, 3.0])
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory):
+    return write_per_system_corpus(tmp_path_factory.mktemp("per-system"))
+
+
+def train_labels(manifest) -> list[float]:
+    rows = [line.split(",") for line in manifest.read_text(encoding="utf-8").splitlines()[1:]]
+    return [float(r[1]) for r in rows if r[4] == "train"]
+
+
+def test_head_init_train_mean_starts_a_run_as_the_constant_predictor(manifest):
+    _, module = build(compose_train([*tiny_run_overrides(manifest), "head_init=train_mean"]))
+    assert scores(module.predictor)[:, 0] == pytest.approx([np.mean(train_labels(manifest))] * 3, abs=1e-4)
+    _, random = build(compose_train([*tiny_run_overrides(manifest), "head_init=random"]))
+    assert scores(random.predictor)[:, 0] != pytest.approx([np.mean(train_labels(manifest))] * 3, abs=1e-3)
+    with pytest.raises(ValueError, match="head_init must be one of"):
+        build(compose_train([*tiny_run_overrides(manifest), "head_init=zero"]))
+
+
+def fit_steps(tmp_path, steps: int, **schedule) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(backbone weights, head weights) after each of `steps` SGD steps of a tiny module."""
+    predictor = tiny_predictor()
+    module = MOSModule(
+        predictor, margin_l1, functools.partial(torch.optim.SGD, lr=0.05), valid_names=[], **schedule
+    )
+    seen = []
+
+    class Record(__import__("lightning").Callback):
+        def on_train_batch_end(self, *args, **kwargs):
+            seen.append(
+                (
+                    predictor.backbone.convs[0].weight.detach().clone(),
+                    predictor.head[0].weight.detach().clone(),
+                )
+            )
+
+    trainer(tmp_path, max_steps=steps, callbacks=[Record()], limit_val_batches=0).fit(
+        module, loader(*[items(4, offset=4 * k) for k in range(steps)])
+    )
+    return seen
+
+
+def test_a_frozen_backbone_learns_only_after_its_steps_and_at_its_scaled_rate(tmp_path):
+    torch.manual_seed(0)
+    start = tiny_predictor().backbone.convs[0].weight.detach().clone()
+    frozen = fit_steps(tmp_path, 5, freeze_backbone_steps=3, backbone_lr_scale=0.5)
+    # Steps 1-3 leave the backbone as it was while the head learns; steps 4 and 5 move it.
+    for backbone, _ in frozen[:3]:
+        assert torch.equal(backbone, start)
+    assert not torch.equal(frozen[2][1], frozen[0][1])
+    assert not torch.equal(frozen[3][0], start)
+    assert not torch.equal(frozen[4][0], frozen[3][0])
+    # Without a freeze the backbone moves from the first step.
+    plain = fit_steps(tmp_path, 1)
+    assert not torch.equal(plain[0][0], start)
+
+
+def test_the_backbone_rate_is_scaled_and_the_head_rate_is_not(tmp_path):
+    module = MOSModule(
+        tiny_predictor(), margin_l1, functools.partial(torch.optim.SGD, lr=0.2), backbone_lr_scale=0.25
+    )
+    configured = module.configure_optimizers()
+    optimizer = configured["optimizer"]
+    assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([0.2, 0.05])
+    backbone_ids = {id(p) for p in module.predictor.backbone.parameters()}
+    assert {id(p) for p in optimizer.param_groups[1]["params"]} == backbone_ids
+    assert not backbone_ids & {id(p) for p in optimizer.param_groups[0]["params"]}
+    # One group, the paper's optimiser, without a schedule.
+    assert isinstance(
+        MOSModule(tiny_predictor(), margin_l1, torch.optim.SGD).configure_optimizers(), torch.optim.SGD
+    )
+    for bad in ({"freeze_backbone_steps": -1}, {"backbone_lr_scale": 0.0}, {"backbone_lr_scale": 1.5}):
+        with pytest.raises(ValueError):
+            MOSModule(tiny_predictor(), margin_l1, torch.optim.SGD, **bad)
+
+
+def test_a_backbone_frozen_in_part_keeps_that_part_frozen(tmp_path):
+    predictor = tiny_predictor()
+    predictor.backbone.convs[0].bias.requires_grad_(False)
+    module = MOSModule(predictor, margin_l1, torch.optim.SGD, freeze_backbone_steps=1)
+    optimizer = module.configure_optimizers()["optimizer"]
+    grouped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    assert id(predictor.backbone.convs[0].bias) not in grouped
+
+
+def test_init_from_an_exports_architecture_fine_tunes_that_architecture(manifest, tmp_path):
+    # An export with an architecture unlike the default config's, on 1-5.
+    source = tiny_predictor(head_dim=8, dropout=0.0)
+    export = tmp_path / "source"
+    export_predictor(source, export, sample_rate=SR, domains=["default"])
+    recorded = read_architecture(export)
+    assert recorded.model["head_dim"] == 8 and recorded.f0_extractor is None
+    overrides = [
+        *tiny_run_overrides(manifest),
+        f"init_from={{checkpoint: {export}, architecture: export, modules: [backbone, head]}}",
+        "optim.lr=0",
+    ]
+    run_dir = tmp_path / "run"
+    run(compose_train(overrides), run_dir)
+    tuned, config, _ = load_export(run_dir / "export")
+    assert config["model"]["head_dim"] == 8
+    assert config["model"]["backbone"]["channels"] == 16
+    # At learning rate 0 the fine-tuned model is the export's, weight for weight.
+    original, _, _ = load_export(export)
+    for key, value in original.state_dict().items():
+        assert torch.equal(tuned.state_dict()[key], value), key
+    info = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
+    assert "learning_check" in info
+
+
+def test_init_from_architecture_is_checked(manifest, tmp_path):
+    bad = [
+        *tiny_run_overrides(manifest),
+        f"init_from={{checkpoint: {tmp_path}, architecture: mine, modules: [head]}}",
+    ]
+    with pytest.raises(ValueError, match="init_from.architecture must be one of"):
+        build(compose_train(bad))
+    missing = [
+        *tiny_run_overrides(manifest),
+        f"init_from={{checkpoint: {tmp_path}, architecture: export, modules: [head]}}",
+    ]
+    with pytest.raises(ExportError, match="config.yaml"):
+        build(compose_train(missing))
