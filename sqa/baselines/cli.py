@@ -1,4 +1,4 @@
-"""Command line: score a corpus's test sets with a pretrained speech-MOS baseline (DNSMOS), no training.
+"""Command line: score a corpus's test sets with a pretrained speech-MOS baseline, no training.
 
     sqa-baseline --corpus synthetic [--output ovrl|sig|bak|p808] [--run-dir DIR]
     sqa-baseline --corpus singmos_pro --root DIR      (16 kHz clips only, as conf/data/singmos_pro.yaml)
@@ -8,19 +8,23 @@
     sqa-baseline --corpus synthetic_mushra                          (0-100, the MUSHRA-style corpus)
     sqa-baseline --corpus csv --manifest FILE --score-range 0 100
 
-Clips are read by `sqa-score`'s loader (headers checked first, length-sorted batches of files
-decoded by `--num-workers` processes) and scored a batch at a time (`DNSMOS.score_files`).
+    sqa-baseline --model distillmos --corpus synthetic              (Distill-MOS instead of DNSMOS)
+
+`--model` chooses the baseline: `dnsmos` (the default; P.835 OVRL, SIG, BAK or P.808, `--output`)
+or `distillmos` (Distill-MOS, one score: `--output mos`). Clips are read by `sqa-score`'s loader
+(headers checked first, length-sorted batches of files decoded by `--num-workers` processes) and
+scored a batch at a time (`DNSMOS.score_files`, `DistillMOS.score_files`).
 
 Writes `predictions.csv` (sample_id, system_id, test_set, mos, pred), `metrics.json` with 95 %
 bootstrap intervals and the scatter plots into the run directory exactly as a training run does,
 so `sqa-table` and any tool reading a run's files treats the baseline like a trained model, and
 prints the metric table. References and anchors are scored on their own rows, outside `avg`.
 
-DNSMOS scores on 1-5. On a corpus of another scale (`--score-range`), its scores are mapped onto
-the corpus's by the least-squares line `a + b·dnsmos` fitted on the training split's clips, and
-`pred`, the errors and the plots use the mapped scores; correlations are those of DNSMOS's own
-scores (which a line with b > 0 leaves as they are). Without training clips the errors are
-undefined there. The line is recorded in `run_info.json` (`scale_map`).
+Both baselines score on 1-5. On a corpus of another scale (`--score-range`), their scores are
+mapped onto the corpus's by the least-squares line `a + b·score` fitted on the training split's
+clips, and `pred`, the errors and the plots use the mapped scores; correlations are those of the
+baseline's own scores (which a line with b > 0 leaves as they are). Without training clips the
+errors are undefined there. The line is recorded in `run_info.json` (`scale_map`).
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from sqa import metrics
-from sqa.baselines.dnsmos import DNSMOS, OUTPUTS
+from sqa.baselines import distillmos, dnsmos
+from sqa.baselines.distillmos import DistillMOS
+from sqa.baselines.dnsmos import DNSMOS
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json
 from sqa.core.provenance import package_versions
@@ -48,11 +54,33 @@ from sqa.data.validate import Problem, format_report
 from sqa.reports import tables
 
 CORPORA = ("synthetic", "synthetic_mushra", "singmos_pro", "singmos_vmc24", "csv")
-# DNSMOS's own scale: a corpus on it needs no map.
-DNSMOS_RANGE = (1.0, 5.0)
+# The baselines' own scale (DNSMOS and Distill-MOS alike): a corpus on it needs no map.
+BASELINE_RANGE = (1.0, 5.0)
 # The sample-rate filter of each corpus's data config, so test sets match a default training run.
 DEFAULT_RATE_FILTER = {"singmos_pro": 16000}
-RECORDED_PACKAGES = ("speechmos", "onnxruntime", "numpy", "soundfile", "soxr")
+Baseline = DNSMOS | DistillMOS
+
+
+class BaselineModel(NamedTuple):
+    """A `--model`: its scorer, name in messages, scores and the packages run_info.json records.
+
+    `outputs` are the names `--output` chooses from; the first is the default.
+    """
+
+    scorer: type[Baseline]
+    name: str
+    outputs: tuple[str, ...]
+    packages: tuple[str, ...]
+
+
+BASELINES = {
+    "dnsmos": BaselineModel(
+        DNSMOS, "DNSMOS", dnsmos.OUTPUTS, ("speechmos", "onnxruntime", "numpy", "soundfile", "soxr")
+    ),
+    "distillmos": BaselineModel(
+        DistillMOS, "Distill-MOS", distillmos.OUTPUTS, ("distillmos", "torch", "numpy", "soundfile", "soxr")
+    ),
+}
 
 
 def read_corpus(args: argparse.Namespace) -> Corpus:
@@ -74,7 +102,7 @@ def read_corpus(args: argparse.Namespace) -> Corpus:
             / f"synthetic-mushra-seed{args.seed}-clips{args.clips_per_system}"
         )
         return load_synthetic_mushra(root, seed=args.seed, clips_per_system=args.clips_per_system)
-    scale = args.score_range or DNSMOS_RANGE
+    scale = args.score_range or BASELINE_RANGE
     if args.corpus == "csv":
         if not args.manifest:
             raise CorpusError("--corpus csv needs --manifest FILE")
@@ -100,12 +128,12 @@ def fit_scale_map(pred: Sequence[float], true: Sequence[float]) -> tuple[float, 
 def evaluate_on_scale(
     rows: list[dict[str, Any]], line: tuple[float, float] | None, bootstrap: int, seed: int
 ) -> dict[str, Any]:
-    """Metrics of the rows' `dnsmos` scores: correlations as they are, errors after `line`.
+    """Metrics of the rows' `raw` (baseline) scores: correlations as they are, errors after `line`.
 
-    `line` None: the corpus is on DNSMOS's scale (errors as they are) or no line could be fitted
-    (errors NaN). Each row's `pred` is set to the score on the corpus's scale.
+    `line` None: the corpus is on the baseline's scale (errors as they are) or no line could be
+    fitted (errors NaN). Each row's `pred` is set to the score on the corpus's scale.
     """
-    raw = [r["dnsmos"] for r in rows]
+    raw = [r["raw"] for r in rows]
     on_scale = raw if line is None else [line[0] + line[1] * v for v in raw]
     for row, value in zip(rows, on_scale, strict=True):
         row["pred"] = value
@@ -128,12 +156,12 @@ def evaluate_on_scale(
 
 
 def score_clips(
-    scorer: DNSMOS, test_sets: dict[str, list[Clip]], output: str, num_workers: int = 0
+    scorer: Baseline, test_sets: dict[str, list[Clip]], output: str, num_workers: int = 0
 ) -> tuple[list[dict[str, Any]], list[Problem]]:
-    """Prediction rows (`output` as `dnsmos`) of every readable clip, and a problem for each other one.
+    """Prediction rows (the score `output` as `raw`) of every readable clip, and a problem for each other one.
 
-    Clips are read and scored in batches (`DNSMOS.score_files`); rows and problems keep the
-    order of the sets and their clips.
+    Clips are read and scored in batches (the scorer's `score_files`); rows and problems keep
+    the order of the sets and their clips.
     """
     named = [(name, clip) for name, clips in test_sets.items() for clip in clips]
     results = {
@@ -152,7 +180,7 @@ def score_clips(
                 "system_id": clip.system_id,
                 "test_set": name,
                 "mos": clip.mos,
-                "dnsmos": result.scores[output],
+                "raw": result.scores[output],
             }
         )
     return rows, problems
@@ -162,9 +190,9 @@ def run_info(args: argparse.Namespace, clips: int, seconds: float) -> dict[str, 
     """What a rerun needs: the arguments, package versions, clip count and scoring time."""
     arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     return {
-        "baseline": "dnsmos",
+        "baseline": args.model,
         "arguments": arguments,
-        "packages": package_versions(RECORDED_PACKAGES),
+        "packages": package_versions(BASELINES[args.model].packages),
         "clips": clips,
         "seconds": seconds,
     }
@@ -173,6 +201,9 @@ def run_info(args: argparse.Namespace, clips: int, seconds: float) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `sqa-baseline`; returns the exit code."""
     parser = argparse.ArgumentParser(prog="sqa-baseline", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--model", choices=sorted(BASELINES), default="dnsmos", help="the baseline (default: %(default)s)"
+    )
     parser.add_argument("--corpus", choices=CORPORA, default="synthetic")
     parser.add_argument("--root", type=Path, help="corpus folder (singmos_pro, singmos_vmc24; synthetic)")
     parser.add_argument("--manifest", type=Path, help="CSV manifest (--corpus csv)")
@@ -184,9 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         help="keep only clips stored at this rate; 0 keeps all (resampled). Default: 16000 for "
         "singmos_pro, 0 otherwise, as the data configs",
     )
-    parser.add_argument("--output", choices=OUTPUTS, default="ovrl", help="DNSMOS score used as `pred`")
+    outputs = sorted({name for model in BASELINES.values() for name in model.outputs})
     parser.add_argument(
-        "--run-dir", type=Path, help="where to write (default: outputs/dnsmos-<corpus>-<output>)"
+        "--output",
+        choices=outputs,
+        help="the baseline's score used as `pred`: dnsmos ovrl (default), sig, bak or p808; distillmos mos",
+    )
+    parser.add_argument(
+        "--run-dir", type=Path, help="where to write (default: outputs/<model>-<corpus>-<output>)"
     )
     parser.add_argument(
         "--on-error",
@@ -211,11 +247,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_workers < 0:
         print(f"sqa-baseline: --num-workers must be 0 or more, got {args.num_workers}", file=sys.stderr)
         return 2
-    run_dir = args.run_dir or Path("outputs") / f"dnsmos-{args.corpus}-{args.output}"
+    model = BASELINES[args.model]
+    name = model.name
+    args.output = args.output or model.outputs[0]
+    if args.output not in model.outputs:
+        print(
+            f"sqa-baseline: --output {args.output}: {name} gives {', '.join(model.outputs)}", file=sys.stderr
+        )
+        return 2
+    run_dir = args.run_dir or Path("outputs") / f"{args.model}-{args.corpus}-{args.output}"
     try:
         corpus = read_corpus(args)
         test_sets = corpus.test_sets()
-        scorer = DNSMOS()
+        scorer = model.scorer()
     except (CorpusError, ImportError) as err:
         print(f"sqa-baseline: {err}", file=sys.stderr)
         return 2
@@ -231,18 +275,18 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     line, info = None, run_info(args, len(rows), seconds)
     info["score_range"] = list(corpus.score_range)
-    if tuple(corpus.score_range) != DNSMOS_RANGE:
-        # Errors on the corpus's scale need DNSMOS's scores mapped onto it: fitted on training clips.
+    if tuple(corpus.score_range) != BASELINE_RANGE:
+        # Errors on the corpus's scale need the baseline's scores mapped onto it: fitted on training clips.
         train, _ = score_clips(scorer, {"train": corpus.split("train")}, args.output, args.num_workers)
-        line = fit_scale_map([r["dnsmos"] for r in train], [r["mos"] for r in train])
+        line = fit_scale_map([r["raw"] for r in train], [r["mos"] for r in train])
         info["scale_map"] = {"a": line[0], "b": line[1], "train_clips": len(train)} if line else None
         if line is None:
             print(
-                "sqa-baseline: no training clips to fit DNSMOS's scale map on: errors undefined",
+                f"sqa-baseline: no training clips to fit {name}'s scale map on: errors undefined",
                 file=sys.stderr,
             )
     results = evaluate_on_scale(rows, line, args.bootstrap, seed=0)
-    if line is None and tuple(corpus.score_range) != DNSMOS_RANGE:
+    if line is None and tuple(corpus.score_range) != BASELINE_RANGE:
         for block in results.values():
             for level in metrics.LEVELS:
                 block[level].update({key: math.nan for key in metrics.ERROR_METRICS})
@@ -253,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     plots.write_test_plots(rows, results, run_dir / "plots", corpus.score_range)
     atomic_write_json(run_dir / "run_info.json", info)
-    print(f"DNSMOS {args.output.upper()} on {len(rows)} test clips ({seconds:.1f} s), written to {run_dir}:")
+    print(f"{name} {args.output.upper()} on {len(rows)} test clips ({seconds:.1f} s), written to {run_dir}:")
     print(tables.format_table(results))
     return 0
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import importlib.resources
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
+from sqa.baselines.files import FileScores, score_files
 from sqa.data.audio import load_audio
-from sqa.scoring.clips import ClipPreparer, file_batches
+from sqa.scoring.clips import ClipPreparer
 
 SAMPLE_RATE = 16000
 WINDOW_SECONDS = 9.01
@@ -102,14 +102,6 @@ def p808_features(segment: np.ndarray, filters: np.ndarray) -> np.ndarray:
     db = 10.0 * np.log10(np.maximum(mel, 1e-10)) - 10.0 * np.log10(max(mel.max(), 1e-10))
     db = np.maximum(db, db.max() - TOP_DB)
     return ((db + 40.0) / 40.0).astype(np.float32)
-
-
-class FileScores(NamedTuple):
-    """The scores of file `index` (`DNSMOS.score` keys), or why it could not be read."""
-
-    index: int
-    scores: dict[str, float] | None
-    error: str | None
 
 
 class DNSMOS:
@@ -204,13 +196,4 @@ class DNSMOS:
         DataLoader workers in length-sorted batches); each batch is scored by `score_batch`.
         An unreadable file yields its error instead of scores.
         """
-        names = [str(p) for p in paths]
-        for items in file_batches(names, self._prepare, batch_size, num_workers):
-            for item in items:
-                if item.error is not None:
-                    yield FileScores(item.index, None, item.error)
-            readable = [item for item in items if item.error is None]
-            # A whole clip is one piece: its waveform is the piece's first element.
-            scores = self.score_batch([item.pieces[0][0] for item in readable]) if readable else []
-            for item, clip_scores in zip(readable, scores, strict=True):
-                yield FileScores(item.index, clip_scores, None)
+        return score_files(self.score_batch, self._prepare, paths, batch_size, num_workers)
