@@ -287,12 +287,8 @@ def read_architecture(path: str | Path) -> Architecture:
     return Architecture(dict(config["model"]), f0_extractor, config_path)
 
 
-def learning_warning(path: str | Path) -> str | None:
-    """The learning check's sentence of the export at `path` when its model does not beat the constant.
-
-    Read from the export's run_info.json (None where it has none, or no learning check); the
-    sentence is rebuilt from the recorded numbers, never taken as stored text.
-    """
+def run_record(path: str | Path, key: str) -> dict[str, Any] | None:
+    """The `key` record of the run_info.json of the export at `path` (None where there is none)."""
     config_path, _ = resolve_export(path)
     info_path = config_path.parent / "run_info.json"
     if not info_path.is_file() or info_path.is_symlink():
@@ -301,7 +297,17 @@ def learning_warning(path: str | Path) -> str | None:
         info = json.loads(read_bounded(info_path, MAX_DATA_FILE_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         raise ExportError(f"{info_path}: not a JSON file ({err})") from err
-    check = info.get("learning_check") if isinstance(info, dict) else None
-    if not isinstance(check, dict) or learning.verdict(check) == "better":
+    record = info.get(key) if isinstance(info, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+def learning_warning(path: str | Path) -> str | None:
+    """The learning check's sentence of the export at `path` when its model does not beat the constant.
+
+    Read from the export's run_info.json (None where it has none, or no learning check); the
+    sentence is rebuilt from the recorded numbers, never taken as stored text.
+    """
+    check = run_record(path, "learning_check")
+    if check is None or learning.verdict(check) == "better":
         return None
     return learning.sentence(check)

@@ -6,7 +6,11 @@
 
 Writes metrics.json (metrics_<dim>.json), predictions.csv and plots/ into the output folder
 exactly as a training run's test phase does (the same module, metrics and writer), so a run's
-export evaluated on its own corpus reproduces its metrics.json.
+export evaluated on its own corpus reproduces its metrics.json. Test sets whose labels sit far
+from the export's training labels are named (`sqa.reports.scale`, eval_info.json's
+`scale_shift`). With `map_clips=N`, a least-squares line from the model's scores to the labels is
+fitted on N seeded test clips, which then leave the evaluation; metrics.json holds the unmapped
+scores of the other clips and mapped/ the same files for their mapped scores.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -25,10 +30,11 @@ from omegaconf import DictConfig, OmegaConf
 from sqa.core.atomic import atomic_write_text
 from sqa.core.renames import rename_targets
 from sqa.data.audio import AudioError
-from sqa.data.corpus import DEFAULT_DOMAIN, Corpus, CorpusError
+from sqa.data.corpus import DEFAULT_DOMAIN, ROLES, Corpus, CorpusError
 from sqa.data.readers import recorded_corpus
 from sqa.data.valid_split import read_valid_split
-from sqa.exports.format import ExportError, load_export, regular_file, resolve_export
+from sqa.exports.format import ExportError, load_export, regular_file, resolve_export, run_record
+from sqa.reports import scale
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
 from sqa.training.run_outputs import write_test_outputs
@@ -39,6 +45,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SEED = 0
 DEFAULT_BOOTSTRAP = 1000
 DEFAULT_EVAL_BATCH_SIZE = 8
+# The random stream of the map's clips (beside the bootstrap's, from the same seed).
+MAP_STREAM = 5
 
 
 def evaluation_corpus(corpus: Corpus, domains: list[str], uses_domains: bool) -> Corpus:
@@ -131,9 +139,62 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "seed": seed,
         "bootstrap": bootstrap,
     }
+    score_range = datamodule.corpus.score_range
+    trained = run_record(export_dir, "scale_shift")
+    if trained is not None:
+        info["scale_shift"] = test_shift(module.test_predictions, trained)
+    map_clips = int(cfg.get("map_clips") or 0)
+    if map_clips:
+        mapped, info["scale_map"] = fitted_map(module, map_clips, seed)
     atomic_write_text(out_dir / "eval_info.json", json.dumps(info, indent=2))
-    write_test_outputs(module, out_dir, heading=f"Test results of {export_dir}")
-    return module.test_results
+    write_test_outputs(module, out_dir, heading=f"Test results of {export_dir}", score_range=score_range)
+    results = module.test_results
+    if map_clips:
+        line = info["scale_map"]
+        module.set_test_rows(mapped)
+        heading = f"Test results of {export_dir}, mapped by {line['a']:.4g} + {line['b']:.4g}·score"
+        write_test_outputs(module, out_dir / "mapped", heading=heading, score_range=score_range)
+    return results
+
+
+def test_shift(rows: list[dict[str, Any]], trained: dict[str, Any]) -> dict[str, Any]:
+    """Each test set's label shift from the export's training labels (`sqa.reports.scale`), logged."""
+    mean, sd = float(trained["train_mean"]), float(trained["train_sd"])
+    sets: dict[str, list[float]] = {}
+    for r in rows:
+        if r["test_set"] not in ROLES:
+            sets.setdefault(r["test_set"], []).append(r["mos"])
+    shifts = scale.label_shift(mean, sd, sets)
+    for name, shift in shifts.items():
+        if shift["shifted"]:
+            log.warning("%s", scale.describe(name, shift, mean, sd))
+    return {"train_mean": mean, "train_sd": sd, "sets": shifts}
+
+
+def fitted_map(module: MOSModule, clips: int, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Fit score → label on `clips` seeded test clips; keep the rest, unmapped, in `module`.
+
+    Returns the rest with their overall scores mapped, and the map's record. The map's clips are
+    left out of both the unmapped and the mapped metrics, so that the two compare on equal clips.
+    """
+    rows = module.test_predictions
+    usable = [i for i, r in enumerate(rows) if r["test_set"] not in ROLES]
+    if not 2 <= clips <= len(usable) - 2:
+        raise CorpusError(
+            f"map_clips={clips}: needs at least 2 clips to fit on and 2 to test on; the test sets have "
+            f"{len(usable)} clips (references and anchors aside)"
+        )
+    chosen = set(np.random.default_rng([seed, MAP_STREAM]).choice(usable, clips, replace=False).tolist())
+    fit = [rows[i] for i in sorted(chosen)]
+    line = scale.fit_line([r["pred"] for r in fit], [r["mos"] for r in fit])
+    if line is None:
+        raise CorpusError(f"map_clips={clips}: the model gave one score to all {clips} clips; no line fits")
+    rest = [r for i, r in enumerate(rows) if i not in chosen]
+    module.set_test_rows(rest)
+    a, b = line
+    mapped = [{**r, "pred": a + b * r["pred"]} for r in rest]
+    record = {"a": a, "b": b, "clips": clips, "sample_ids": [r["sample_id"] for r in fit]}
+    return mapped, record
 
 
 # An absolute path: Hydra reads a relative one as a Python package when main is imported.

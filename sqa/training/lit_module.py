@@ -243,6 +243,21 @@ class MOSModule(L.LightningModule):
         for idx, batch_rows in self._gathered().items():
             name = self.test_names[idx] if idx < len(self.test_names) else str(idx)
             rows.extend({**r, "test_set": name} for r in batch_rows)
+        self.set_test_rows(rows)
+        for dim, results in {OVERALL: self.test_results, **self.dimension_results}.items():
+            prefix = "test" if dim == OVERALL else f"test/{dim}"
+            for name, block in results.items():
+                for level in ("utt", "sys"):
+                    for key in metrics.METRIC_NAMES:
+                        value = block[level][key]
+                        if not metrics.defined(value):
+                            continue  # undefined for this set (see metrics.json's `undefined`)
+                        self.log(
+                            f"{prefix}/{name}/{level}_{key}", value, add_dataloader_idx=False, sync_dist=True
+                        )
+
+    def set_test_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Keep test prediction `rows` and their metrics per set and averaged, of every dimension."""
         self.test_predictions = rows
         # A listening test's references and anchors are scored on their own rows, outside `avg`.
         self.test_results = metrics.evaluate_sets(
@@ -255,17 +270,6 @@ class MOSModule(L.LightningModule):
                 self.dimension_results[dim] = metrics.evaluate_sets(
                     pred, true, systems, sets, bootstrap=self.bootstrap, seed=self.seed, apart=ROLES
                 )
-        for dim, results in {OVERALL: self.test_results, **self.dimension_results}.items():
-            prefix = "test" if dim == OVERALL else f"test/{dim}"
-            for name, block in results.items():
-                for level in ("utt", "sys"):
-                    for key in metrics.METRIC_NAMES:
-                        value = block[level][key]
-                        if not metrics.defined(value):
-                            continue  # undefined for this set (see metrics.json's `undefined`)
-                        self.log(
-                            f"{prefix}/{name}/{level}_{key}", value, add_dataloader_idx=False, sync_dist=True
-                        )
 
     def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
         """The configured optimizer over all trainable parameters, with the backbone's schedule.

@@ -34,6 +34,7 @@ from sqa.training.run_outputs import (
     recorded_data,
     report_selection,
     run_info,
+    scale_shift,
     training_end,
     write_test_outputs,
 )
@@ -313,6 +314,7 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     best = Path(checkpoint.best_model_path).name
     selected_step = checkpoint_step(checkpoint.best_model_path)
     info["training_end"] = end
+    info["scale_shift"] = scale_shift(datamodule)
     info["learning_check"] = learning_check(module, datamodule, history.history, selected_step)
     report_selection(info, history.history.get("val/selection", []), best, selected_step, run_dir)
     figures = write_test_outputs(

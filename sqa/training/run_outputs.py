@@ -25,7 +25,7 @@ from sqa.core.provenance import package_versions
 from sqa.data.corpus import ROLES
 from sqa.data.readers import CORPUS_READERS
 from sqa.metrics import count_text
-from sqa.reports import learning, plots
+from sqa.reports import learning, plots, scale
 from sqa.reports.tables import format_table
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule, labelled
@@ -230,6 +230,26 @@ def learning_check(
     valid = (math.sqrt(squares / len(labels)), labels) if labels and math.isfinite(squares) else None
     _, true, _, sets = labelled(module.test_predictions, OVERALL)
     return learning.check(train_mean, valid, module.test_results, true, sets, apart=ROLES)
+
+
+def scale_shift(datamodule: MOSDataModule) -> dict[str, Any]:
+    """The training labels' mean and SD and each test set's shift from them (`sqa.reports.scale`).
+
+    Each shifted set is also logged as a warning. References and anchors are left out, as from
+    the test average.
+    """
+    train = [c.mos for c in datamodule.train_clips]
+    sets = {
+        name: [c.mos for c in clips]
+        for name, clips in datamodule.corpus.test_sets().items()
+        if name not in ROLES
+    }
+    record = {"train_mean": float(np.mean(train)), "train_sd": float(np.std(train))}
+    record["sets"] = scale.label_shift(record["train_mean"], record["train_sd"], sets)
+    for name, shift in record["sets"].items():
+        if shift["shifted"]:
+            log.warning("%s", scale.describe(name, shift, record["train_mean"], record["train_sd"]))
+    return record
 
 
 def log_figures(logger: Logger | bool | None, figures: Mapping[str, Path], step: int = 0) -> None:
