@@ -44,8 +44,9 @@ STFT_HOP = 160
 COMPRESSION = 0.3
 # The package's crops of a long clip: consecutive crops start at most this many samples apart.
 CROP_HOP = 16000
-# Segments passed through the network at once: bounds the CNN's activations when scoring long
-# songs (about 60 MB per segment in its first layers).
+# Segments passed through the network at once on an accelerator. On a CPU one at a time was the
+# fastest (one thread: 0.51 s a segment alone, 0.67-0.73 s in passes of 2-8; two threads: no gain
+# from passes) and holds the least memory (the CNN's first layers take about 60 MB a segment).
 SEGMENTS_PER_PASS = 16
 WEIGHTS = "distill_mos_v7.pt"
 # Where the package's state_dict keeps the tensors of sqa's modules: sqa's prefix -> the package's.
@@ -283,13 +284,19 @@ class DistillMosBackbone(Exportable, nn.Module):
         self.output_dim = dim
         self.min_samples = W2V_WINDOW
         self.hop_length = W2V_HOP
-        self.register_buffer("window", torch.hann_window(STFT_WINDOW), persistent=False)
+        # Computed on the CPU even when the model is built on the meta device (sqa.exports.format
+        # sizes an export's model that way): there these functions took seconds through torch's
+        # reference implementations.
+        with torch.device("cpu"):
+            window = torch.hann_window(STFT_WINDOW)
+            positions = sinusoidal_positions(SEGMENT_FRAMES, dim)
+        self.register_buffer("window", window, persistent=False)
         self.cnn = SpectrogramCNN(channels, conv_layers)
         features = self.cnn.output_dim
         self.input_norm = FrozenBatchNorm(features)
         self.projection_norm = FrozenBatchNorm(features)
         self.projection = nn.Linear(features, dim)
-        self.register_buffer("positions", sinusoidal_positions(SEGMENT_FRAMES, dim), persistent=False)
+        self.register_buffer("positions", positions, persistent=False)
         self.layers = nn.ModuleList(
             nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, batch_first=True)
             for _ in range(layers)
@@ -302,8 +309,9 @@ class DistillMosBackbone(Exportable, nn.Module):
     def segment_frames(self, segments: torch.Tensor) -> torch.Tensor:
         """7.68 s segments (S, SEGMENT) -> the network's frames (S, 384, dim), each peak-normalised first."""
         outputs = []
-        for first in range(0, segments.shape[0], SEGMENTS_PER_PASS):
-            part = segments[first : first + SEGMENTS_PER_PASS]
+        size = 1 if segments.device.type == "cpu" else SEGMENTS_PER_PASS
+        for first in range(0, segments.shape[0], size):
+            part = segments[first : first + size]
             part = part / (part.abs().amax(dim=1, keepdim=True) + 1e-8)
             x = self.cnn(compressed_spectrogram(part, self.window))
             x = self.projection(self.projection_norm(self.input_norm(x))) + self.positions.to(x.dtype)
