@@ -181,6 +181,22 @@ class MOSPredictor(Exportable, nn.Module):
         Scores are on the internal 1-5 scale: `to_scale` maps them onto `score_range`.
         """
         frames, frame_lengths = self.backbone(wav, lengths)
+        return self.score_frames(frames, frame_lengths, lengths, domain, f0, judge)
+
+    def score_frames(
+        self,
+        frames: torch.Tensor,
+        frame_lengths: torch.Tensor,
+        lengths: torch.Tensor,
+        domain: torch.Tensor | None = None,
+        f0: torch.Tensor | None = None,
+        judge: torch.Tensor | None = None,
+    ) -> Prediction:
+        """Score backbone frames (B, T, D) with frame_lengths (B,) of clips of `lengths` samples (B,).
+
+        `forward` after the backbone: a frozen backbone's frames can be computed once and reused
+        (`sqa.training.frame_cache`). Frames past a clip's frame length are ignored.
+        """
         parts = [frames]
         if self.domain is not None:
             if domain is None:

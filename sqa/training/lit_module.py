@@ -15,6 +15,7 @@ from sqa.core.artefacts import score_columns
 from sqa.core.prediction import OVERALL, Prediction
 from sqa.data.corpus import ROLES
 from sqa.models.predictor import MOSPredictor
+from sqa.training.frame_cache import FrameCache
 from sqa.training.selection import TIEBREAK_KEY, SelectionRule
 
 LossFn = Callable[..., torch.Tensor]
@@ -31,8 +32,10 @@ class MOSModule(L.LightningModule):
     their system counts), the quantity checkpoints are selected on, and
     `val/selection_tiebreak`, the utterance RMSE over the rule's sets that orders tied scores.
     Fine-tuning a pretrained backbone: for the first `freeze_backbone_steps` steps only the
-    head and branches learn (the backbone's learning rate is 0, and in a single process its
-    gradients are not computed), then the backbone learns at `backbone_lr_scale` times the rate.
+    head and branches learn (the backbone is in eval mode, its learning rate is 0, and in a
+    single process its gradients are not computed and its frames of each clip are computed once,
+    up to `frame_cache_mb` of them: `sqa.training.frame_cache`), then the backbone learns at
+    `backbone_lr_scale` times the rate.
     Test results (per set and averaged) of the overall MOS are kept in `test_results`, those of
     the predictor's other score dimensions in `dimension_results` (each over the clips that have
     that label), and per-clip predictions in `test_predictions` (`mos`, `pred`, and
@@ -51,6 +54,7 @@ class MOSModule(L.LightningModule):
         selection: SelectionRule | None = None,
         freeze_backbone_steps: int = 0,
         backbone_lr_scale: float = 1.0,
+        frame_cache_mb: int = 1024,
     ) -> None:
         super().__init__()
         if freeze_backbone_steps < 0:
@@ -60,6 +64,11 @@ class MOSModule(L.LightningModule):
         self.freeze_backbone_steps = int(freeze_backbone_steps)
         self.backbone_lr_scale = float(backbone_lr_scale)
         self._backbone_trainable: list[torch.nn.Parameter] = []
+        if frame_cache_mb < 0:
+            raise ValueError(f"frame_cache_mb must be 0 or more, got {frame_cache_mb}")
+        self.frame_cache = (
+            FrameCache(frame_cache_mb << 20) if freeze_backbone_steps and frame_cache_mb else None
+        )
         self.selection = selection or SelectionRule("srcc", "sys", tuple(valid_names), "sys srcc")
         # Sums and counts of the training loss since the last validation and of the validation
         # loss of the current one (losses are batch means: weighted by batch size).
@@ -88,9 +97,21 @@ class MOSModule(L.LightningModule):
         Judge IDs (B,) are used where the batch has them (training with judges); evaluation
         batches have none and are scored as the mean judge.
         """
-        return self.predictor(
-            batch["wav"], batch["lengths"], batch["domain"], batch.get("f0"), batch.get("judge")
-        )
+        args = (batch["domain"], batch.get("f0"), batch.get("judge"))
+        if self._cached():
+            frames, frame_lengths = self.frame_cache.frames(
+                self.predictor.backbone, batch["wav"], batch["lengths"]
+            )
+            return self.predictor.score_frames(frames, frame_lengths, batch["lengths"], *args)
+        return self.predictor(batch["wav"], batch["lengths"], *args)
+
+    def _frozen(self) -> bool:
+        """Whether the backbone is frozen at this step (`freeze_backbone_steps`)."""
+        return self._trainer is not None and self.global_step < self.freeze_backbone_steps
+
+    def _cached(self) -> bool:
+        """Whether frames come from the frame cache: a frozen backbone, in a single process."""
+        return self.frame_cache is not None and self._frozen() and self.trainer.world_size == 1
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Seed torch's RNG (dropout) from (seed, step): a resumed run replays every step exactly.
@@ -100,12 +121,17 @@ class MOSModule(L.LightningModule):
         DDP ranks draw distinct masks.
         """
         torch.manual_seed(self.seed * 1_000_003 + self.global_step + 1_000_000_007 * self.global_rank)
-        if self.freeze_backbone_steps and self.trainer.world_size == 1:
-            # Skips the backbone's backward pass while it is frozen. Under DDP the parameter set
-            # that receives gradients must not change, so there its learning rate alone is 0.
-            learn = self.global_step >= self.freeze_backbone_steps
-            for parameter in self._backbone_trainable:
-                parameter.requires_grad_(learn)
+        if self.freeze_backbone_steps:
+            frozen = self._frozen()
+            # A frozen backbone gives the same frames at every step (no dropout): what the cache needs.
+            self.predictor.backbone.train(not frozen)
+            if not frozen and self.frame_cache is not None:
+                self.frame_cache.clear()
+            if self.trainer.world_size == 1:
+                # Skips the backbone's backward pass while it is frozen. Under DDP the parameter
+                # set that receives gradients must not change, so there its learning rate alone is 0.
+                for parameter in self._backbone_trainable:
+                    parameter.requires_grad_(not frozen)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         """One optimisation step on a padded batch."""

@@ -1,0 +1,66 @@
+"""Frames of a frozen backbone, computed once per clip and reused while it stays frozen.
+
+While `finetune.freeze_backbone_steps` holds the backbone fixed (and in eval mode), its frames of
+a clip are the same at every epoch, so a pretrained network costs one forward pass per clip
+instead of one per step; on a CPU this is what makes a pretrained backbone usable on a small
+corpus. Clips are told apart by their samples (a digest of the bytes), so the cache serves
+whole clips (`data.max_train_seconds` null or longer than the clips) and validation clips; a
+random training crop is another clip, computed and cached anew. Backbones keep the contract that
+a clip's frames alone equal its frames in a padded batch, so computing the missing clips of a
+batch together is exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+from torch import nn
+
+
+class FrameCache:
+    """Backbone frames by clip content, up to `max_bytes` of frames (kept on the CPU)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.frames_of: dict[bytes, torch.Tensor] = {}
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(wav: torch.Tensor) -> bytes:
+        """The digest of a clip's samples (N,) and dtype."""
+        data = wav.detach().to("cpu").contiguous().numpy().tobytes()
+        return hashlib.blake2b(data + str(wav.dtype).encode(), digest_size=16).digest()
+
+    @torch.no_grad()
+    def frames(
+        self, backbone: nn.Module, wav: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frames (B, T, D) and frame_lengths (B,) of a padded batch wav (B, N), lengths (B,)."""
+        keys = [self.key(wav[i, : int(n)]) for i, n in enumerate(lengths)]
+        found = {i: self.frames_of[k] for i, k in enumerate(keys) if k in self.frames_of}
+        missing = [i for i in range(len(keys)) if i not in found]
+        self.hits += len(found)
+        self.misses += len(missing)
+        if missing:
+            index = torch.tensor(missing, device=wav.device)
+            sub_lengths = lengths[index]
+            new, new_lengths = backbone(wav[index, : int(sub_lengths.max())], sub_lengths)
+            for j, i in enumerate(missing):
+                clip = new[j, : int(new_lengths[j])].to("cpu")
+                found[i] = clip
+                size = clip.numel() * clip.element_size()
+                if self.bytes + size <= self.max_bytes:
+                    self.frames_of[keys[i]] = clip
+                    self.bytes += size
+        clips = [found[i] for i in range(len(keys))]
+        frame_lengths = torch.tensor([c.shape[0] for c in clips], device=wav.device)
+        frames = nn.utils.rnn.pad_sequence(clips, batch_first=True).to(wav.device)
+        return frames, frame_lengths
+
+    def clear(self) -> None:
+        """Forget every clip (the backbone is about to change)."""
+        self.frames_of.clear()
+        self.bytes = 0

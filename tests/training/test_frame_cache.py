@@ -1,0 +1,98 @@
+"""The frozen backbone's frame cache: exact frames, one backbone pass per clip, the same training."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.predictor import MOSPredictor
+from sqa.training.frame_cache import FrameCache
+from sqa.training.lit_module import MOSModule
+from sqa.training.losses import margin_l1
+from tests.training.test_lit_module import items, loader, trainer
+
+
+class Counting(torch.nn.Module):
+    """A backbone that counts the clips it is given."""
+
+    def __init__(self, backbone: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = backbone
+        self.clips = 0
+
+    def forward(self, wav, lengths):
+        self.clips += len(lengths)
+        return self.inner(wav, lengths)
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    wav = torch.randn(3, 9000)
+    lengths = torch.tensor([9000, 5000, 700])
+    return wav, lengths
+
+
+def test_cached_frames_are_the_backbones_and_each_clip_passes_once():
+    torch.manual_seed(0)
+    backbone = Counting(LogMelBackbone(channels=16).eval())
+    wav, lengths = batch()
+    expected, expected_lengths = backbone.inner(wav, lengths)
+    cache = FrameCache(1 << 20)
+    for _ in range(2):
+        frames, frame_lengths = cache.frames(backbone, wav, lengths)
+        assert torch.equal(frame_lengths, expected_lengths)
+        for i, n in enumerate(frame_lengths):
+            assert torch.allclose(frames[i, :n], expected[i, :n], atol=1e-6)
+    assert backbone.clips == 3 and (cache.hits, cache.misses) == (3, 3)
+    # The second clip alone, and inside a batch with a clip the cache has not seen.
+    other = torch.randn(1, 9000)
+    mixed = torch.cat([wav[1:2], other])
+    frames, frame_lengths = cache.frames(backbone, mixed, torch.tensor([5000, 9000]))
+    assert backbone.clips == 4
+    assert torch.allclose(frames[0, : frame_lengths[0]], expected[1, : expected_lengths[1]], atol=1e-6)
+
+
+def test_another_crop_is_another_clip_and_a_full_cache_stores_nothing_more():
+    backbone = Counting(LogMelBackbone(channels=16).eval())
+    wav, lengths = batch()
+    cache = FrameCache(1 << 20)
+    cache.frames(backbone, wav, lengths)
+    cache.frames(backbone, wav[:, 100:], lengths - 100)
+    assert cache.misses == 6 and cache.hits == 0
+    empty = FrameCache(0)
+    for _ in range(2):
+        frames, _ = empty.frames(backbone, wav, lengths)
+    assert empty.frames_of == {} and empty.misses == 6
+    assert frames.shape[0] == 3
+    cache.clear()
+    assert cache.frames_of == {} and cache.bytes == 0
+
+
+def fit(tmp_path, **schedule) -> tuple[MOSPredictor, MOSModule]:
+    torch.manual_seed(0)
+    predictor = MOSPredictor(LogMelBackbone(channels=16, conv_layers=1))
+    module = MOSModule(predictor, margin_l1, functools.partial(torch.optim.SGD, lr=0.05), **schedule)
+    first, second = items(3), items(3, offset=3)
+    # Each batch twice: the second pass finds its clips in the cache.
+    trainer(tmp_path, max_steps=4, limit_val_batches=0).fit(module, loader(first, second, first, second))
+    return predictor, module
+
+
+@pytest.mark.parametrize("steps", [4, 2])
+def test_training_with_the_cache_equals_training_without_it(tmp_path, steps):
+    cached, module = fit(tmp_path, freeze_backbone_steps=steps)
+    plain, without = fit(tmp_path, freeze_backbone_steps=steps, frame_cache_mb=0)
+    assert without.frame_cache is None
+    for (key, a), b in zip(cached.state_dict().items(), plain.state_dict().values(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), key
+    if steps == 4:
+        # Frozen throughout: the first pass filled the cache, the second used it.
+        assert (module.frame_cache.misses, module.frame_cache.hits) == (6, 6)
+    else:
+        # Unfrozen after two steps: the cache was emptied and no longer used.
+        assert module.frame_cache.frames_of == {} and module.frame_cache.hits == 0
+    with pytest.raises(ValueError, match="frame_cache_mb"):
+        MOSModule(cached, margin_l1, torch.optim.SGD, freeze_backbone_steps=1, frame_cache_mb=-1)
