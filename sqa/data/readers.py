@@ -35,6 +35,14 @@ from sqa.metrics import AVERAGE_KEY
 log = logging.getLogger(__name__)
 
 # The readers a recorded corpus (an export's `data.corpus`) may name: nothing else is built.
+# The readers that generate their corpus where it is missing (told not to, for a recorded corpus).
+GENERATING_READERS = frozenset(
+    {
+        "sqa.data.synthetic.load_synthetic",
+        "sqa.data.synthetic.load_synthetic_mushra",
+        "sqa.data.small_table.load_small_table",
+    }
+)
 CORPUS_READERS = frozenset(
     {
         "sqa.data.readers.read_singmos_pro",
@@ -423,7 +431,7 @@ def recorded_corpus(spec: Mapping[str, Any], where: str | Path, root: str | Path
             raise CorpusError(f"{where}: the recorded corpus path {str(full)!r} is not a .csv file{move}")
     elif kwargs.get("root") is not None and not Path(kwargs["root"]).is_dir():
         raise CorpusError(f"{where}: the recorded corpus folder {kwargs['root']!r} does not exist{move}")
-    if target in ("sqa.data.synthetic.load_synthetic", "sqa.data.synthetic.load_synthetic_mushra"):
+    if target in GENERATING_READERS:
         # An export's record is read, never acted on: a synthetic corpus is not generated.
         kwargs["allow_generate"] = False
     module, _, name = str(target).rpartition(".")

@@ -173,8 +173,8 @@ def read_weights(
 
     With `expected` (a model's state_dict, e.g. on the meta device) the archive may declare at
     most its tensors' bytes, checked before loading, and names, shapes and types are checked
-    before any tensor's data is read (the archive is memory-mapped). Floating point tensors
-    must be finite.
+    before any tensor's data is read (the archive is memory-mapped). Tensors must be dense, and
+    floating point ones finite in the dtype the architecture holds them in.
     """
     if expected is not None:
         size = _weights_bytes(weights_path)
@@ -196,11 +196,19 @@ def read_weights(
     ):
         raise ExportError(f"{weights_path}: expected a mapping of parameter names to tensors")
     state = dict(state)
+    for name, tensor in state.items():
+        if tensor.layout != torch.strided:
+            raise ExportError(f"{weights_path}: {name!r} is a {tensor.layout} tensor; weights must be dense")
     if expected is not None:
         _check_against(state, expected, weights_path)
     for name, tensor in state.items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise ExportError(f"{weights_path}: {name!r} holds NaN or infinite values")
+        if not tensor.is_floating_point():
+            continue
+        # Checked in the dtype the model runs in: 1e300 in float64 is finite, and inf in float32.
+        cast = tensor.to(expected[name].dtype) if expected is not None else tensor
+        if not bool(torch.isfinite(cast).all()):
+            where = f" once cast to {cast.dtype}" if cast.dtype != tensor.dtype else ""
+            raise ExportError(f"{weights_path}: {name!r} holds NaN or infinite values{where}")
     return state
 
 

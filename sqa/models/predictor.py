@@ -8,6 +8,7 @@ are mapped back (`to_scale`) wherever they leave the model; on 1-5 both maps are
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,8 @@ class PredictorConfig:
 
 # The scale the head predicts on: the paper's MOS scale.
 INTERNAL_RANGE = (1.0, 5.0)
+# The widths a rating scale may have (1-5 is 4 wide, MUSHRA's 0-100 is 100).
+MIN_RANGE_WIDTH, MAX_RANGE_WIDTH = 1e-3, 1e6
 
 
 class MOSPredictor(Exportable, nn.Module):
@@ -82,8 +85,18 @@ class MOSPredictor(Exportable, nn.Module):
         super().__init__()
         dimensions = list(dimensions)
         low, high = (float(v) for v in score_range)
-        if not low < high:
-            raise ValueError(f"score_range must be [low, high] with low < high, got {list(score_range)}")
+        # Finite ends of a sane width: the maps to and from the internal scale stay finite and exact.
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(
+                f"score_range must be [low, high] with low < high, both finite, got {list(score_range)}"
+            )
+        if not (
+            MIN_RANGE_WIDTH <= high - low <= MAX_RANGE_WIDTH and max(abs(low), abs(high)) <= MAX_RANGE_WIDTH
+        ):
+            raise ValueError(
+                f"score_range must be {MIN_RANGE_WIDTH:g} to {MAX_RANGE_WIDTH:g} wide with ends within "
+                f"±{MAX_RANGE_WIDTH:g}, got {list(score_range)}"
+            )
         if not dimensions or dimensions[0] != OVERALL or len(set(dimensions)) != len(dimensions):
             raise ValueError(
                 f"dimensions must be distinct and start with {OVERALL!r} (the overall score that "

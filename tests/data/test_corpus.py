@@ -281,7 +281,7 @@ def test_score_range_is_the_corpus_scale_and_is_checked(tmp_path):
 def test_every_recorded_reader_name_resolves_to_its_reader():
     from hydra.utils import get_method
 
-    from sqa.data import readers, synthetic
+    from sqa.data import readers, small_table, synthetic
     from sqa.data.readers import CORPUS_READERS
 
     found = {name: get_method(name) for name in sorted(CORPUS_READERS)}
@@ -291,6 +291,7 @@ def test_every_recorded_reader_name_resolves_to_its_reader():
         "sqa.data.readers.read_vmc24": readers.read_vmc24,
         "sqa.data.synthetic.load_synthetic": synthetic.load_synthetic,
         "sqa.data.synthetic.load_synthetic_mushra": synthetic.load_synthetic_mushra,
+        "sqa.data.small_table.load_small_table": small_table.load_small_table,
     }
     with pytest.raises(AttributeError, match="read_nothing"):
         from sqa.data import corpus
