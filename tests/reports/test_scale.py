@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from sqa.data.corpus import CorpusError
-from sqa.reports import scale
+from sqa.reports import plots, scale
 from sqa.training.evaluation import evaluate
 from tests.training.test_eval import compose_eval, read_rows
 
@@ -86,6 +86,9 @@ def test_eval_names_a_shifted_corpus_and_maps_it_on_held_out_clips(
     assert info["scale_shift"]["sets"]["test"]["shifted"] is True
     assert "sit far from the training labels" in caplog.text
     assert not (plain / "mapped").exists()
+    # Drawn on the evaluated corpus's 0-100 scale, not the export's 1-5 (eval.py has no training
+    # history, so its plots take another path than a training run's).
+    assert drawn and set(drawn) == {(0.0, 100.0)}
     all_rows = read_rows(plain / "predictions.csv")
 
     out = tmp_path / "mapped-run"
