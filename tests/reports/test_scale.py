@@ -74,9 +74,12 @@ def rescaled_manifest(tiny_run, tmp_path_factory):
 
 
 def test_eval_names_a_shifted_corpus_and_maps_it_on_held_out_clips(
-    tiny_run, rescaled_manifest, tmp_path, caplog
+    tiny_run, rescaled_manifest, tmp_path, caplog, monkeypatch
 ):
     _, run_dir = tiny_run
+    drawn = []
+    scatter = plots.scatter
+    monkeypatch.setattr(plots, "scatter", lambda *a, **k: drawn.append(tuple(a[3])) or scatter(*a, **k))
     corpus = ["data=csv", f"data.corpus.path={rescaled_manifest}", "data.corpus.score_range=[0,100]"]
     plain = tmp_path / "plain"
     evaluate(compose_eval([f"export={run_dir / 'export'}", *corpus]), plain)
