@@ -22,6 +22,7 @@ from sqa.data.corpus import Clip, CorpusError, count_labels, format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
 from sqa.exports.format import export_predictor, read_architecture, read_weights
+from sqa.models.backbone import LogMelBackbone
 from sqa.reports import learning
 from sqa.reports.plots import CurveNames
 from sqa.training.callbacks import AtomicCheckpointIO, checkpoint_step, instantiate_callbacks
@@ -266,6 +267,10 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     if leader:
         counts = datamodule.label_counts()
         log.info("Corpus:\n%s", format_counts(counts))
+        from_scratch = isinstance(module.predictor.backbone, LogMelBackbone) and not settings.init_from
+        note = learning.small_corpus_note(len(datamodule.train_clips)) if from_scratch else None
+        if note:
+            log.warning("%s", note)
         if rule.warning:
             log.warning("selection: %s", rule.warning)
         log.info("Selecting checkpoints on %s", rule.describe())

@@ -169,6 +169,8 @@ def test_init_from_an_exports_architecture_fine_tunes_that_architecture(manifest
         assert torch.equal(tuned.state_dict()[key], value), key
     info = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
     assert "learning_check" in info
+    # Not trained from scratch: no small-corpus note, though the corpus is as small as the tiny run's.
+    assert "small corpus: " not in (run_dir / "train.log").read_text(encoding="utf-8")
 
 
 def test_init_from_architecture_is_checked(manifest, tmp_path):
