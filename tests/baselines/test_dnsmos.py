@@ -224,17 +224,22 @@ def test_on_another_scale_errors_follow_a_line_fitted_on_the_training_clips(tmp_
     raw_train = [scorer.score_file(tmp_path / r["wav_path"])["ovrl"] for r in train]
     b, a = np.polyfit(raw_train, [float(r["score"]) for r in train], 1)
     info = json.loads((run_dir / "run_info.json").read_text())
-    assert info["scale_map"]["a"] == pytest.approx(a) and info["scale_map"]["b"] == pytest.approx(b)
+    # The run scores clips in batches, this test one at a time: float32 inference differs by about
+    # 1e-6 between the two, which the fitted line carries.
+    line = info["scale_map"]
+    assert line["a"] == pytest.approx(a, rel=1e-5) and line["b"] == pytest.approx(b, rel=1e-5)
     assert info["score_range"] == [0.0, 100.0]
     with (run_dir / "predictions.csv").open(newline="") as fh:
         predicted = list(csv.DictReader(fh))
     raw = [scorer.score_file(tmp_path / f"{r['sample_id']}.wav")["ovrl"] for r in predicted]
     true = [float(r["mos"]) for r in predicted]
     # `pred` is on the corpus's scale; errors are of the mapped scores, correlations of DNSMOS's own.
-    np.testing.assert_allclose([float(r["pred"]) for r in predicted], [a + b * v for v in raw], rtol=1e-6)
+    np.testing.assert_allclose([float(r["pred"]) for r in predicted], [a + b * v for v in raw], rtol=1e-5)
     saved = json.loads((run_dir / "metrics.json").read_text())["setA"]
     mapped = np.array([a + b * v for v in raw])
-    assert saved["utt"]["rmse"] == pytest.approx(float(np.sqrt(np.mean((mapped - np.array(true)) ** 2))))
+    assert saved["utt"]["rmse"] == pytest.approx(
+        float(np.sqrt(np.mean((mapped - np.array(true)) ** 2))), rel=1e-5
+    )
     assert saved["utt"]["pair_acc"] == pytest.approx(metrics.pair_acc(np.array(raw), np.array(true)))
 
 
