@@ -48,6 +48,7 @@ RECORDED_PACKAGES = (
     "fairseq2",
     "s3prl",
     "transformers",
+    "distillmos",
 )
 
 
