@@ -47,9 +47,10 @@ def test_cached_frames_are_the_backbones_and_each_clip_passes_once():
         for i, n in enumerate(frame_lengths):
             assert torch.allclose(frames[i, :n], expected[i, :n], atol=1e-6)
     assert backbone.clips == 3 and (cache.hits, cache.misses) == (3, 3)
-    # The second clip alone, and inside a batch with a clip the cache has not seen.
+    # The second clip beside a clip the cache has not seen, padded otherwise: only its own samples count.
     other = torch.randn(1, 9000)
-    mixed = torch.cat([wav[1:2], other])
+    second = torch.nn.functional.pad(wav[1:2, :5000], (0, 4000))
+    mixed = torch.cat([second, other])
     frames, frame_lengths = cache.frames(backbone, mixed, torch.tensor([5000, 9000]))
     assert backbone.clips == 4
     assert torch.allclose(frames[0, : frame_lengths[0]], expected[1, : expected_lengths[1]], atol=1e-6)
