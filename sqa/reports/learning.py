@@ -22,8 +22,8 @@ import numpy as np
 from sqa import metrics
 
 VERDICTS = ("better", "no_better", "uncertain")
-# Below this many training clips the log-mel model trained from scratch did not reliably beat the
-# constant predictor on the small tables (docs/results.md#small-tables-the-learning-curve).
+# Below this many training clips a model trained from scratch often predicted no better than the
+# constant on the small tables (docs/results.md#small-tables-the-learning-curve).
 SMALL_CORPUS_CLIPS = 240
 
 
@@ -32,9 +32,9 @@ def small_corpus_note(train_clips: int) -> str | None:
     if train_clips >= SMALL_CORPUS_CLIPS:
         return None
     return (
-        f"small corpus: {train_clips} training clips; a model trained from scratch on fewer than "
-        f"{SMALL_CORPUS_CLIPS} rarely beat predicting the training mean in sqa's measurements "
-        "(docs/results.md); experiment=small_corpus starts from a pretrained backbone"
+        f"small corpus: {train_clips} training clips; on corpora this small a model trained from scratch "
+        "often predicts no better than the training mean (docs/results.md); experiment=small_corpus "
+        "starts from a pretrained backbone, and the run ends by saying which it beat"
     )
 
 
