@@ -107,7 +107,7 @@ def one(out: Path, clips: int, seed: int, scale: str, methods: list[str]) -> lis
         rows.append({"method": "distillmos", **figures(base / "distillmos")})
     if "zero_shot" in methods:
         zero = base / "zero_shot"
-        if not (zero / "metrics.json").is_file():
+        if not (zero / "run" / "metrics.json").is_file():
             manifest = split_manifest(
                 out / "data" / f"{scale}-seed{seed}-clips{clips}", base / "logmel", zero / "m.csv"
             )
