@@ -21,14 +21,34 @@ class Inputs:
     problems: list[str] = field(default_factory=list)
 
     def add(self, path: Path | str, columns: dict[str, str] | None = None) -> None:
-        """Add one audio path with its manifest columns; a name no file here can have is a problem."""
+        """Add one audio path with its manifest columns; a name no file here can have is a problem.
+
+        So is a FIFO, device or socket: opening one to read its header could block forever.
+        """
         try:
             os_path(path)
         except AudioError as err:  # from a manifest or list: a NUL, or a non-ASCII name under LANG=C
             self.problems.append(str(err))
             return
+        special = special_file(Path(path))
+        if special:
+            self.problems.append(special)
+            return
         self.paths.append(str(path))
         self.columns.append(columns or {})
+
+
+def special_file(path: Path) -> str | None:
+    """Why `path` is refused if it exists but is neither a regular file nor a folder, else None.
+
+    Decided by stat, which does not open the file (opening a FIFO blocks until a writer comes).
+    """
+    try:
+        if not path.exists() or path.is_file() or path.is_dir():
+            return None
+    except OSError:
+        return None
+    return f"{path}: not a regular file (a FIFO, device or socket); refusing to open it"
 
 
 def _resolve_against(base: Path, entry: str) -> Path:
@@ -85,6 +105,8 @@ def expand_inputs(items: Sequence[str]) -> Inputs:
         path = Path(item)
         if not path.exists():
             inputs.problems.append(f"{path}: does not exist")
+        elif special_file(path):
+            inputs.problems.append(special_file(path))
         elif path.is_dir():
             found = [p for p in sorted(path.rglob("*")) if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()]
             if not found:

@@ -680,3 +680,31 @@ def test_sample_rates_and_clip_warnings_of_the_api(default_export):
         scorer.score([clip, np.full(3200, np.nan, dtype=np.float32)], 16000)
     with pytest.warns(ClipWarning, match="^audio: silent"):
         scorer.score(np.zeros(16000, dtype=np.float32), 16000)
+
+
+def test_fifos_named_anywhere_are_refused_without_opening_them(default_export, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    sf.write(tmp_path / "good.wav", np.full(8000, 0.1), 16000)
+    for name in ("pipe.wav", "pipe.csv", "pipe.txt"):
+        os.mkfifo(tmp_path / name)
+    (tmp_path / "m.csv").write_text("wav_path\npipe.wav\ngood.wav\n", encoding="utf-8")
+    (tmp_path / "l.txt").write_text("pipe.wav\n", encoding="utf-8")
+    out = tmp_path / "scores.csv"
+    named = [tmp_path / n for n in ("pipe.wav", "pipe.csv", "pipe.txt", "m.csv", "l.txt")]
+    args = ["--checkpoint", str(default_export), "--output", str(out), *map(str, named)]
+    # Opening a FIFO for reading blocks until a writer comes: in a process of its own, a
+    # regression times out instead of hanging the suite.
+    done = subprocess.run(
+        [sys.executable, "-m", "sqa.scoring.cli", *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1, done.stderr
+    refused = "not a regular file (a FIFO, device or socket); refusing to open it"
+    for name in ("pipe.wav", "pipe.csv", "pipe.txt"):
+        assert f"{tmp_path / name}: {refused}" in done.stderr
+    # From the manifest and from the list: each a problem of its own; the good clip is scored.
+    assert done.stderr.count(f"{tmp_path / 'pipe.wav'}: {refused}") == 3
+    rows = out.read_text(encoding="utf-8").splitlines()[1:]
+    assert [row.split(",")[0] for row in rows] == [str(tmp_path / "good.wav")]
