@@ -34,11 +34,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
-
-import numpy as np
 
 from sqa import metrics
 from sqa.baselines import distillmos, dnsmos
@@ -52,6 +49,7 @@ from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 from sqa.data.synthetic import load_synthetic, load_synthetic_mushra
 from sqa.data.validate import Problem, format_report
 from sqa.reports import tables
+from sqa.reports.scale import fit_line
 
 CORPORA = ("synthetic", "synthetic_mushra", "singmos_pro", "singmos_vmc24", "csv")
 # The baselines' own scale (DNSMOS and Distill-MOS alike): a corpus on it needs no map.
@@ -114,15 +112,6 @@ def read_corpus(args: argparse.Namespace) -> Corpus:
     if args.corpus == "singmos_pro":
         return read_singmos_pro(args.root, sample_rate_filter=rate, score_range=scale)
     return read_vmc24(args.root, sample_rate_filter=rate, score_range=scale)
-
-
-def fit_scale_map(pred: Sequence[float], true: Sequence[float]) -> tuple[float, float] | None:
-    """(a, b) of the least-squares line true ≈ a + b·pred; None with fewer than two distinct `pred`."""
-    x, y = np.asarray(pred, dtype=np.float64), np.asarray(true, dtype=np.float64)
-    if x.size < 2 or np.ptp(x) == 0:
-        return None
-    b, a = np.polyfit(x, y, 1)
-    return float(a), float(b)
 
 
 def evaluate_on_scale(
@@ -278,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     if tuple(corpus.score_range) != BASELINE_RANGE:
         # Errors on the corpus's scale need the baseline's scores mapped onto it: fitted on training clips.
         train, _ = score_clips(scorer, {"train": corpus.split("train")}, args.output, args.num_workers)
-        line = fit_scale_map([r["raw"] for r in train], [r["mos"] for r in train])
+        line = fit_line([r["raw"] for r in train], [r["mos"] for r in train])
         info["scale_map"] = {"a": line[0], "b": line[1], "train_clips": len(train)} if line else None
         if line is None:
             print(
