@@ -137,17 +137,22 @@ def _check_data_files(directory: Path) -> None:
         if path.is_symlink():
             raise ExportError(f"{path}: is a symbolic link; an export holds regular files only")
         if path.suffix == ".json":
-            try:
-                json.loads(read_bounded(path, MAX_DATA_FILE_BYTES).decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError) as err:
-                if isinstance(err, ExportError):
-                    raise
-                raise ExportError(f"{path}: not a JSON file ({err})") from err
+            _read_json(path)
         elif path.suffix == ".md":
             try:
                 read_bounded(path, MAX_DATA_FILE_BYTES).decode("utf-8")
             except UnicodeDecodeError as err:
                 raise ExportError(f"{path}: not UTF-8 text ({err})") from err
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON data file of the export, read up to MAX_DATA_FILE_BYTES; ExportError if it is none."""
+    try:
+        return json.loads(read_bounded(path, MAX_DATA_FILE_BYTES).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        if isinstance(err, ExportError):
+            raise
+        raise ExportError(f"{path}: not a JSON file ({err})") from err
 
 
 def _weights_bytes(weights_path: Path) -> int:
@@ -301,10 +306,7 @@ def run_record(path: str | Path, key: str) -> dict[str, Any] | None:
     info_path = config_path.parent / "run_info.json"
     if not info_path.is_file() or info_path.is_symlink():
         return None
-    try:
-        info = json.loads(read_bounded(info_path, MAX_DATA_FILE_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise ExportError(f"{info_path}: not a JSON file ({err})") from err
+    info = _read_json(info_path)
     record = info.get(key) if isinstance(info, dict) else None
     return record if isinstance(record, dict) else None
 

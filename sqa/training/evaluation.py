@@ -37,7 +37,7 @@ from sqa.exports.format import ExportError, load_export, regular_file, resolve_e
 from sqa.reports import scale
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
-from sqa.training.run_outputs import write_test_outputs
+from sqa.training.run_outputs import shift_record, write_test_outputs
 
 log = logging.getLogger(__name__)
 
@@ -158,17 +158,12 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
 
 
 def test_shift(rows: list[dict[str, Any]], trained: dict[str, Any]) -> dict[str, Any]:
-    """Each test set's label shift from the export's training labels (`sqa.reports.scale`), logged."""
-    mean, sd = float(trained["train_mean"]), float(trained["train_sd"])
+    """Each test set's label shift from the export's training labels (`shift_record`), logged."""
     sets: dict[str, list[float]] = {}
     for r in rows:
         if r["test_set"] not in ROLES:
             sets.setdefault(r["test_set"], []).append(r["mos"])
-    shifts = scale.label_shift(mean, sd, sets)
-    for name, shift in shifts.items():
-        if shift["shifted"]:
-            log.warning("%s", scale.describe(name, shift, mean, sd))
-    return {"train_mean": mean, "train_sd": sd, "sets": shifts}
+    return shift_record(float(trained["train_mean"]), float(trained["train_sd"]), sets)
 
 
 def fitted_map(module: MOSModule, clips: int, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -7,7 +7,7 @@ import logging
 import math
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -234,10 +234,9 @@ def learning_check(
 
 
 def scale_shift(datamodule: MOSDataModule) -> dict[str, Any]:
-    """The training labels' mean and SD and each test set's shift from them (`sqa.reports.scale`).
+    """The training labels' mean and SD and each test set's shift from them (`shift_record`).
 
-    Each shifted set is also logged as a warning. References and anchors are left out, as from
-    the test average.
+    References and anchors are left out, as from the test average.
     """
     train = [c.mos for c in datamodule.train_clips]
     sets = {
@@ -245,11 +244,18 @@ def scale_shift(datamodule: MOSDataModule) -> dict[str, Any]:
         for name, clips in datamodule.corpus.test_sets().items()
         if name not in ROLES
     }
-    record = {"train_mean": float(np.mean(train)), "train_sd": float(np.std(train))}
-    record["sets"] = scale.label_shift(record["train_mean"], record["train_sd"], sets)
+    return shift_record(float(np.mean(train)), float(np.std(train)), sets)
+
+
+def shift_record(mean: float, sd: float, sets: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    """Each set's label shift from training labels of `mean` and `sd` (`sqa.reports.scale`), logged.
+
+    The record of run_info.json and eval_info.json; each shifted set is also a warning.
+    """
+    record = {"train_mean": mean, "train_sd": sd, "sets": scale.label_shift(mean, sd, sets)}
     for name, shift in record["sets"].items():
         if shift["shifted"]:
-            log.warning("%s", scale.describe(name, shift, record["train_mean"], record["train_sd"]))
+            log.warning("%s", scale.describe(name, shift, mean, sd))
     return record
 
 
