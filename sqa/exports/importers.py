@@ -17,7 +17,9 @@ Layouts, read from the public code that loads these files:
 The released files hold the fine-tuned wav2vec2 weights but not its architecture: that comes from
 the s3prl-converted upstream checkpoint (model_cfg, task_cfg) that s3prl keeps in its cache when
 the predictor was used through torch.hub, or from `--upstream-checkpoint FILE`. Nothing is
-downloaded. The input normalisation follows that task_cfg, as s3prl's own expert does. Every
+downloaded. The input normalisation follows that task_cfg, as s3prl's own expert does, and of
+the task_cfg only `normalize` is kept (fairseq's pretraining crop sizes are no part of a scorer).
+The architecture is sized against the export's own limits (`sqa.load`'s) before it is built. Every
 import pools frame scores as these predictors do (`pooling: s3prl_padded_mean`: the mean over
 s3prl's ceil(N/320) output frames, the last one repeated), so it scores as its authors' code.
 """
@@ -35,9 +37,11 @@ from typing import Any
 import torch
 import yaml
 
-from sqa.exports.format import ExportError, export_predictor
+# The bounds `sqa.load` checks an export's config.yaml against: one rule for import and load.
+from sqa.exports.config import _check_bounds as check_bounds
+from sqa.exports.format import MAX_PARAMETERS, ExportError, export_predictor
 from sqa.models.predictor import MOSPredictor
-from sqa.models.ssl import S3prlWav2Vec2, s3prl_configs, s3prl_upstream_names
+from sqa.models.ssl import S3prlWav2Vec2, s3prl_cached_checkpoint, s3prl_configs, s3prl_upstream_names
 
 KINDS = ("singmos_pro", "singmos_v1", "sheet")
 SAMPLE_RATE = 16000
@@ -192,20 +196,10 @@ def convert_sheet(path: Path, config_path: Path) -> Converted:
     )
 
 
-def build_predictor(converted: Converted, upstream_checkpoint: str | None, source: Path) -> MOSPredictor:
-    """The sqa predictor holding `converted`'s weights; the architecture comes from the upstream."""
-    names = s3prl_upstream_names()
-    if converted.upstream not in names:
-        raise LayoutError(
-            f"{source}: s3prl upstream {converted.upstream!r} is not a wav2vec2 model; sqa imports "
-            f"the s3prl wav2vec2 entries {names}"
-        )
-    if upstream_checkpoint is not None:
-        model_cfg, task_cfg = s3prl_configs(checkpoint=upstream_checkpoint)
-    else:
-        model_cfg, task_cfg = s3prl_configs(upstream=converted.upstream)
+def _assemble(converted: Converted, model_cfg: dict, task_cfg: dict) -> MOSPredictor:
+    """The predictor of `converted` on the upstream architecture, randomly initialised."""
     backbone = S3prlWav2Vec2(model_config=model_cfg, task_config=task_cfg)
-    predictor = MOSPredictor(
+    return MOSPredictor(
         backbone,
         head_dim=converted.head_dim,
         range_clip=converted.range_clip,
@@ -213,6 +207,50 @@ def build_predictor(converted: Converted, upstream_checkpoint: str | None, sourc
         domain_dim=converted.domain_dim,
         pooling=SOURCE_POOLING,
     )
+
+
+def _check_size(converted: Converted, model_cfg: dict, task_cfg: dict, upstream: Path, source: Path) -> None:
+    """Refuse, before anything is allocated, what `sqa.load` would refuse in the export.
+
+    The rules are the export's own: every integer of model_cfg within the config bounds (checked
+    first, since even the meta device builds a declared layer count one module at a time), then
+    the predictor built on the meta device (no memory) within MAX_PARAMETERS, its export config
+    within the same bounds.
+    """
+    check_bounds(model_cfg, ("model_cfg",), upstream)
+    try:
+        with torch.device("meta"):
+            sized = _assemble(converted, model_cfg, task_cfg)
+    except Exception as error:  # s3prl's config classes raise TypeError, AssertionError, ... on junk
+        raise LayoutError(f"{upstream}: cannot build a wav2vec2 from its model_cfg ({error})") from error
+    count = sum(t.numel() for t in (*sized.parameters(), *sized.buffers()))
+    if count > MAX_PARAMETERS:
+        layers, width = len(sized.backbone.model.encoder.layers), sized.backbone.output_dim
+        raise LayoutError(
+            f"{upstream}: its model_cfg declares a wav2vec2 of {layers} layers of width {width}, {count} "
+            f"parameters with the head; an sqa export holds at most {MAX_PARAMETERS}, so nothing was built"
+        )
+    check_bounds(sized.export_config(), ("model",), source)
+
+
+def build_predictor(converted: Converted, upstream_checkpoint: str | None, source: Path) -> MOSPredictor:
+    """The sqa predictor holding `converted`'s weights; the architecture comes from the upstream.
+
+    The architecture is sized (`_check_size`) before it is built, so an import writes only what loads.
+    """
+    names = s3prl_upstream_names()
+    if converted.upstream not in names:
+        raise LayoutError(
+            f"{source}: s3prl upstream {converted.upstream!r} is not a wav2vec2 model; sqa imports "
+            f"the s3prl wav2vec2 entries {names}"
+        )
+    if upstream_checkpoint is not None:
+        upstream = Path(upstream_checkpoint).expanduser()
+    else:
+        upstream = s3prl_cached_checkpoint(converted.upstream)
+    model_cfg, task_cfg = s3prl_configs(checkpoint=str(upstream))
+    _check_size(converted, model_cfg, task_cfg, upstream, source)
+    predictor = _assemble(converted, model_cfg, task_cfg)
     state = {f"backbone.model.{k}": v for k, v in converted.ssl.items()} | converted.other
     own = predictor.state_dict()
     missing, extra = sorted(set(own) - set(state)), sorted(set(state) - set(own))

@@ -293,6 +293,74 @@ def test_sheet_release_imports_from_its_config_and_s3prl_cache(
     check_export(out, released, frames, expected)
 
 
+# fairseq's AudioPretrainingConfig as wav2vec2 large LV-60k's pretraining recorded it
+# (examples/wav2vec/config/pretraining/wav2vec2_large_librivox.yaml over the dataclass defaults);
+# s3prl's converter stores it verbatim as task_cfg. Its crop sizes exceed an export's bounds.
+FAIRSEQ_PRETRAINING_TASK = {
+    "_name": "audio_pretraining",
+    "data": "/data/librilight/manifests",
+    "labels": None,
+    "binarized_dataset": False,
+    "sample_rate": 16000,
+    "normalize": True,
+    "enable_padding": False,
+    "max_sample_size": 320000,
+    "min_sample_size": 32000,
+    "num_batch_buckets": 0,
+    "precompute_mask_indices": False,
+    "inferred_w2v_config": None,
+    "tpu": False,
+    "text_compression_level": "none",
+}
+
+
+@torch.no_grad()
+def test_an_upstream_with_fairseqs_pretraining_task_config_imports_an_export_that_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from s3prl.util import download
+
+    import sqa
+    from sqa.models.ssl.interop import s3prl_checkpoint_url
+
+    # s3prl's cache entry as its converter (load_and_convert_fairseq_ckpt) writes it: fairseq's
+    # task and model configs verbatim beside the weights; the model is tiny.
+    monkeypatch.setattr(download, "_download_dir", tmp_path / "s3prl-cache")
+    url = s3prl_checkpoint_url(importers.SINGMOS_UPSTREAMS["singmos_pro"])
+    cached = Path(download._urls_to_filepaths(url, download=False))
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    model_cfg = {"_name": "wav2vec2", **FAIRSEQ_TINY}
+    weights = fairseq_reference_model(model_cfg).state_dict()
+    converted = {"task_cfg": FAIRSEQ_PRETRAINING_TASK, "model_cfg": model_cfg, "model_weight": weights}
+    torch.save(converted, cached)
+    torch.manual_seed(7)
+    released = SingMOSPro(cached, ssl_dim=256).eval()
+    release = tmp_path / "singmos_pro.pth"
+    torch.save(released.state_dict(), release)
+    out = tmp_path / "export"
+    assert importers.main(["singmos_pro", str(release), str(out)]) == 0
+    # Of the task config the export keeps what scoring reads.
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["model"]["backbone"]["task_config"] == {"normalize": True}
+    assert config["model"]["backbone"]["normalize"] is True
+    # sqa.load scores a clip as the predictor the import builds in memory does.
+    wav = (0.1 * np.random.default_rng(8).standard_normal(12_345)).astype(np.float32)
+    predictor = importers.build_predictor(importers.convert_singmos_pro(release), None, release)
+    domain = torch.zeros(1, dtype=torch.long)  # the export's default domain, torch.hub's ID 1
+    expected = float(predictor(torch.from_numpy(wav)[None], torch.tensor([wav.size]), domain).score[0])
+    assert sqa.load(out).score(wav, 16000) == pytest.approx(expected, abs=1e-5)
+    # And as the authors' forward does, frame by frame.
+    reference, frames = reference_score(released.frame_scores(torch.from_numpy(clip())[None], 1))
+    check_export(out, released, frames, reference)
+    # Exports written before this import kept the task config whole: those that held only
+    # `normalize`, or small keys besides, load and score the same.
+    for old in ({"normalize": True}, {"normalize": True, "sample_rate": 16000, "enable_padding": False}):
+        config["model"]["backbone"]["task_config"] = old
+        (out / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+        assert sqa.load(out).score(wav, 16000) == pytest.approx(expected, abs=1e-5)
+        assert load_export(out)[0].backbone.export_config()["task_config"] == {"normalize": True}
+
+
 def test_import_errors_name_the_file_and_the_problem(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

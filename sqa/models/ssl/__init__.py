@@ -32,7 +32,12 @@ from sqa.models.ssl.base import (
     resolve_normalize,
 )
 from sqa.models.ssl.fairseq2_wav2vec2 import FAIRSEQ2_NORMALIZE, Fairseq2Config, Fairseq2Wav2Vec2
-from sqa.models.ssl.interop import patch_torchaudio_for_s3prl, s3prl_configs, s3prl_upstream_names
+from sqa.models.ssl.interop import (
+    patch_torchaudio_for_s3prl,
+    s3prl_cached_checkpoint,
+    s3prl_configs,
+    s3prl_upstream_names,
+)
 from sqa.models.ssl.s3prl_wav2vec2 import S3prlConfig, S3prlWav2Vec2
 from sqa.models.ssl.torchaudio_wav2vec2 import (
     TINY_TORCHAUDIO,
@@ -66,6 +71,7 @@ __all__ = [
     "patch_torchaudio_for_s3prl",
     "receptive_field",
     "resolve_normalize",
+    "s3prl_cached_checkpoint",
     "s3prl_configs",
     "s3prl_upstream_names",
 ]

@@ -29,6 +29,10 @@ _S3PRL_GENERIC_ENTRIES = ("wav2vec2_custom", "wav2vec2_local", "wav2vec2_url")
 # fairseq's single positional convolution, "encoder.pos_conv.0.{weight_g,weight_v,bias}".
 _FAIRSEQ_POS_CONV = re.compile(r"^encoder\.pos_conv\.0\.(?=[a-z])")
 
+# The most feature-encoder convolutions `conv_layers` reads: wav2vec2 has 7, and a declared
+# "[...] * n" must not expand without bound before the model is sized.
+MAX_CONV_LAYERS = 256
+
 
 def patch_torchaudio_for_s3prl() -> None:
     """Let s3prl 0.4.18 import under torchaudio >= 2.9, which removed two APIs it uses at import.
@@ -173,6 +177,60 @@ def read_s3prl_checkpoint(checkpoint: str) -> tuple[dict, dict, dict]:
         found = sorted(state) if isinstance(state, Mapping) else type(state).__name__
         raise ValueError(f"{path} is not {expected}; found {found}")
     return dict(state["model_cfg"]), dict(state["task_cfg"]), state["model_weight"]
+
+
+def conv_layers(spec: Any, where: str) -> list[tuple[int, int, int]]:
+    """The (dim, kernel, stride) triples of fairseq's `conv_feature_layers` string, read without eval.
+
+    fairseq, and s3prl's copy of it, `eval()` the string (e.g. "[(512, 10, 5)] + [(512, 3, 2)] * 4"),
+    which would run any code a checkpoint or an export puts there. Only lists of integer triples
+    joined by `+` and repeated by `* n`, at most MAX_CONV_LAYERS in all, are read; anything else is a
+    ValueError naming `where`.
+    """
+    expected = f"{where}: conv_feature_layers must be a list of (dim, kernel, stride) integers"
+    if not isinstance(spec, str):
+        raise ValueError(f"{expected}, written as fairseq does (a string); got {spec!r}")
+    try:
+        layers = _conv_value(ast.parse(spec, mode="eval").body, where)
+    except (SyntaxError, RecursionError, MemoryError) as error:
+        raise ValueError(f"{expected}; got {spec[:80]!r} ({error})") from None
+    if (
+        not isinstance(layers, list)
+        or not layers
+        or not all(
+            isinstance(layer, tuple) and len(layer) == 3 and all(isinstance(v, int) and v > 0 for v in layer)
+            for layer in layers
+        )
+    ):
+        raise ValueError(f"{expected}, each above 0; got {spec[:80]!r}")
+    return layers
+
+
+def _conv_value(node: ast.expr, where: str) -> Any:
+    """The value of one node of a `conv_feature_layers` expression: integers, tuples, lists, + and *."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Tuple | ast.List):
+        values = [_conv_value(element, where) for element in node.elts]
+        return tuple(values) if isinstance(node, ast.Tuple) else values
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+        left, right = _conv_value(node.left, where), _conv_value(node.right, where)
+        if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+            count = len(left) + len(right)
+        elif isinstance(node.op, ast.Mult) and isinstance(left, list) and type(right) is int:
+            count = len(left) * right
+        else:
+            raise ValueError(f"{where}: conv_feature_layers: only list + list and list * n are read")
+        # Checked before the list is built: "[(512, 3, 2)] * 1000000000000" is never expanded.
+        if count > MAX_CONV_LAYERS:
+            raise ValueError(
+                f"{where}: conv_feature_layers declares {count} convolutions; at most {MAX_CONV_LAYERS}"
+            )
+        return left + right if isinstance(node.op, ast.Add) else left * right
+    raise ValueError(
+        f"{where}: conv_feature_layers holds {ast.unparse(node)[:80]!r}; only integers, tuples, lists, "
+        "+ and * are read (it is never evaluated as code)"
+    )
 
 
 def s3prl_configs(checkpoint: str | None = None, upstream: str | None = None) -> tuple[dict, dict]:

@@ -9,6 +9,7 @@ import torch
 from sqa.core.masking import frame_mask
 from sqa.models.ssl.base import HiddenStates, Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
 from sqa.models.ssl.interop import (
+    conv_layers,
     load_weights_into,
     patch_torchaudio_for_s3prl,
     read_s3prl_checkpoint,
@@ -38,6 +39,8 @@ class S3prlWav2Vec2(Wav2Vec2Backbone):
     error, never a download. `model_config`/`task_config` rebuild the architecture without weights
     (that is what `export_config()` stores). `normalize=None` follows the task config's
     `normalize` (fairseq's default, false, when it has none), as s3prl's own wav2vec2 expert does.
+    Of the task config only `normalize` is read, and kept. The model config's
+    `conv_feature_layers` is parsed as data (`interop.conv_layers`), never evaluated as code.
     """
 
     def __init__(
@@ -68,15 +71,25 @@ class S3prlWav2Vec2(Wav2Vec2Backbone):
         if checkpoint is not None:
             model_config, task_config, weights = read_s3prl_checkpoint(checkpoint)
         model_config, task_config = plain(model_config), plain(task_config) or {}
+        where = f"S3prlWav2Vec2 ({checkpoint})" if checkpoint is not None else "S3prlWav2Vec2"
+        # fairseq's pretraining task config (s3prl keeps it verbatim) also sets data paths and
+        # crop sizes (max_sample_size 320000); only `normalize` concerns the model, and an export
+        # keeps only what rebuilds it.
+        task_config = {"normalize": task_config["normalize"]} if "normalize" in task_config else {}
         # s3prl's merge_with_parent drops keys its dataclasses do not know (fairseq configs carry
         # many training-only ones) and rejects an empty dict.
         task = merge_with_parent(AudioPretrainingConfig, {"normalize": False, **task_config})
-        model = Wav2Vec2Model(merge_with_parent(Wav2Vec2Config, model_config))
+        # s3prl eval()s this string when building and when counting frames: it gets the parsed
+        # layers written back as a plain literal.
+        spec = model_config.get("conv_feature_layers", Wav2Vec2Config.conv_feature_layers)
+        literal = repr(conv_layers(spec, where))
+        model = Wav2Vec2Model(
+            merge_with_parent(Wav2Vec2Config, {**model_config, "conv_feature_layers": literal})
+        )
         if weights is not None:
             load_weights_into(model, weights, checkpoint, "its model_cfg")
         # As s3prl's wav2vec2 expert does: LayerDrop would make the layer selection random.
         model.encoder.layerdrop = 0.0
-        where = f"S3prlWav2Vec2 ({checkpoint})" if checkpoint is not None else "S3prlWav2Vec2"
         # fairseq's own default (AudioPretrainingConfig.normalize=False) when task_cfg omits it.
         normalize = resolve_normalize(normalize, task.normalize, where, "the s3prl task_cfg")
         convs = [block[0] for block in model.feature_extractor.conv_layers]
