@@ -18,9 +18,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from sqa.core.run_folder import RunDirError
 from sqa.data.corpus import CorpusError
 from sqa.training.run import run
-from sqa.training.run_dir import RunDirError
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from sqa.core import run_folder
 from sqa.core.artefacts import spreadsheet_safe
 from sqa.data.audio import MAX_AUDIO_SAMPLES, AudioError, load_audio
 from sqa.data.corpus import CorpusError
@@ -234,16 +235,16 @@ def test_an_unwritable_output_folder_is_refused_before_scoring(default_export, t
     assert "/proc/sqa-scores.csv: the folder /proc is not writable" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", [run_dir.LOCK_NAME, run_dir.LOG_NAME])
+@pytest.mark.parametrize("name", [run_folder.LOCK_NAME, run_folder.LOG_NAME])
 def test_a_symlinked_run_directory_file_is_refused_and_its_target_untouched(name, tmp_path):
     target = tmp_path / "precious.txt"
     target.write_text("keep me\n")
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / name).symlink_to(target)
-    with pytest.raises(run_dir.RunDirError, match=f"{name}: is a symbolic link"):
-        if name == run_dir.LOCK_NAME:
-            with run_dir.lock(folder):
+    with pytest.raises(run_folder.RunDirError, match=f"{name}: is a symbolic link"):
+        if name == run_folder.LOCK_NAME:
+            with run_folder.lock(folder):
                 pass
         else:
             with run_dir.log_to_file(folder):
@@ -252,12 +253,12 @@ def test_a_symlinked_run_directory_file_is_refused_and_its_target_untouched(name
 
 
 def test_run_directory_files_are_still_written_when_plain(tmp_path):
-    with run_dir.lock(tmp_path), run_dir.log_to_file(tmp_path):
+    with run_folder.lock(tmp_path), run_dir.log_to_file(tmp_path):
         import logging
 
         logging.getLogger("sqa").info("hello")
-    assert str(os.getpid()) in (tmp_path / run_dir.LOCK_NAME).read_text()
-    assert "hello" in (tmp_path / run_dir.LOG_NAME).read_text()
+    assert str(os.getpid()) in (tmp_path / run_folder.LOCK_NAME).read_text()
+    assert "hello" in (tmp_path / run_folder.LOG_NAME).read_text()
 
 
 def test_a_recorded_synthetic_corpus_is_never_generated(synthetic_root, tmp_path):

@@ -44,6 +44,7 @@ from sqa.baselines.dnsmos import DNSMOS
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json
 from sqa.core.provenance import package_versions
+from sqa.core.run_folder import Options, RunDirError, claimed, discard_previous
 from sqa.data.corpus import ROLES, Clip, Corpus, CorpusError
 from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 from sqa.data.synthetic import load_synthetic, load_synthetic_mushra
@@ -70,6 +71,9 @@ class BaselineModel(NamedTuple):
     outputs: tuple[str, ...]
     packages: tuple[str, ...]
 
+
+# sqa-baseline's settings as its messages name them (no resume: scoring is one step).
+OPTIONS = Options("--run-dir", None, "--overwrite")
 
 BASELINES = {
     "dnsmos": BaselineModel(
@@ -214,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         "--run-dir", type=Path, help="where to write (default: outputs/<model>-<corpus>-<output>)"
     )
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over in a run directory holding a previous run's outputs (only sqa's files are replaced)",
+    )
+    parser.add_argument(
         "--on-error",
         choices=("raise", "skip"),
         default="raise",
@@ -245,6 +254,19 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     run_dir = args.run_dir or Path("outputs") / f"{args.model}-{args.corpus}-{args.output}"
+    inputs = [path for path in (args.root, args.manifest) if path]
+    try:
+        # The lock and previous-run rule of train.py: a run directory is one run's.
+        with claimed(run_dir, resume=False, overwrite=args.overwrite, inputs=inputs, options=OPTIONS):
+            return score_corpus(args, model, run_dir)
+    except RunDirError as err:
+        print(f"sqa-baseline: {err}", file=sys.stderr)
+        return 2
+
+
+def score_corpus(args: argparse.Namespace, model: BaselineModel, run_dir: Path) -> int:
+    """Score the test sets of the corpus `args` names with `model` and write the run into `run_dir`."""
+    name = model.name
     try:
         corpus = read_corpus(args)
         test_sets = corpus.test_sets()
@@ -279,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         for block in results.values():
             for level in metrics.LEVELS:
                 block[level].update({key: math.nan for key in metrics.ERROR_METRICS})
+    # Everything is scored: a previous run that --overwrite set aside goes only now.
+    discard_previous(run_dir)
     artefacts.write_metrics(run_dir, results)
     artefacts.write_predictions(run_dir, rows)
     # Here, not at the top: without the baseline extra the command stops first, naming it.

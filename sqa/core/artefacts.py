@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sqa.core import reading
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 
 METRICS_FILE = "metrics.json"
@@ -137,28 +138,27 @@ def _number(text: str, column: str) -> float:
 def read_predictions(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a predictions.csv (a file or its run directory), scores as floats (NaN: no label).
 
-    A missing column or a score that is not a number is an error naming the file and line.
+    A file that is not UTF-8 text, lacks a column or holds a score that is not a number is a
+    ValueError naming the file (and its line).
     """
     path = Path(path)
     path = path / PREDICTIONS_FILE if path.is_dir() else path
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        fields = list(reader.fieldnames or [])
-        missing = [c for c in PREDICTION_COLUMNS if c not in fields]
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-        scores = [c for c in fields if c.split("_", 1)[0] in SCORE_PREFIXES]
-        rows = []
-        try:
-            for line, row in enumerate(reader, start=2):
-                if None in row or None in row.values():
-                    raise ValueError(
-                        f"{path}:{line}: the row's fields do not match the header's {len(fields)}"
-                    )
-                try:
-                    rows.append({**row, **{c: _number(row[c], c) for c in scores}})
-                except ValueError as err:
-                    raise ValueError(f"{path}:{line}: {err}") from None
-        except csv.Error as err:
-            raise ValueError(f"{path}: not a CSV file ({err})") from None
+    # Decoded whole, so that text in another encoding names its first bad byte and line.
+    reader = csv.DictReader(io.StringIO(reading.read_text(path), newline=""))
+    fields = list(reader.fieldnames or [])
+    missing = [c for c in PREDICTION_COLUMNS if c not in fields]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+    scores = [c for c in fields if c.split("_", 1)[0] in SCORE_PREFIXES]
+    rows = []
+    try:
+        for line, row in enumerate(reader, start=2):
+            if None in row or None in row.values():
+                raise ValueError(f"{path}:{line}: the row's fields do not match the header's {len(fields)}")
+            try:
+                rows.append({**row, **{c: _number(row[c], c) for c in scores}})
+            except ValueError as err:
+                raise ValueError(f"{path}:{line}: {err}") from None
+    except csv.Error as err:
+        raise ValueError(f"{path}: not a CSV file ({err})") from None
     return rows

@@ -9,6 +9,8 @@ values (NaN) as null.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import math
 import os
@@ -53,29 +55,106 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None], exclusive:
         raise
 
 
+# Temporary folders of `atomic_dir` are named `.<name>.sqa-new-*`; one that holds a replaced
+# folder on its way out `.<name>.sqa-old-*`. Only an interrupted replacement leaves either behind.
+NEW_INFIX, OLD_INFIX = "sqa-new-", "sqa-old-"
+# renameat2(2): flags and the "current directory" descriptor of the *at calls.
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the paths `a` and `b` in one step (Linux renameat2); False where the system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    # The kernel or the file system lacks the exchange (old kernels, some network mounts).
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def leftovers(path: str | Path) -> list[Path]:
+    """The temporary folders an interrupted `atomic_dir(path)` left beside `path`."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    prefixes = tuple(f".{path.name}.{infix}" for infix in (NEW_INFIX, OLD_INFIX))
+    # mkdtemp's random part has no dot: `.export.sqa-new-x.sqa-new-abc` belongs to `export.sqa-new-x`.
+    return sorted(
+        p
+        for p in path.parent.iterdir()
+        if any(p.name.startswith(pre) and "." not in p.name[len(pre) :] for pre in prefixes)
+        and p.is_dir()
+        and not p.is_symlink()
+    )
+
+
+def _restore(path: Path) -> None:
+    """Put the old folder back at a missing `path` where the two-rename fallback was killed midway.
+
+    That fallback moves the old folder to `.<name>.sqa-old-*/<name>` before renaming the new one
+    into place; killed in between, it leaves no `path` and the old folder only there, which the
+    cleanup of leftovers would otherwise delete.
+    """
+    if os.path.lexists(path):
+        return
+    for old in leftovers(path):
+        if old.name.startswith(f".{path.name}.{OLD_INFIX}") and os.listdir(old) == [path.name]:
+            os.rename(old / path.name, path)
+            return
+
+
 @contextmanager
 def atomic_dir(path: str | Path, replace: bool = False) -> Iterator[Path]:
-    """Yield a temporary folder beside `path` to fill; when the block ends, rename it to `path`.
+    """Yield a temporary folder beside `path` to fill; when the block ends, put it in place at `path`.
 
-    With `replace`, an existing `path` is moved aside first and removed only once the new folder
-    is in place; without, an existing non-empty `path` makes the rename fail (OSError). If the
-    block or the rename fails, the temporary folder is removed and `path` is left as it was.
+    With `replace`, an existing `path` is exchanged with the new folder in one step, so that at
+    every instant `path` is the old folder or the new one, and the old one is removed after
+    (where the system has no exchange, two renames leave `path` missing for an instant).
+    Without, an existing non-empty `path` makes the rename fail (OSError). If the block or the
+    rename fails, the temporary folder is removed and `path` is left as it was. Temporary
+    folders of an earlier, interrupted call for the same `path` are removed first, after an old
+    folder that the fallback had moved aside is put back at a missing `path`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    _restore(path)
+    for stale in leftovers(path):
+        shutil.rmtree(stale)
+    new_prefix = f".{path.name}.{NEW_INFIX}"
+    tmp = Path(tempfile.mkdtemp(prefix=new_prefix, dir=path.parent))
+    old: Path | None = None
     try:
         tmp.chmod(default_mode(directory=True))
         yield tmp
-        old = None
+        if replace and path.is_dir() and not path.is_symlink() and _exchange(tmp, path):
+            # `tmp` now holds the old folder: renamed first, so that a kill here leaves a name
+            # that says what it is. Built from the prefix, not by replacing NEW_INFIX, which
+            # `path.name` itself may contain.
+            old = tmp.with_name(f".{path.name}.{OLD_INFIX}{tmp.name[len(new_prefix) :]}")
+            os.rename(tmp, old)
+            shutil.rmtree(old)
+            return
         if replace and path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.{OLD_INFIX}", dir=path.parent))
             os.replace(path, old / path.name)
         os.rename(tmp, path)
         if old is not None:
             shutil.rmtree(old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            # Where the fallback failed between its two renames, the old folder goes back to
+            # `path`; what is left of the folder it was moved aside to (or exchanged into) goes.
+            if not os.path.lexists(path) and os.path.lexists(old / path.name):
+                os.rename(old / path.name, path)
+            shutil.rmtree(old, ignore_errors=True)
         raise
 
 

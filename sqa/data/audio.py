@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -16,6 +17,13 @@ MAX_SAMPLE_RATE = 384_000
 # Default bound on the samples a file (frames x channels) or its resampled waveform may hold:
 # 2**28 float32 samples are 1 GiB, e.g. 4.6 hours of mono 16 kHz or 46 minutes of 48 kHz stereo.
 MAX_AUDIO_SAMPLES = 1 << 28
+# The largest sample magnitude read: int32 PCM's full scale, the largest integer PCM values a float
+# file or array may hold by mistake (they are scored with a warning). Larger ones overflow float32
+# in the front ends (a log-mel power spectrum of 1e19 is infinite), so no score could be trusted.
+MAX_SAMPLE_PEAK = float(1 << 31)
+# The longest scoring window (`--chunk-seconds`): a day. Longer ones would chunk nothing (no clip
+# under the sample limit is that long at 16 kHz), and inf overflows the window's sample count.
+MAX_CHUNK_SECONDS = 86_400.0
 
 
 class AudioError(ValueError):
@@ -37,6 +45,13 @@ def check_audio_size(
         )
 
 
+def chunk_seconds_problem(chunk_seconds: float) -> str | None:
+    """Why `chunk_seconds` is no window length (a number in (0, MAX_CHUNK_SECONDS]), or None."""
+    if not 0 < chunk_seconds <= MAX_CHUNK_SECONDS:  # False for NaN too
+        return f"must be a number of seconds above 0 and at most {MAX_CHUNK_SECONDS:.0f}, got {chunk_seconds}"
+    return None
+
+
 def os_path(path: str | Path) -> str | bytes:
     """`path` as libsndfile opens it: the file system's bytes on POSIX, whatever the locale."""
     # soundfile encodes a str path strictly in the locale's encoding, so under LANG=C (ASCII) a
@@ -54,6 +69,22 @@ def os_path(path: str | Path) -> str | bytes:
         ) from err
 
 
+def refuse_special_file(path: str | Path) -> None:
+    """AudioError if `path` exists but is not a regular file (a FIFO, device, socket or folder).
+
+    Decided by stat, which never opens it: opening a FIFO blocks until a writer comes. A path
+    that cannot be stat'ed is left to the open, which says why it cannot be read.
+    """
+    try:
+        mode = os.stat(os_path(path)).st_mode
+    except OSError:
+        return
+    if stat.S_ISDIR(mode):
+        raise AudioError(f"{path}: is a folder, not an audio file")
+    if not stat.S_ISREG(mode):
+        raise AudioError(f"{path}: not a regular file (a FIFO, device or socket); refusing to open it")
+
+
 def _reason(err: Exception) -> str:
     """Why a file could not be read, without libsndfile's repeat of the (bytes) path."""
     return err.error_string if isinstance(err, sf.LibsndfileError) else str(err)
@@ -61,6 +92,7 @@ def _reason(err: Exception) -> str:
 
 def audio_info(path: str | Path) -> tuple[int, int, int]:
     """Return (sample_rate, frames, channels) of an audio file without decoding it."""
+    refuse_special_file(path)
     try:
         info = sf.info(os_path(path))
     except (sf.LibsndfileError, RuntimeError, OSError) as err:
@@ -71,8 +103,10 @@ def audio_info(path: str | Path) -> tuple[int, int, int]:
 def load_audio(path: str | Path, sample_rate: int, max_samples: int = MAX_AUDIO_SAMPLES) -> np.ndarray:
     """Read `path`, average its channels and resample to `sample_rate`; returns float32 (N,).
 
-    The header's rate, frames and channels are checked (`check_audio_size`) before decoding.
+    A path that is not a regular file is refused without opening it (`refuse_special_file`);
+    the header's rate, frames and channels are checked (`check_audio_size`) before decoding.
     """
+    refuse_special_file(path)
     try:
         with sf.SoundFile(os_path(path)) as fh:
             check_audio_size(str(path), fh.samplerate, fh.frames, fh.channels, sample_rate, max_samples)
@@ -85,15 +119,23 @@ def load_audio(path: str | Path, sample_rate: int, max_samples: int = MAX_AUDIO_
 
 
 def downmix_resample(data: np.ndarray, orig_sr: int, target_sr: int, name: str) -> np.ndarray:
-    """Average the channels of float32 samples (N, C), check them, resample -> float32 (N',).
+    """Check float32 samples (N, C), average their channels and resample -> float32 (N',).
 
-    Files (`load_audio`) and in-memory arrays (`sqa.load(...).score`) both go through here, so
-    the same audio gets the same waveform either way.
+    Samples must be finite and at most MAX_SAMPLE_PEAK in magnitude, each checked with its own
+    message before the channel mean (which could overflow to infinity) is taken. Files
+    (`load_audio`) and in-memory arrays (`sqa.load(...).score`) both go through here, so the
+    same audio gets the same waveform either way.
     """
+    if not np.isfinite(data).all():
+        raise AudioError(f"{name}: the audio holds NaN or infinite samples")
+    peak = max(float(data.max()), -float(data.min()))  # no |data| copy of a long clip
+    if peak > MAX_SAMPLE_PEAK:
+        raise AudioError(
+            f"{name}: samples as large as {peak:.3g}; audio must be in [-1, 1] or a sane range "
+            f"(at most {MAX_SAMPLE_PEAK:.0f}, int32 PCM's full scale)"
+        )
     # One channel is its own mean (exactly); taking it as is saves a copy of a long clip.
     wav = data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)
-    if not np.isfinite(wav).all():
-        raise AudioError(f"{name}: the audio holds NaN or infinite samples")
     return resample(wav, orig_sr, target_sr)
 
 

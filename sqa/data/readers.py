@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sqa.core import reading
 from sqa.core.renames import current
 from sqa.data.corpus import (
     DEFAULT_DOMAIN,
@@ -56,24 +57,11 @@ CORPUS_READERS = frozenset(
 
 
 def read_text(path: Path, encoding: str | None = None, hint: str = "") -> str:
-    """Text of a metadata file: UTF-8 (or `encoding`), a byte-order mark dropped.
-
-    A file that does not decode is a CorpusError naming it, the first bad byte and its line.
-    """
-    if not path.is_file():
-        raise CorpusError(f"{path}: file not found")
-    data = path.read_bytes()
+    """Text of a metadata file (`sqa.core.reading.read_text`); a CorpusError names what is wrong."""
     try:
-        text = data.decode(encoding or "utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise CorpusError(
-            f"{path}: not {encoding or 'UTF-8'} text (byte 0x{data[err.start]:02x} on line {line}); "
-            f"save it as UTF-8{hint}"
-        ) from None
-    except LookupError:
-        raise CorpusError(f"{path}: unknown encoding {encoding!r}") from None
-    return text.removeprefix("\ufeff")
+        return reading.read_text(path, encoding, hint)
+    except reading.ReadError as err:
+        raise CorpusError(str(err)) from None
 
 
 def _scale(score_range: Sequence[float]) -> tuple[float, float]:
@@ -203,7 +191,8 @@ def read_singmos_pro(
             malformed[0],
         )
     sys_info_path = root / "info" / "sys_info.json"
-    systems = frozenset(_load_json(sys_info_path)) if sys_info_path.is_file() else None
+    # Optional, but read wherever it exists: a FIFO or device in its place is refused, not skipped.
+    systems = frozenset(_load_json(sys_info_path)) if sys_info_path.exists() else None
     corpus = Corpus(clips, sorted(splits, key=_natural_key), scale, systems)
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
 
@@ -266,6 +255,24 @@ REQUIRED_CSV_COLUMNS = ("wav_path", "score", "system_id", "sample_id")
 REPLICATE_MODES = ("per_listener", "pooled")
 
 
+def csv_rows(text: str, path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """The columns and rows of the CSV `text` of `path`; a CorpusError names the line of a bad field."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        return list(reader.fieldnames or []), list(reader)
+    except csv.Error as err:
+        # csv's error names neither the file nor the line. Its field limit stays as it is: no
+        # manifest cell is that long, but an unclosed quote makes the rest of the file one cell.
+        limit = csv.field_size_limit()
+        what = (
+            f"a field longer than {limit} characters (is a quote left open?)"
+            if "field limit" in str(err)
+            else f"not valid CSV ({err})"
+        )
+        # The underlying reader's count: DictReader's own counts only the rows it returned.
+        raise CorpusError(f"{path} line {reader.reader.line_num}: {what}") from None
+
+
 def _clip_score(group: list[tuple[int, dict[str, str]]], path: Path, replicates: str) -> float:
     """A clip's score from its rows: per listener first, then across listeners, or all rows pooled."""
     values = [
@@ -315,14 +322,12 @@ def read_csv_manifest(
     roles = {**{s: ROLE_ANCHOR for s in anchor_systems}, **{s: ROLE_REFERENCE for s in reference_systems}}
     path = Path(root) / path if root is not None else Path(path)
     text = read_text(path, encoding, " or set data.corpus.encoding (e.g. latin-1)")
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    columns = reader.fieldnames or []
+    columns, rows = csv_rows(text, path)
     missing = [c for c in REQUIRED_CSV_COLUMNS if c not in columns]
     if missing:
         raise CorpusError(f"{path}: missing column(s) {missing}; found {columns}")
     if "split" not in columns and default_split is None:
         default_split = "train"
-    rows = list(reader)
     grouped: dict[str, list[tuple[int, dict[str, str]]]] = {}
     for lineno, row in enumerate(rows, start=2):
         grouped.setdefault(row["sample_id"], []).append((lineno, row))

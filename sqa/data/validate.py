@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,7 +77,9 @@ def validate_corpus(
             add(f"unknown system {clip.system_id!r}")
         if clip.split not in SPLITS:
             add(f"unknown split {clip.split!r}")
-        if not clip.path.is_file():
+        # Not is_file(): a FIFO, device or folder is refused by load_audio, naming what it is, without
+        # opening it; os.path (unlike pathlib) answers False for a name too long to exist.
+        if not os.path.exists(clip.path):
             add("audio file not found")
             continue
         try:

@@ -9,6 +9,7 @@ is checked against its constructor before `build_node` constructs it with sqa's 
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import stat
 from pathlib import Path
@@ -59,10 +60,27 @@ MAX_ARCH_INTEGER = 1 << 16
 MAX_ARCH_LIST = 256
 MAX_BOOTSTRAP = 100_000
 MAX_EVAL_BATCH_SIZE = 1024
+# The most digits of an integer anywhere in config.yaml: far beyond any size, seed or count, and
+# short enough to convert and print (Python refuses past 4300 digits, naming no file).
+MAX_INTEGER_DIGITS = 100
 
 
 class ExportError(ValueError):
     """An export directory is missing, incomplete or unsafe to load."""
+
+
+class _LongInteger:
+    """An integer of more than MAX_INTEGER_DIGITS digits, left unconverted for `_check_plain` to refuse."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def refusal(self, where: Path, what: str) -> ExportError:
+        """The error naming the file and `what` holds this integer."""
+        return ExportError(
+            f"{where}: {what} is an integer of {self.digits} digits; config.yaml integers have at most "
+            f"{MAX_INTEGER_DIGITS}"
+        )
 
 
 class _PlainYamlLoader(yaml.SafeLoader):
@@ -75,6 +93,15 @@ class _PlainYamlLoader(yaml.SafeLoader):
                 None, None, "YAML aliases (*name) are not allowed", event.start_mark
             )
         return super().compose_node(parent, index)
+
+    def construct_long_int(self, node: yaml.ScalarNode) -> int | _LongInteger:
+        """An integer, or a `_LongInteger` where converting it would fail or take long."""
+        # Converted here, the ValueError (past 4300 digits) could not name the key that holds it.
+        digits = sum(c.isalnum() for c in node.value)
+        return _LongInteger(digits) if digits > MAX_INTEGER_DIGITS else self.construct_yaml_int(node)
+
+
+_PlainYamlLoader.add_constructor("tag:yaml.org,2002:int", _PlainYamlLoader.construct_long_int)
 
 
 def _key_path(keys: tuple[str | int, ...]) -> str:
@@ -134,10 +161,25 @@ def read_bounded(path: Path, limit: int) -> bytes:
     return data
 
 
+def _is_probability_key(key: str | int) -> bool:
+    """Whether `key` names a dropout-like probability (MOSPredictor's, a wav2vec2 config's)."""
+    return isinstance(key, str) and ("dropout" in key or key == "layerdrop")
+
+
 def _check_bounds(node: Any, keys: tuple[str | int, ...], where: Path) -> None:
-    """Every integer of a model or f0 node within ±MAX_ARCH_INTEGER, every list within MAX_ARCH_LIST."""
+    """Bound a model or f0 node: integers, list lengths, finite floats and probabilities in [0, 1).
+
+    Every integer within ±MAX_ARCH_INTEGER and every list within MAX_ARCH_LIST entries; a NaN or
+    infinite float, or a dropout of 1 or more, would only fail (or score NaN) once built.
+    """
     if isinstance(node, dict):
         for key, value in node.items():
+            if _is_probability_key(key) and not (
+                isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1
+            ):
+                raise ExportError(
+                    f"{where}: {_key_path((*keys, key))} must be a probability in [0, 1), got {value!r}"
+                )
             _check_bounds(value, (*keys, key), where)
     elif isinstance(node, list):
         if len(node) > MAX_ARCH_LIST:
@@ -148,12 +190,16 @@ def _check_bounds(node: Any, keys: tuple[str | int, ...], where: Path) -> None:
         raise ExportError(
             f"{where}: {_key_path(keys)} is {node}; an export's sizes are at most {MAX_ARCH_INTEGER}"
         )
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ExportError(f"{where}: {_key_path(keys)} is {node}; an export's settings are finite numbers")
 
 
 def _check_plain(node: Any, keys: tuple[str | int, ...], where: Path) -> None:
     """Refuse anything but plain data: interpolations, special keys, misplaced targets, tags."""
     if isinstance(node, dict):
         for key, value in node.items():
+            if isinstance(key, _LongInteger):
+                raise key.refusal(where, f"a key under {_key_path(keys)}")
             if isinstance(key, str):
                 _check_key(key, value, keys, where)
             elif isinstance(key, bool) or not isinstance(key, int):
@@ -162,6 +208,8 @@ def _check_plain(node: Any, keys: tuple[str | int, ...], where: Path) -> None:
     elif isinstance(node, list):
         for i, value in enumerate(node):
             _check_plain(value, (*keys, i), where)
+    elif isinstance(node, _LongInteger):
+        raise node.refusal(where, _key_path(keys))
     elif isinstance(node, str):
         if "${" in node:
             raise ExportError(

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from sqa.core import ownership
 from sqa.core.atomic import atomic_dir, json_text
 from sqa.data.pitch import F0Extractor
 from sqa.exports.config import FORMAT_VERSION, ExportError, build_node, read_bounded, read_export_config
@@ -49,8 +50,12 @@ def export_predictor(
     run_info: Mapping[str, Any] | None = None,
     training: Mapping[str, Any] | None = None,
     files: Sequence[Path] = (),
+    inputs: Sequence[str | Path] = (),
 ) -> Path:
     """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`.
+
+    An existing export is replaced only if sqa wrote all of it (`sqa.core.ownership`; its
+    `.sqa-owned.json` lists its files) and it is none of the command's `inputs`, nor holds one.
 
     `metrics` (of the overall MOS) go to metrics.json, each of `dimension_metrics` (other score
     dimensions) to metrics_<dim>.json. config.yaml's `model` records the predictor's score
@@ -69,6 +74,7 @@ def export_predictor(
     directory = Path(directory)
     if directory.exists() and not overwrite:
         raise ExportError(f"{directory}: already exists; pass overwrite=True to replace it")
+    check_replaceable(directory, inputs)
     config = {
         "format": FORMAT_VERSION,
         "sample_rate": sample_rate,
@@ -89,7 +95,19 @@ def export_predictor(
         (tmp / "README.md").write_text(card, encoding="utf-8")
         for path in files:
             shutil.copyfile(path, tmp / path.name)
+        ownership.record_all(tmp)
     return directory
+
+
+def check_replaceable(directory: str | Path, inputs: Sequence[str | Path] = ()) -> None:
+    """ExportError unless an export may be written to `directory`: new, or wholly sqa's and no input."""
+    directory = Path(directory)
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise ExportError(f"{directory}: is not an export folder (a link or a file); nothing was replaced")
+    try:
+        ownership.check_replaceable(directory, "overwrite", inputs)
+    except ownership.OwnershipError as err:
+        raise ExportError(str(err)) from None
 
 
 def regular_file(directory: Path, name: str) -> Path:
@@ -203,7 +221,12 @@ def read_weights(
     state = dict(state)
     for name, tensor in state.items():
         if tensor.layout != torch.strided:
-            raise ExportError(f"{weights_path}: {name!r} is a {tensor.layout} tensor; weights must be dense")
+            # Refused before any use: torch's operations on sparse weights fail in their own ways.
+            kind = "sparse" if "sparse" in str(tensor.layout) else "non-dense"
+            raise ExportError(
+                f"{weights_path}: {name!r} is a {kind} tensor ({tensor.layout}); "
+                "an export holds dense tensors"
+            )
     if expected is not None:
         _check_against(state, expected, weights_path)
     for name, tensor in state.items():

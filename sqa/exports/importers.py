@@ -285,7 +285,11 @@ def import_predictor(
     else:
         raise LayoutError(f"kind must be one of {KINDS}, got {kind!r}")
     predictor = build_predictor(converted, upstream_checkpoint, weights)
-    return export_predictor(predictor, output, SAMPLE_RATE, converted.domains, overwrite=overwrite)
+    # The export never replaces a folder holding the files it was converted from.
+    inputs = [path for path in (weights, sheet_config, upstream_checkpoint) if path]
+    return export_predictor(
+        predictor, output, SAMPLE_RATE, converted.domains, overwrite=overwrite, inputs=inputs
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqa.data.audio import MAX_AUDIO_SAMPLES
+from sqa.data.audio import MAX_AUDIO_SAMPLES, chunk_seconds_problem
 from sqa.scoring.inputs import expand_inputs
 from sqa.scoring.outputs import check_output, clip_rows, emit, system_of, system_rows, systems_output
 
@@ -98,8 +98,8 @@ def _argument_problems(args: argparse.Namespace) -> list[str]:
         problems.append(f"--max-samples must be at least 1, got {args.max_samples}")
     if args.num_workers < 0:
         problems.append(f"--num-workers must be 0 or more, got {args.num_workers}")
-    if args.chunk_seconds is not None and not args.chunk_seconds > 0:
-        problems.append(f"--chunk-seconds must be positive, got {args.chunk_seconds}")
+    if args.chunk_seconds is not None and (problem := chunk_seconds_problem(args.chunk_seconds)):
+        problems.append(f"--chunk-seconds {problem}")
     if args.by_system and not args.output:
         problems.append("--by-system writes a second table beside --output: give --output")
     return problems
@@ -109,6 +109,11 @@ def _fail(messages: Sequence[str], code: int) -> int:
     for message in messages:
         print(f"sqa-score: {message}", file=sys.stderr)
     return code
+
+
+def _warning_line(message: Warning | str, *_: object, **__: object) -> None:
+    """`warnings.showwarning` as one line on stderr, without Python's source line."""
+    _fail([f"warning: {message}"], 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,10 +168,13 @@ def main(argv: list[str] | None = None) -> int:
 
         bar = tqdm(total=len(results), unit="clip", file=sys.stderr)
     try:
-        for result in scorer.score_files(inputs.paths, args.num_workers):
-            results[result.index] = result
-            if bar is not None:
-                bar.update()
+        with warnings.catch_warnings():
+            # A warning while scoring (a decoding worker died, chunked scores may move) is one line.
+            warnings.showwarning = _warning_line
+            for result in scorer.score_files(inputs.paths, args.num_workers):
+                results[result.index] = result
+                if bar is not None:
+                    bar.update()
     except MissingExtraError as err:  # e.g. the f0 extractor of a model with a pitch branch
         return _fail([str(err)], 2)
     finally:

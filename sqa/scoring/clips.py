@@ -7,9 +7,12 @@ workers in length-sorted batches), which `sqa-score` and `sqa-baseline` read ali
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,10 @@ _PACKAGE = os.path.dirname(os.path.dirname(__file__)) + os.sep
 
 class ClipWarning(UserWarning):
     """A clip was scored, but its score says little (too short, silent, or far above full scale)."""
+
+
+class DecodingWarning(UserWarning):
+    """A decoding worker died (e.g. killed by the system); its files were decoded in this process."""
 
 
 def warn_at_caller(message: str, category: type[Warning]) -> None:
@@ -205,7 +212,9 @@ def file_batches(
     Every header is read and checked (`check_audio_size`) first: a file that fails comes at once
     as a batch of its own with `error` set. The others are decoded by `num_workers` DataLoader
     workers (0: in this process) in batches of `batch_size` files of similar length, sorted by
-    the length in their headers, so decoded audio held at once is bounded by the batch.
+    the length in their headers, so decoded audio held at once is bounded by the batch. If a
+    worker dies (killed by the system, say), the batches not yet delivered, its own among them,
+    are decoded in this process after a `DecodingWarning`, so that no file is lost with it.
     """
     lengths: dict[int, float] = {}
     for i, path in enumerate(paths):
@@ -218,9 +227,53 @@ def file_batches(
         lengths[i] = frames / rate
     order = sorted(lengths, key=lengths.__getitem__)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    yield from DataLoader(
-        FileClips(paths, prepare, max_samples),
-        batch_sampler=batches,
-        num_workers=num_workers,
-        collate_fn=as_list,
-    )
+    clips = FileClips(paths, prepare, max_samples)
+    done = 0
+    if num_workers > 0:
+        loader = DataLoader(clips, batch_sampler=batches, num_workers=num_workers, collate_fn=as_list)
+        try:
+            with _worker_deaths_raised_here(iter(loader)) as decoded:
+                for items in decoded:
+                    done += 1  # batches come in order: the first `done` are delivered
+                    yield items
+        except RuntimeError as err:
+            # A dead worker only; an error inside one reads "Caught ... in DataLoader worker process".
+            if "DataLoader worker (pid" not in str(err):
+                raise
+            files = sum(len(batch) for batch in batches[done:])
+            warn_at_caller(
+                f"a decoding worker exited unexpectedly ({err}); the remaining {files} file(s), the "
+                "dead worker's among them, are decoded in this process",
+                DecodingWarning,
+            )
+    # Without workers, or after a worker died: decoded here, each file's errors reported as usual.
+    for batch in batches[done:]:
+        yield [clips[i] for i in batch]
+
+
+@contextmanager
+def _worker_deaths_raised_here(decoded: Iterator[list[PreparedClip]]) -> Iterator[Iterator]:
+    """`decoded` (a started DataLoader iterator) with torch's SIGCHLD handler kept from raising.
+
+    When a worker dies, that handler raises wherever the main thread is, e.g. inside the model's
+    forward between two batches, where the batches still to come could not be decoded here.
+    Quieted, the handler still calls any handler it wraps, and the DataLoader finds the dead
+    worker itself (polling, within seconds) inside `file_batches`'s loop.
+    """
+    # torch installs its handler from the main thread only (when the first iterator starts).
+    main = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGCHLD")
+    installed = signal.getsignal(signal.SIGCHLD) if main else None
+    if not callable(installed):
+        yield decoded
+        return
+
+    def quiet(signum: int, frame: Any) -> None:
+        # The DataLoader raises the same error from its own check, inside the loop.
+        with suppress(RuntimeError):
+            installed(signum, frame)
+
+    signal.signal(signal.SIGCHLD, quiet)
+    try:
+        yield decoded
+    finally:
+        signal.signal(signal.SIGCHLD, installed)

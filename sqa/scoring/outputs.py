@@ -75,21 +75,55 @@ def emit(rows: list[dict[str, Any]], output: Path | None, overwrite: bool = Fals
 
     The output is claimed when it is written: without `overwrite`, a file that appeared since
     the check is never replaced. If the write fails, the rows go to a new file in the system's
-    temporary folder, and the message names it, so that no score is lost.
+    temporary folder, and if that fails too (a full disk, `ulimit -f`), to stdout as CSV; the
+    message says where they went, so that no score is lost, and no partial file is left.
     """
     text = table_text(rows, output)
-    if output is None:
-        sys.stdout.write(text)
-        return None
     try:
-        atomic_write_text(output, text, exclusive=not overwrite)
+        if output is None:
+            _print(text)
+        else:
+            atomic_write_text(output, text, exclusive=not overwrite)
+        return None
     except OSError as err:
-        reason = "it appeared while scoring" if isinstance(err, FileExistsError) else err.strerror or str(err)
-        fd, kept = tempfile.mkstemp(prefix=f"sqa-score-{output.stem}-", suffix=output.suffix)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        return f"{output}: not written ({reason}); the scores were saved to {kept}"
-    return None
+        failed = f"{output or 'stdout'}: not written ({_reason(err)})"
+    try:
+        kept = _save_in_temp(text, output)
+    except OSError as err:
+        failed += f", nor to a new file in {tempfile.gettempdir()} ({_reason(err)})"
+    else:
+        return f"{failed}; the scores were saved to {kept}"
+    if output is None:
+        return f"{failed}; the scores are lost"
+    try:
+        _print(table_text(rows, None))
+    except OSError as err:
+        return f"{failed}, nor to stdout ({_reason(err)}); the scores are lost"
+    return f"{failed}; the scores were printed to stdout as CSV"
+
+
+def _reason(err: OSError) -> str:
+    return "it appeared while scoring" if isinstance(err, FileExistsError) else err.strerror or str(err)
+
+
+def _print(text: str) -> None:
+    """Write `text` to stdout now, so that a failure (a closed pipe, a full disk) is raised here."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _save_in_temp(text: str, output: Path | None) -> str:
+    """A new file in the system's temporary folder holding `text`; removed again if writing fails."""
+    name = output.stem if output is not None else "stdout"
+    fd, kept = tempfile.mkstemp(prefix=f"sqa-score-{name}-", suffix=output.suffix if output else ".csv")
+    try:
+        # Bytes as atomic_write_text writes them: a name read with surrogate escapes is kept as is.
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8", "surrogateescape"))
+    except OSError:
+        os.unlink(kept)
+        raise
+    return kept
 
 
 def clip_rows(

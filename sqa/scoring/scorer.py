@@ -20,7 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from sqa.data.audio import MAX_AUDIO_SAMPLES, MAX_SAMPLE_RATE, check_audio_size, downmix_resample
+from sqa.data.audio import (
+    MAX_AUDIO_SAMPLES,
+    MAX_SAMPLE_RATE,
+    check_audio_size,
+    chunk_seconds_problem,
+    downmix_resample,
+)
 from sqa.data.batching import pad_batch
 from sqa.exports.format import learning_warning, load_export
 from sqa.models.backbone import W2V_HOP
@@ -55,18 +61,33 @@ def chunk_warning(backbone: str, chunk_seconds: float) -> str | None:
     return None
 
 
-def resolve_domain(domain: str | int | None, domains: list[str]) -> int:
-    """Index of `domain` (a name or an index) in `domains`; None means the first one."""
+def resolve_domain(domain: str | int | None, domains: list[str], embedded: int | None = None) -> int:
+    """Index of `domain` (a name or an index) in `domains`; None means the first one.
+
+    `embedded` is the number of domains the model's embedding holds (None: as many as
+    `domains`): a domain of the list beyond it (a config.yaml listing more domains than the
+    model was built with) is refused by name rather than failing inside the embedding.
+    """
     if domain is None:
         return 0
-    if isinstance(domain, int) or str(domain).isdigit():
-        index = int(domain)
+    text = str(domain)
+    if isinstance(domain, int) or (text.isascii() and text.isdigit()):
+        # Compared as text first: int() of thousands of digits is itself an error.
+        index = int(domain) if len(text) <= 9 else -1
         if not 0 <= index < max(len(domains), 1):
-            raise ValueError(f"domain index {index} out of range for domains {domains}")
-        return index
-    if domain not in domains:
+            raise ValueError(f"domain index {text} out of range for domains {domains}")
+    elif domain not in domains:
         raise ValueError(f"unknown domain {domain!r}; the export knows {domains}")
-    return domains.index(domain)
+    else:
+        index = domains.index(domain)
+    if embedded is not None and index >= embedded:
+        # Reached only with a non-empty list: an empty one allows index 0, which every model embeds.
+        raise ValueError(
+            f"domain {domains[index]!r} (index {index}): the export's config.yaml lists domains "
+            f"{domains}, but its model embeds only {embedded} (model.num_domains): the first "
+            f"{embedded} of the list can be scored"
+        )
+    return index
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -137,8 +158,8 @@ class Scorer:
             raise ValueError(f"max_samples must be at least 1, got {max_samples}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if chunk_seconds is not None and not chunk_seconds > 0:
-            raise ValueError(f"chunk_seconds must be positive, got {chunk_seconds}")
+        if chunk_seconds is not None and (problem := chunk_seconds_problem(chunk_seconds)):
+            raise ValueError(f"chunk_seconds {problem}")
         if pooling is not None and pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         self.device = resolve_device(device)
@@ -157,7 +178,8 @@ class Scorer:
                 f"domain {domain!r}: this model has no domain embedding (it was trained without domain "
                 "IDs), so it scores every clip alike; leave the domain out"
             )
-        self.domain = resolve_domain(domain, self.config.get("domains", []))
+        embedded = None if self.predictor.domain is None else self.predictor.domain.embedding.num_embeddings
+        self.domain = resolve_domain(domain, self.config.get("domains", []), embedded)
         self.sample_rate = int(self.config["sample_rate"])
         self.min_samples = int(self.predictor.backbone.min_samples)
         self.batch_size = batch_size

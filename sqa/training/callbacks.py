@@ -26,6 +26,7 @@ from lightning.pytorch.utilities.model_summary import get_formatted_model_size, 
 from omegaconf import DictConfig
 
 from sqa.core.atomic import atomic_write
+from sqa.core.run_folder import discard_previous
 from sqa.reports.plots import History
 from sqa.training.selection import LEVEL_NAMES, TIEBREAK_KEY, TIEBREAK_LEVEL, TIEBREAK_METRIC, better
 
@@ -302,6 +303,22 @@ class ValidationLog(L.Callback):
             if key in ("train/loss", "val/selection")
         )
         log.info("step %d (epoch %d): %s", trainer.global_step, trainer.current_epoch, values)
+
+
+class StartedOver(L.Callback):
+    """Removes the previous run's outputs that `overwrite=true` set aside, once training starts.
+
+    By then every part of the configuration has been built and used (model, data loaders,
+    optimizer), so a run that fails on its configuration never costs the previous run.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Discard the set-aside outputs (first rank only: the others own nothing)."""
+        if trainer.is_global_zero:
+            discard_previous(self.run_dir)
 
 
 def checkpoint_step(path: str | Path) -> int:

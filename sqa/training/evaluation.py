@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.atomic import atomic_write_text
 from sqa.core.renames import rename_targets
+from sqa.core.run_folder import RunDirError, claimed, discard_previous
 from sqa.data.audio import AudioError
 from sqa.data.corpus import DEFAULT_DOMAIN, ROLES, Corpus, CorpusError
 from sqa.data.readers import recorded_corpus
@@ -37,6 +38,7 @@ from sqa.exports.format import ExportError, load_export, regular_file, resolve_e
 from sqa.reports import scale
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
+from sqa.training.run_dir import run_inputs
 from sqa.training.run_outputs import shift_record, write_test_outputs
 
 log = logging.getLogger(__name__)
@@ -82,9 +84,19 @@ def _choice(*values: Any) -> Any:
 
 
 def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
-    """Score the test sets of `cfg.data` (or the export's recorded corpus); write and return the metrics."""
+    """Score the test sets of `cfg.data` (or the export's recorded corpus); write and return the metrics.
+
+    `out_dir` is claimed as a run directory is (`sqa.core.run_folder`): one evaluation at a time,
+    and an earlier one's outputs replaced only with `overwrite=true`, once the new one is scored.
+    """
     rename_targets(cfg)
     out_dir = Path(out_dir)
+    with claimed(out_dir, resume=False, overwrite=bool(cfg.get("overwrite")), inputs=run_inputs(cfg)):
+        return _evaluate(cfg, out_dir)
+
+
+def _evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """The body of `evaluate` in a claimed `out_dir`."""
     predictor, config, f0_extractor = load_export(cfg.export)
     # The export folder itself (`export` may name the run directory holding it): what its
     # recorded corpus and test split are relative to.
@@ -131,7 +143,8 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False, default_root_dir=str(out_dir)
     )
     trainer.test(module, datamodule=datamodule, verbose=False)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    # Every clip is scored: an earlier evaluation that overwrite=true set aside goes only now.
+    discard_previous(out_dir)
     info = {
         "export": str(export_dir.resolve()),
         "corpus": source,
@@ -200,7 +213,7 @@ def main(cfg: DictConfig) -> None:
     """Entry point of `eval.py` and `sqa-eval`; a bad export, corpus or setting ends in one line."""
     try:
         evaluate(cfg, HydraConfig.get().runtime.output_dir)
-    except (ExportError, CorpusError, AudioError) as err:
+    except (ExportError, CorpusError, AudioError, RunDirError) as err:
         # Hydra prints a traceback for an exception; an exit with the message prints the message.
         raise SystemExit(f"Error: {err}") from None
 

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.prediction import OVERALL
 from sqa.core.renames import rename_targets
+from sqa.core.run_folder import claimed, restore_previous
 from sqa.data.corpus import Clip, CorpusError, count_labels, format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
@@ -25,10 +26,10 @@ from sqa.exports.format import export_predictor, read_architecture, read_weights
 from sqa.models.backbone import LogMelBackbone
 from sqa.reports import learning
 from sqa.reports.plots import CurveNames
-from sqa.training.callbacks import AtomicCheckpointIO, checkpoint_step, instantiate_callbacks
+from sqa.training.callbacks import AtomicCheckpointIO, StartedOver, checkpoint_step, instantiate_callbacks
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
-from sqa.training.run_dir import is_leader, lock, log_to_file, prepare
+from sqa.training.run_dir import is_leader, log_to_file, run_inputs
 from sqa.training.run_outputs import (
     learning_check,
     log_figures,
@@ -227,10 +228,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     if not is_leader():
         return _fit_test_export(cfg, Path(run_dir))
     settings = RunSettings.of(cfg)
-    with lock(run_dir):
-        prepare(run_dir, settings.resume, settings.overwrite)
-        with log_to_file(run_dir):
-            return _fit_test_export(cfg, Path(run_dir))
+    with claimed(run_dir, settings.resume, settings.overwrite, run_inputs(cfg)), log_to_file(run_dir):
+        return _fit_test_export(cfg, Path(run_dir))
 
 
 def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
@@ -258,9 +257,15 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         datamodule, module = build(cfg)
     except CorpusProblems as err:
         if leader:
+            # The previous run set aside by overwrite=true comes back first, whole: its own
+            # report, if it had one, is kept rather than replaced by this one.
+            restored = restore_previous(run_dir)
             report = run_dir / "data_problems.txt"
-            atomic_write_text(report, format_report(err.problems) + "\n")
-            err.add_note(f"(this report is also in {report})")
+            try:
+                atomic_write_text(report, format_report(err.problems) + "\n", exclusive=restored)
+                err.add_note(f"(this report is also in {report})")
+            except FileExistsError:
+                err.add_note(f"({report} is the previous run's report, kept)")
         raise
     rule: SelectionRule = module.selection
     info = run_info(cfg, datamodule) if leader else {}
@@ -295,7 +300,7 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer: L.Trainer = instantiate(
         cfg.trainer,
-        callbacks=list(callbacks.values()),
+        callbacks=[*callbacks.values(), StartedOver(run_dir)],
         logger=logger,
         default_root_dir=str(run_dir),
         plugins=[AtomicCheckpointIO()],
@@ -346,6 +351,7 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         run_info=info,
         training=OmegaConf.to_container(cfg, resolve=True),
         files=[run_dir / info[key] for key in ("valid_split_csv", "test_split_csv") if key in info],
+        inputs=run_inputs(cfg),
     )
     log.info("Exported the best model to %s", export_dir)
     # The run's last line: whether the model beats predicting the training mean.

@@ -1,3 +1,4 @@
+import csv
 import json
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import soundfile as sf
 
 from sqa.data.corpus import CorpusError
 from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
+from sqa.data.validate import validate_corpus
 
 
 def write_wav(path: Path, sr: int = 16000, seconds: float = 0.2) -> None:
@@ -322,6 +324,35 @@ def test_metadata_errors_name_the_file_the_byte_and_the_line(tmp_path):
     (root / "info" / "score.json").write_text("{'utterance': 1}")
     with pytest.raises(CorpusError, match=r"score.json: not valid JSON \(Expecting property name"):
         read_singmos_pro(root, ["singmospro-p1"])
+
+
+def test_a_csv_cell_over_the_field_limit_names_the_file_and_line(tmp_path):
+    limit = csv.field_size_limit()  # csv's default, 131072: sqa leaves it as it is
+    path = tmp_path / "m.csv"
+    header = "wav_path,score,system_id,sample_id\n"
+    # A cell of exactly the limit is read; this one is a name no file can have, a clip problem.
+    path.write_text(f"{header}a.wav,3,A,a\n{'x' * limit},3,A,b\n", encoding="utf-8")
+    corpus = read_csv_manifest(path)
+    assert [len(c.path.name) for c in corpus.clips] == [5, limit]
+    problems = [p for p in validate_corpus(corpus, 16000, 400) if p.sample_id == "b"]
+    assert [p.what for p in problems] == ["audio file not found"]
+    over = f"a field longer than {limit} characters (is a quote left open?)"
+    path.write_text(f"{header}a.wav,3,A,a\n{'x' * (limit + 1)},3,A,b\n", encoding="utf-8")
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(path)
+    assert str(err.value) == f"{path} line 3: {over}"
+    # In the header, or a quote left open on line 2 that swallows the lines after it.
+    path.write_text(f"wav_path,{'s' * (limit + 1)}\n", encoding="utf-8")
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(path)
+    assert str(err.value) == f"{path} line 1: {over}"
+    # The line is where the cell passes the limit, not where the quote opened: the hint says why.
+    swallowed = "a.wav,3,A,a\n" + "".join(f"x{i}.wav,3,A,x{i}\n" for i in range(limit // 10))
+    path.write_text(f'{header}"{swallowed}', encoding="utf-8")
+    line = 2 + swallowed[:limit].count("\n")
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(path)
+    assert str(err.value) == f"{path} line {line}: {over}"
 
 
 def test_score_range_needs_low_strictly_below_high(tmp_path):

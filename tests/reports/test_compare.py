@@ -592,6 +592,29 @@ def test_a_missing_input_is_an_error_naming_it(tmp_path, capsys):
     assert err.startswith("sqa-compare: ") and str(tmp_path / "nope.csv") in err and err.count("\n") == 1
 
 
+ACCENTED = "sample_id,system_id,test_set,mos,pred\nu1,s1,t1,1.0,1.5\ncafé,s2,t1,2.0,2.5\n"
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig"])
+def test_utf8_predictions_are_read_with_or_without_a_byte_order_mark(tmp_path, encoding):
+    a = tmp_path / "a.csv"
+    a.write_text(ACCENTED, encoding=encoding)
+    assert compare.align(a, a)["pred_b"] == [1.5, 2.5]
+    assert list(compare.read_predictions(a)) == [("t1", "u1"), ("t1", "café")]
+
+
+def test_a_latin1_predictions_file_is_refused_naming_its_first_bad_byte_and_line(tmp_path, capsys):
+    a = tmp_path / "a.csv"
+    a.write_text(ACCENTED, encoding="utf-8")
+    b = tmp_path / "b.csv"
+    b.write_text(ACCENTED, encoding="latin-1")
+    assert compare.main([str(a), str(b)]) == 1
+    assert (
+        capsys.readouterr().err
+        == f"sqa-compare: {b}: not UTF-8 text (byte 0xe9 on line 3); save it as UTF-8\n"
+    )
+
+
 def _two_runs(tmp_path):
     rng = np.random.default_rng(8)
     systems = [f"s{i % 10}" for i in range(40)]

@@ -216,7 +216,7 @@ def test_every_unscorable_input_is_reported(default_export, tmp_path, capsys):
     [
         ("--batch-size", "0", "--batch-size must be at least 1"),
         ("--num-workers", "-1", "--num-workers must be 0 or more"),
-        ("--chunk-seconds", "0", "--chunk-seconds must be positive"),
+        ("--chunk-seconds", "0", "--chunk-seconds must be a number of seconds above 0"),
         ("--device", "cuda:7", "is not available"),
         ("--device", "nonsense", "unknown device"),
         ("--output", "scores.txt", "must end in .csv or .json"),
@@ -626,12 +626,15 @@ def test_gpus_are_taken_by_index_below_the_count(monkeypatch):
         resolve_device("cuda:2")
 
 
+CHUNK_BOUNDS = "must be a number of seconds above 0 and at most 86400"
+
+
 def test_scorer_settings_at_their_bounds(default_export, tmp_path):
     for kwargs, message in (
         ({"max_samples": 0}, "max_samples must be at least 1, got 0"),
         ({"batch_size": 0}, "batch_size must be at least 1, got 0"),
-        ({"chunk_seconds": 0}, "chunk_seconds must be positive, got 0"),
-        ({"chunk_seconds": float("nan")}, "chunk_seconds must be positive, got nan"),
+        ({"chunk_seconds": 0}, f"chunk_seconds {CHUNK_BOUNDS}, got 0"),
+        ({"chunk_seconds": float("nan")}, f"chunk_seconds {CHUNK_BOUNDS}, got nan"),
         ({"pooling": "mean"}, "pooling must be one of ('masked_mean', 's3prl_padded_mean'), got 'mean'"),
     ):
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):

@@ -313,7 +313,10 @@ def test_settings_come_from_the_command_line_then_the_export_then_the_defaults(
         infos.append(info)
         metrics.append(json.loads((tmp_path / out / "metrics.json").read_text()))
     assert [m.num_workers for m in modules] == [0, 0, 0, 0, 1, 0]
+    # Its outputs, the run directory's lock and sqa's record of what it wrote there.
     assert {p.name for p in (tmp_path / "out/a/b").iterdir()} == {
+        ".lock",
+        ".sqa-owned.json",
         "eval_info.json",
         "metrics.json",
         "predictions.csv",

@@ -1,4 +1,4 @@
-"""Run directories: one run at a time, no silent reuse, overwrite removes the old outputs."""
+"""Run directories: one run at a time, no silent reuse, overwrite replaces only what sqa wrote."""
 
 from __future__ import annotations
 
@@ -16,24 +16,26 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities import rank_zero_only
 
-from sqa.training.run import run
-from sqa.training.run_dir import (
+from sqa.core import ownership
+from sqa.core.run_folder import (
     LINK_REFUSED,
     LOCK_NAME,
     LOG_NAME,
-    ClaimRunDirectory,
-    NoFollowFileHandler,
+    PREVIOUS,
     RunDirError,
     _owner,
+    discard_previous,
     lock,
     prepare,
     previous_outputs,
 )
+from sqa.training.run import run
+from sqa.training.run_dir import ClaimRunDirectory, NoFollowFileHandler
 from tests.conftest import REPO
 
 HOLD = """
 import sys, time
-from sqa.training.run_dir import lock
+from sqa.core.run_folder import lock
 with lock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(600)
@@ -124,7 +126,6 @@ FAILED_START = {
     "run_info.json": "{}",
     "data_problems.txt": "1 clip unreadable\n",
     "train.log": "old log\n",
-    "notes.txt": "mine",
     "checkpoints/": None,
 }
 FINISHED = {
@@ -137,8 +138,11 @@ FINISHED = {
 FINISHED_OUTPUTS = "checkpoints, metrics.json, plots"
 
 
-def write_tree(run_dir: Path, files: dict[str, str | None]) -> None:
-    """Write `files` (relative path: text; a path ending in / with None: an empty folder) into `run_dir`."""
+def write_tree(run_dir: Path, files: dict[str, str | None], owned: bool = True) -> None:
+    """Write `files` (relative path: text; a path ending in / with None: an empty folder) into `run_dir`.
+
+    `owned`: record the top-level names as sqa's, as the run that wrote them would have.
+    """
     for name, text in files.items():
         path = run_dir / name
         if text is None:
@@ -146,11 +150,24 @@ def write_tree(run_dir: Path, files: dict[str, str | None]) -> None:
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+    if owned:
+        ownership.claim(run_dir, [])
+        ownership.record_created(run_dir, before=[])
 
 
 def tree(run_dir: Path) -> list[str]:
-    """The files and folders under `run_dir` but the lock, as sorted relative paths."""
-    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.name != LOCK_NAME)
+    """The files and folders under `run_dir` but the lock, sqa's record and the set-aside run (sorted)."""
+    hidden = (LOCK_NAME, ownership.MANIFEST, PREVIOUS)
+    return sorted(
+        str(p.relative_to(run_dir))
+        for p in run_dir.rglob("*")
+        if p.relative_to(run_dir).parts[0] not in hidden
+    )
+
+
+def aside(run_dir: Path) -> list[str]:
+    """What `overwrite=true` set aside in `run_dir` (sorted relative paths), until it is discarded."""
+    return tree(run_dir / PREVIOUS) if (run_dir / PREVIOUS).is_dir() else []
 
 
 def make_previous_run(run_dir):
@@ -160,7 +177,8 @@ def make_previous_run(run_dir):
 def previous_outputs_message(run_dir: Path) -> str:
     return (
         f"{run_dir} holds a previous run's outputs ({FINISHED_OUTPUTS}); continue that run with "
-        "resume=true, start it over with overwrite=true (removes them), or choose another hydra.run.dir"
+        "resume=true, start it over with overwrite=true (replaces what sqa wrote there), or choose "
+        "another hydra.run.dir"
     )
 
 
@@ -310,14 +328,17 @@ def test_the_callback_holds_the_directory_from_run_start_to_run_end(tmp_path, cl
     [
         (["resume=true"], [*FINISHED, "plots"]),
         # train.log too: Hydra's job logging opens it next.
-        (["overwrite=true"], ["notes.txt"]),
+        (["overwrite=true"], []),
     ],
 )
 def test_the_callback_resumes_or_starts_over_as_the_command_line_says(overrides, left, tmp_path, claim):
     run_dir = tmp_path / "run"
     write_tree(run_dir, FINISHED)
+    before = tree(run_dir)
     callback = claim(run_dir, *overrides)
     assert tree(run_dir) == sorted(name.rstrip("/") for name in left)
+    # Started over: the previous run is set aside whole until the new one starts training.
+    assert aside(run_dir) == ([] if left else before)
     assert not is_free(run_dir)
     callback.on_run_end()
     assert is_free(run_dir)
@@ -364,7 +385,7 @@ def test_the_callback_claims_the_directory_whatever_path_names_it(
     name = name.format(tmp=tmp_path)
     # Started over through that name: the real directory's outputs go, the link stays a link.
     callback = claim(name, "overwrite=true")
-    assert tree(run_dir) == ["notes.txt"] and (tmp_path / "link").is_symlink()
+    assert tree(run_dir) == [] and (tmp_path / "link").is_symlink()
     assert not is_free(run_dir)
     callback.on_run_end()
     # Held by another run: refused through that name, naming the directory and its owner.
@@ -403,39 +424,49 @@ def test_prepare_for_each_setting_with_and_without_a_previous_run(resume, overwr
         assert str(err.value) == error
     else:
         prepare(tmp_path, resume=resume, overwrite=overwrite)
-    # Only an overwrite of a finished run removes anything: its outputs and the files every run
-    # rewrites; train.log stays unless asked (the logging may have opened it).
+    # Only an overwrite of a finished run sets anything aside: its outputs and the files every run
+    # rewrites; train.log stays unless asked (the logging may have opened it). Nothing is lost
+    # until the new run discards them.
     removed = finished and overwrite and not resume
-    assert tree(tmp_path) == (["notes.txt", "train.log"] if removed else before)
+    assert tree(tmp_path) == (["train.log"] if removed else before)
+    assert sorted(tree(tmp_path) + aside(tmp_path)) == before
     assert (previous_outputs(tmp_path) == []) == (removed or not finished)
+    discard_previous(tmp_path)
+    assert aside(tmp_path) == [] and tree(tmp_path) == (["train.log"] if removed else before)
 
 
-@pytest.mark.parametrize(("remove_log", "left"), [(False, ["notes.txt", "train.log"]), (True, ["notes.txt"])])
+@pytest.mark.parametrize(("remove_log", "left"), [(False, ["train.log"]), (True, [])])
 def test_an_overwrite_removes_train_log_only_when_asked(remove_log, left, tmp_path):
     write_tree(tmp_path, FINISHED)
     prepare(tmp_path, resume=False, overwrite=True, remove_log=remove_log)
     assert tree(tmp_path) == left
 
 
-def test_an_overwrite_says_what_it_removed_and_from_where(tmp_path, caplog):
+def test_an_overwrite_says_what_it_set_aside_and_removed_and_from_where(tmp_path, caplog):
     write_tree(tmp_path, FINISHED)
-    with caplog.at_level(logging.INFO, logger="sqa.training.run_dir"):
+    with caplog.at_level(logging.INFO, logger="sqa.core.run_folder"):
         prepare(tmp_path, resume=False, overwrite=True)
+        discard_previous(tmp_path)
     assert [r.getMessage() for r in caplog.records] == [
-        f"overwrite=true: removed the previous run's {FINISHED_OUTPUTS} from {tmp_path}"
+        f"overwrite=true: set the previous run's {FINISHED_OUTPUTS} in {tmp_path} aside",
+        f"removed the previous run's outputs from {tmp_path}",
     ]
 
 
 def test_an_overwrite_removes_linked_outputs_as_links_never_their_targets(tmp_path):
     outside = tmp_path / "outside"
-    write_tree(outside, {"plots/curves.png": "theirs", "metrics.json": "theirs", "train.log": "theirs"})
+    write_tree(
+        outside, {"plots/curves.png": "theirs", "metrics.json": "theirs", "train.log": "theirs"}, owned=False
+    )
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "plots").symlink_to(outside / "plots", target_is_directory=True)
     for name in ("metrics.json", "train.log"):
         (run_dir / name).symlink_to(outside / name)
+    ownership.record_created(run_dir, before=[])
     prepare(run_dir, resume=False, overwrite=True, remove_log=True)
-    assert tree(run_dir) == []
+    discard_previous(run_dir)
+    assert tree(run_dir) == [] and aside(run_dir) == []
     assert tree(outside) == ["metrics.json", "plots", "plots/curves.png", "train.log"]
     assert all(p.read_text() == "theirs" for p in outside.rglob("*") if p.is_file())
 

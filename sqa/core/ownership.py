@@ -1,0 +1,149 @@
+"""What sqa wrote: the only files it ever removes or replaces.
+
+A folder sqa writes into (a run directory, an export, a baseline's run directory) holds
+`.sqa-owned.json`, the names of the entries directly inside it that sqa created. A name is
+recorded only while nothing of that name exists yet (or once sqa has just created it), so a
+file the user had before never becomes sqa's. Replacing or clearing a folder is refused when it
+holds any entry not recorded there, when it is or contains an input of the same command, the
+working directory or a repository root, or when it is an ancestor of one of those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from sqa.core.atomic import atomic_write_text
+
+MANIFEST = ".sqa-owned.json"
+# A manifest lists names, never contents: a megabyte holds tens of thousands of them.
+MAX_MANIFEST_BYTES = 1 << 20
+
+
+class OwnershipError(RuntimeError):
+    """A folder holds something sqa did not write, or is a place sqa never clears."""
+
+
+def _read(path: Path) -> bytes | None:
+    """The bytes of `path` if it is a regular file (no link, FIFO) of bounded size, else None."""
+    try:
+        # O_NONBLOCK: a FIFO in place of the manifest must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MANIFEST_BYTES:
+            return None
+        return os.read(fd, MAX_MANIFEST_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def owned(folder: str | Path) -> set[str]:
+    """The names sqa recorded as its own in `folder` (none when the manifest is absent or unreadable)."""
+    data = _read(Path(folder) / MANIFEST)
+    try:
+        names = json.loads(data.decode("utf-8"))["entries"] if data is not None else []
+    except (ValueError, KeyError, TypeError, RecursionError):
+        # An unreadable record proves nothing: the folder counts as holding no file of sqa's.
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def _write(folder: Path, names: Iterable[str]) -> None:
+    """Replace `folder`'s manifest by the sorted `names`."""
+    text = json.dumps({"written_by": "sqa", "entries": sorted(set(names))}, indent=1)
+    atomic_write_text(folder / MANIFEST, text + "\n")
+
+
+def claim(folder: str | Path, names: Iterable[str]) -> None:
+    """Record `names` in `folder` as sqa's, each only if nothing of that name exists there yet.
+
+    Called before sqa creates them: a name a user's file already has is left unrecorded.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    mine = owned(folder)
+    new = {n for n in names if n not in mine and not os.path.lexists(folder / n)}
+    if new:
+        _write(folder, mine | new)
+
+
+def record_created(folder: str | Path, before: Iterable[str]) -> None:
+    """Record as sqa's every entry of `folder` that is not in `before` (the names present earlier)."""
+    folder = Path(folder)
+    mine = owned(folder)
+    new = {p.name for p in folder.iterdir()} - set(before) - mine - {MANIFEST}
+    if new:
+        _write(folder, mine | new)
+
+
+def record_all(folder: str | Path) -> None:
+    """Record every entry of `folder` as sqa's: a folder sqa has just created and filled itself."""
+    folder = Path(folder)
+    _write(folder, (p.name for p in folder.iterdir() if p.name != MANIFEST))
+
+
+def entries(folder: str | Path) -> set[str]:
+    """The names directly inside `folder` now (none if it does not exist)."""
+    folder = Path(folder)
+    return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+
+
+def foreign(folder: str | Path, also_mine: Sequence[str] = ()) -> list[Path]:
+    """The entries of `folder` that sqa did not record as its own (sorted); `also_mine`: names to allow."""
+    folder = Path(folder)
+    mine = owned(folder) | {MANIFEST, *also_mine}
+    return sorted(p for p in folder.iterdir() if p.name not in mine)
+
+
+def _repository_roots(start: Path) -> list[Path]:
+    """The folders from `start` upwards that hold `.git` (a repository root)."""
+    return [p for p in (start, *start.parents) if (p / ".git").exists()]
+
+
+def protected(folder: Path, inputs: Sequence[str | Path] = ()) -> str | None:
+    """Why `folder` must never be cleared (None if it may): the working directory, a repository, an input."""
+    target = folder.resolve()
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:
+        return "is the working directory or one of its parents"
+    if (target / ".git").exists():
+        return "is a repository root"
+    for root in _repository_roots(cwd) + _repository_roots(Path(__file__).resolve().parent):
+        if target in root.parents:
+            return f"holds the repository {root}"
+    for item in inputs:
+        path = Path(item).expanduser().resolve()
+        if path == target or target in path.parents:
+            return f"holds {item}, an input of this command"
+    return None
+
+
+def check_replaceable(
+    folder: str | Path, what: str, inputs: Sequence[str | Path] = (), also_mine: Sequence[str] = ()
+) -> None:
+    """OwnershipError unless sqa may remove or replace `folder`'s contents (see the module docstring).
+
+    A folder that does not exist may always be written.
+
+    `what` names the command's option in the message ("overwrite=true", "--overwrite").
+    """
+    folder = Path(folder)
+    if not os.path.lexists(folder):
+        return
+    reason = protected(folder, inputs)
+    if reason is None and folder.is_dir():
+        found = foreign(folder, also_mine)
+        if found:
+            reason = (
+                f"holds {found[0].name}, which sqa did not write"
+                + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
+                + f"; {what} replaces only what sqa wrote there ({MANIFEST} records it)"
+            )
+    if reason is not None:
+        raise OwnershipError(f"{folder}: {reason}; {what} refused, nothing was removed")

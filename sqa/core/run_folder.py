@@ -1,0 +1,271 @@
+"""A run folder: one run at a time, and a previous run's outputs resumed or started over.
+
+A run holds an exclusive `flock` on `<run_dir>/.lock` while it runs. The kernel releases it when
+the process ends, however it ends, so a killed run leaves no stale lock behind. A directory that
+holds a previous run's outputs is resumed (`resume=true`) or started over (`overwrite=true`);
+anything else is refused before a file is written. A run records the names it writes
+(`sqa.core.ownership`), and `overwrite=true` refuses a directory holding anything else. Starting
+over moves the previous run's outputs into `.sqa-previous/` and removes them only once the new
+run has checked its configuration whole (`discard_previous`); a run that stops before puts them
+back (`restore_previous`), and so does the next claim of the directory after a kill. Training,
+`eval.py` and `sqa-baseline` claim their directories here (`claimed`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import socket
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from sqa.core import ownership
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".lock"
+LINK_REFUSED = "is a symbolic link; sqa writes only its own files in a run directory"
+# What a run writes besides config.yaml, run_info.json, data_problems.txt and train.log (which
+# a run that failed before training leaves, and which the next run rewrites). Logger folders use
+# the names of sqa's logger configs.
+OUTPUTS = (
+    "checkpoints",
+    "export",
+    "plots",
+    "logs",
+    "tensorboard",
+    "wandb",
+    "predictions.csv",
+    "metrics*.json",
+    "mapped",
+    "eval_info.json",
+)
+REWRITTEN = ("config.yaml", "run_info.json", "data_problems.txt", "valid_split.csv", "test_split.csv")
+LOG_NAME = "train.log"
+# Where a run started over keeps the previous run's outputs until its configuration is built.
+PREVIOUS = ".sqa-previous"
+# Every name a run, eval.py or sqa-baseline may create directly in its directory; metrics_<dim>.json
+# are recorded when written (`sqa.core.artefacts.write_metrics`).
+RUN_NAMES = (
+    *(name for name in OUTPUTS if "*" not in name),
+    *REWRITTEN,
+    "metrics.json",
+    LOG_NAME,
+    "eval.log",
+    ".hydra",
+    LOCK_NAME,
+    PREVIOUS,
+)
+
+
+class Options(NamedTuple):
+    """How the command that claims a run directory names its settings, for the messages."""
+
+    directory: str
+    resume: str | None
+    overwrite: str
+
+
+HYDRA = Options("hydra.run.dir", "resume=true", "overwrite=true")
+
+# Locks this process holds, by resolved run directory: (open lock file, nesting count).
+_held: dict[Path, list[Any]] = {}
+
+
+class RunDirError(RuntimeError):
+    """A run directory is owned by another run or holds a previous run's outputs."""
+
+
+def _owner(lock_path: Path) -> str:
+    """The owner recorded in a lock file ("PID 123 on host"), or a note that it is unknown."""
+    try:
+        # A lock file is written by sqa, but any bytes in it must still give the "in use" message.
+        text = lock_path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        text = ""
+    return text or "a process that has not written its PID yet"
+
+
+def open_no_follow(path: Path, flags: int) -> int:
+    """`os.open(path, flags | O_CREAT)` that refuses a symbolic link (its target is never touched)."""
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError:
+        if path.is_symlink():
+            raise RunDirError(f"{path}: {LINK_REFUSED}") from None
+        raise
+
+
+@contextmanager
+def lock(run_dir: str | Path, options: Options = HYDRA) -> Iterator[None]:
+    """Hold `<run_dir>/.lock` for the block; a directory locked by another process is an error.
+
+    Nested use in one process (the Hydra callback, then `run`) shares one lock. `options` names the
+    command's settings in the messages.
+    """
+    run_dir = Path(run_dir).resolve()
+    if run_dir in _held:
+        _held[run_dir][1] += 1
+        try:
+            yield
+        finally:
+            _release(run_dir)
+        return
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(
+            f"{run_dir}: is a file, not a folder; choose another run directory ({options.directory}=...)"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_NAME
+    fd = open_no_follow(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RunDirError(
+            f"{run_dir} is in use by another run ({_owner(path)}); wait for it to finish or choose "
+            f"another run directory ({options.directory}=...)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode())
+    _held[run_dir] = [fd, 1]
+    try:
+        # Only the holder of a fresh lock may restore: a run killed after setting the previous
+        # run aside and before it started training is undone here.
+        restore_previous(run_dir)
+        yield
+    finally:
+        _release(run_dir)
+
+
+def _release(run_dir: Path) -> None:
+    entry = _held[run_dir]
+    entry[1] -= 1
+    if entry[1] == 0:
+        del _held[run_dir]
+        # Closing the descriptor drops the flock; the file stays (removing it would race with a
+        # process that has opened it and waits to lock it).
+        os.close(entry[0])
+
+
+def previous_outputs(run_dir: str | Path) -> list[Path]:
+    """The outputs of an earlier run found in `run_dir` (an empty checkpoints/ folder counts not)."""
+    run_dir = Path(run_dir)
+    found = sorted({p for pattern in OUTPUTS for p in run_dir.glob(pattern)})
+    return [p for p in found if not (p.is_dir() and not any(p.iterdir()))]
+
+
+def prepare(
+    run_dir: str | Path,
+    resume: bool,
+    overwrite: bool,
+    remove_log: bool = False,
+    inputs: Sequence[str | Path] = (),
+    options: Options = HYDRA,
+) -> None:
+    """Check that a run may write into `run_dir`; with `overwrite`, set a previous run's outputs aside.
+
+    A resumed run keeps everything. A new run into a directory with a previous run's outputs is
+    an error naming them, unless `overwrite` is set and sqa wrote everything in the directory
+    (none of it is one of the command's `inputs`); then those outputs and the files every run
+    rewrites move into `.sqa-previous/` before the run writes anything, so no file of the old
+    run stays beside the new ones. `remove_log` also moves train.log (only before the logging has
+    opened it). The names the run may write are then recorded as its own.
+    """
+    if resume and overwrite:
+        raise RunDirError(f"{options.resume} and {options.overwrite} contradict each other; choose one")
+    run_dir = Path(run_dir)
+    found = previous_outputs(run_dir)
+    if found and not resume:
+        names = ", ".join(p.name for p in found)
+        reason = ownership.protected(run_dir, inputs)
+        if reason is not None:
+            raise RunDirError(
+                f"{run_dir} {reason} and holds a previous run's outputs ({names}); sqa never starts a "
+                f"run over there: choose another {options.directory}"
+            )
+        if not overwrite:
+            ways = [f"continue that run with {options.resume}"] if options.resume else []
+            ways.append(f"start it over with {options.overwrite} (replaces what sqa wrote there)")
+            raise RunDirError(
+                f"{run_dir} holds a previous run's outputs ({names}); {', '.join(ways)}, or choose "
+                f"another {options.directory}"
+            )
+        try:
+            ownership.check_replaceable(run_dir, options.overwrite, inputs, also_mine=(LOCK_NAME,))
+        except ownership.OwnershipError as err:
+            raise RunDirError(str(err)) from None
+        extra = [run_dir / name for name in (*REWRITTEN, ".hydra", *([LOG_NAME] if remove_log else []))]
+        aside = run_dir / PREVIOUS
+        aside.mkdir()
+        for path in [*found, *(p for p in extra if os.path.lexists(p))]:
+            os.rename(path, aside / path.name)
+        log.info("%s: set the previous run's %s in %s aside", options.overwrite, names, run_dir)
+    ownership.claim(run_dir, RUN_NAMES)
+
+
+@contextmanager
+def claimed(
+    run_dir: str | Path,
+    resume: bool,
+    overwrite: bool,
+    inputs: Sequence[str | Path] = (),
+    options: Options = HYDRA,
+) -> Iterator[None]:
+    """Lock and `prepare` `run_dir` for the block; a previous run set aside and not discarded comes back.
+
+    The block calls `discard_previous` once its configuration has been checked whole (a training
+    run: when training starts); a block that ends before, however it ends, or a kill and the
+    next claim, restores it. A directory the claim created is removed again if the block wrote
+    nothing into it. `options` names the command's settings in the messages.
+    """
+    run_dir = Path(run_dir)
+    created = not os.path.lexists(run_dir)
+    with lock(run_dir, options):
+        prepare(run_dir, resume, overwrite, inputs=inputs, options=options)
+        try:
+            yield
+        finally:
+            restore_previous(run_dir)
+            if created and ownership.entries(run_dir) <= {LOCK_NAME, ownership.MANIFEST}:
+                # A command that wrote nothing leaves no folder it made only to claim it.
+                for name in (ownership.MANIFEST, LOCK_NAME):
+                    (run_dir / name).unlink(missing_ok=True)
+                run_dir.rmdir()
+
+
+def restore_previous(run_dir: str | Path) -> bool:
+    """Put back the outputs a run that did not get going had set aside (replacing what it wrote).
+
+    Returns whether there were any.
+    """
+    aside = Path(run_dir) / PREVIOUS
+    if not aside.is_dir() or aside.is_symlink():
+        return False
+    for path in sorted(aside.iterdir()):
+        target = Path(run_dir) / path.name
+        _remove(target)
+        os.rename(path, target)
+    aside.rmdir()
+    log.info("put the previous run's outputs back in %s", run_dir)
+    return True
+
+
+def discard_previous(run_dir: str | Path) -> None:
+    """Remove the previous run's outputs set aside by `overwrite=true`: the new run has started."""
+    aside = Path(run_dir) / PREVIOUS
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside)
+        log.info("removed the previous run's outputs from %s", run_dir)
+
+
+def _remove(path: Path) -> None:
+    """Remove `path` if present: a folder with its contents, a link as a link (never its target)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()

@@ -1,0 +1,282 @@
+"""sqa removes or replaces only what it wrote: every overwrite path leaves the user's files alone.
+
+A folder made by hand holds files with the names sqa's outputs have (config.yaml, logs/, plots/,
+checkpoints/, predictions.csv) and a thesis; each command told to overwrite into it refuses,
+naming a file sqa did not write, and the folder is as it was. A previous run set aside by
+`overwrite=true` comes back whole when the new run stops before training (a config error, a kill).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from sqa.baselines import cli as baseline
+from sqa.core import ownership
+from sqa.core.run_folder import PREVIOUS, RunDirError, claimed, discard_previous, lock, prepare
+from sqa.exports import importers
+from sqa.exports.format import ExportError, export_predictor
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.predictor import MOSPredictor
+from sqa.scoring import cli as score
+from tests.conftest import REPO
+from tests.exports.test_import import FAIRSEQ_TINY_BASE, SingMOSv1, upstream_file
+
+USERS = {
+    "thesis.tex": "\\chapter{Results}\n",
+    "config.yaml": "mine: true\n",
+    "predictions.csv": "my,own\n1,2\n",
+    "logs/notes.txt": "day 1\n",
+    "plots/figure.png": "not really a png\n",
+    "checkpoints/keep.ckpt": "weights of mine\n",
+}
+
+
+def write_files(folder: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every entry under `folder` with its bytes (None: a folder), but the lock a claim leaves."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(folder.rglob("*"))
+        if p.name != ".lock"
+    }
+
+
+@pytest.fixture
+def users_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "mine"
+    write_files(folder, USERS)
+    return folder
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+# The first entry sqa did not write, as the refusals name it (sorted: "checkpoints" comes first).
+FIRST_FOREIGN = "holds checkpoints, which sqa did not write (and 5 more)"
+
+
+def test_train_py_overwrite_leaves_a_folder_made_by_hand_untouched(users_folder, synthetic_root):
+    before = snapshot(users_folder)
+    done = run_cli(
+        "train.py", f"hydra.run.dir={users_folder}", "overwrite=true", f"data.corpus.root={synthetic_root}"
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"{users_folder}: {FIRST_FOREIGN}; overwrite=true replaces only what sqa wrote" in done.stderr
+    assert "nothing was removed" in done.stderr
+    assert snapshot(users_folder) == before
+
+
+def test_eval_py_overwrite_leaves_a_folder_made_by_hand_untouched(users_folder, default_export):
+    before = snapshot(users_folder)
+    done = run_cli("eval.py", f"export={default_export}", f"hydra.run.dir={users_folder}", "overwrite=true")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"{users_folder}: {FIRST_FOREIGN}; overwrite=true replaces only" in done.stderr
+    assert snapshot(users_folder) == before
+
+
+def test_sqa_baseline_overwrite_leaves_a_folder_made_by_hand_untouched(users_folder, capsys):
+    before = snapshot(users_folder)
+    assert baseline.main(["--run-dir", str(users_folder), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"sqa-baseline: {users_folder}: {FIRST_FOREIGN}; --overwrite replaces only what sqa " + (
+        "wrote there (.sqa-owned.json records it); --overwrite refused, nothing was removed\n"
+    )
+    assert snapshot(users_folder) == before
+
+
+def test_sqa_baseline_into_a_training_run_is_refused_without_overwrite(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    with lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=False)
+    write_files(run_dir, {"metrics.json": "{}", "predictions.csv": "a\n", "export/model.pt": "w"})
+    before = snapshot(run_dir)
+    assert baseline.main(["--run-dir", str(run_dir)]) == 2
+    assert capsys.readouterr().err == (
+        f"sqa-baseline: {run_dir} holds a previous run's outputs (export, metrics.json, predictions.csv); "
+        "start it over with --overwrite (replaces what sqa wrote there), or choose another --run-dir\n"
+    )
+    assert snapshot(run_dir) == before
+
+
+def test_sqa_import_overwrite_never_replaces_a_folder_holding_its_input_or_a_users_file(tmp_path):
+    upstream = upstream_file(tmp_path / "wav2vec_small.pt", FAIRSEQ_TINY_BASE, normalize=False)
+    torch.manual_seed(4)
+    out = tmp_path / "out"
+    out.mkdir()
+    weights = out / "singmos_v1.pt"
+    torch.save(SingMOSv1(upstream, ssl_dim=256).state_dict(), weights)
+    write_files(out, {"thesis.tex": USERS["thesis.tex"]})
+    before = snapshot(out)
+    for folder in (out, tmp_path / "out" / ".." / "out"):
+        with pytest.raises(ExportError) as err:
+            importers.import_predictor(
+                "singmos_v1", weights, folder, upstream_checkpoint=str(upstream), overwrite=True
+            )
+        assert "refused, nothing was removed" in str(err.value)
+    assert snapshot(out) == before
+    # Once the user's file is gone, the input alone still keeps the folder.
+    (out / "thesis.tex").unlink()
+    ownership.record_all(out)  # even a folder that records every entry as sqa's
+    with pytest.raises(ExportError, match=f"holds {weights}, an input of this command"):
+        importers.import_predictor(
+            "singmos_v1", weights, out, upstream_checkpoint=str(upstream), overwrite=True
+        )
+    assert weights.is_file()
+    # An export sqa wrote is replaced.
+    export = tmp_path / "export"
+    importers.import_predictor("singmos_v1", weights, export, upstream_checkpoint=str(upstream))
+    importers.import_predictor(
+        "singmos_v1", weights, export, upstream_checkpoint=str(upstream), overwrite=True
+    )
+    assert (export / "model.pt").is_file() and ownership.foreign(export) == []
+
+
+def test_export_overwrite_names_the_users_file_and_keeps_it(users_folder):
+    before = snapshot(users_folder)
+    model = MOSPredictor(LogMelBackbone(n_mels=16, channels=8))
+    with pytest.raises(
+        ExportError, match=re.escape(f"{users_folder}: {FIRST_FOREIGN}; overwrite replaces only")
+    ):
+        export_predictor(model, users_folder, 16000, ["d"], overwrite=True)
+    assert snapshot(users_folder) == before
+
+
+def test_sqa_score_overwrite_replaces_only_its_output(users_folder, default_export, capsys):
+    wav = users_folder / "clip.wav"
+    sf.write(wav, 0.1 * np.random.default_rng(0).standard_normal(8000), 16000)
+    before = snapshot(users_folder)
+    out = users_folder / "scores.csv"
+    out.write_text("an earlier score table\n")
+    assert (
+        score.main(["--checkpoint", str(default_export), "--output", str(out), "--overwrite", str(wav)]) == 0
+    )
+    assert out.read_text().startswith("path,score\n")
+    assert {k: v for k, v in snapshot(users_folder).items() if k != "scores.csv"} == before
+    # Its input is never its output, --overwrite or not.
+    manifest = users_folder / "list.txt"
+    manifest.write_text(f"{wav}\n")
+    args = ["--checkpoint", str(default_export), "--output", str(manifest), "--overwrite", str(manifest)]
+    assert score.main(args) == 2
+    assert manifest.read_text() == f"{wav}\n"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("place", ["cwd", "parent_of_cwd", "repository", "holds_an_input"])
+def test_places_sqa_never_clears_even_when_it_wrote_everything_there(place, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    with lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=False)
+    write_files(run_dir, {"metrics.json": "{}", "sub/corpus.csv": "x\n"})
+    ownership.record_all(run_dir)
+    inputs = []
+    if place == "cwd":
+        monkeypatch.chdir(run_dir)
+    elif place == "parent_of_cwd":
+        monkeypatch.chdir(run_dir / "sub")
+    elif place == "repository":
+        (run_dir / ".git").mkdir()
+        ownership.record_all(run_dir)
+    else:
+        inputs = [run_dir / "sub" / "corpus.csv"]
+    before = snapshot(run_dir)
+    with pytest.raises(RunDirError, match="sqa never starts a run over there"), lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=True, inputs=inputs)
+    assert snapshot(run_dir) == before
+
+
+def test_a_run_inside_a_repository_never_clears_it(tmp_path, monkeypatch):
+    repo = tmp_path / "clone"
+    (repo / ".git").mkdir(parents=True)
+    write_files(repo, {"checkpoints/README.md": "what goes here\n", "checkpoints/mine/model.pt": "w"})
+    monkeypatch.chdir(repo)
+    before = snapshot(repo)
+    for name in (".", str(repo)):
+        with pytest.raises(RunDirError, match="is the working directory"), lock(name):
+            prepare(name, resume=False, overwrite=True)
+    assert snapshot(repo) == before
+
+
+def previous_run(run_dir: Path) -> dict[str, bytes | None]:
+    """A finished run as sqa writes it (recorded as its own); returns its snapshot."""
+    with lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=False)
+    write_files(
+        run_dir,
+        {
+            "config.yaml": "seed: 0\n",
+            "run_info.json": "{}",
+            "metrics.json": '{"avg": 1}',
+            "predictions.csv": "old\n",
+            "checkpoints/best-step=5.ckpt": "old",
+            "plots/curves.png": "old",
+            "export/model.pt": "old",
+            "train.log": "old log\n",
+        },
+    )
+    return snapshot(run_dir)
+
+
+def test_a_config_error_after_overwrite_puts_the_previous_run_back(tmp_path, synthetic_root):
+    run_dir = tmp_path / "run"
+    before = previous_run(run_dir)
+    done = run_cli(
+        "train.py",
+        f"hydra.run.dir={run_dir}",
+        "overwrite=true",
+        f"data.corpus.root={synthetic_root}",
+        "data.batch_size=abc",
+        "trainer.max_steps=2",
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    after = snapshot(run_dir)
+    # The failed run's own Hydra record may stay beside it; every file of the previous run is back.
+    assert {k: after.get(k) for k in before} == before
+    assert not (run_dir / PREVIOUS).exists()
+
+
+def test_a_run_killed_before_training_is_undone_by_the_next_claim(tmp_path):
+    run_dir = tmp_path / "run"
+    before = previous_run(run_dir)
+    script = (
+        "import os, signal, sys\n"
+        "from sqa.core.run_folder import lock, prepare\n"
+        "with lock(sys.argv[1]):\n"
+        "    prepare(sys.argv[1], resume=False, overwrite=True, remove_log=True)\n"
+        "    open(os.path.join(sys.argv[1], 'config.yaml'), 'w').write('new: 1\\n')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(run_dir)], cwd=REPO, timeout=120)
+    assert done.returncode == -9
+    assert (run_dir / PREVIOUS).is_dir() and (run_dir / "config.yaml").read_text() == "new: 1\n"
+    with lock(run_dir):
+        assert snapshot(run_dir) == before
+    # Started over again and this time under way: the previous run goes.
+    with claimed(run_dir, resume=False, overwrite=True):
+        discard_previous(run_dir)
+    assert not (run_dir / PREVIOUS).exists()
+    assert not any((run_dir / name).exists() for name in ("metrics.json", "export", "checkpoints"))
+
+
+def test_a_claim_that_writes_nothing_leaves_no_folder(tmp_path):
+    run_dir = tmp_path / "new"
+    with claimed(run_dir, resume=False, overwrite=False):
+        assert run_dir.is_dir()
+    assert not run_dir.exists()
+    with claimed(run_dir, resume=False, overwrite=False):
+        (run_dir / "metrics.json").write_text("{}")
+    assert sorted(os.listdir(run_dir)) == [".lock", ownership.MANIFEST, "metrics.json"]
