@@ -31,6 +31,16 @@ def main(cfg: DictConfig) -> float:
     except (CorpusError, RunDirError) as err:
         # The report is the message: print it as text on stderr, not inside a traceback.
         sys.exit("\n".join(["Error: " + str(err), *getattr(err, "__notes__", [])]))
+    except OSError as err:
+        if err.errno is None:  # sqa's own message (a missing file it names)
+            sys.exit(f"Error: {err}")
+        # The system's: a full disk, a file size limit, a folder turned read-only. Checkpoints
+        # are written atomically, so the last one written is whole.
+        where = f"{err.filename}: " if err.filename else ""
+        sys.exit(
+            f"Error: {where}{err.strerror}; what the run wrote before is kept, and resume=true "
+            "continues from its last checkpoint once this is fixed"
+        )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from sqa.exports.format import ExportError, export_predictor
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.scoring import cli as score
+from sqa.scoring import outputs
 from tests.conftest import REPO
 from tests.exports.test_import import FAIRSEQ_TINY_BASE, SingMOSv1, upstream_file
 
@@ -280,3 +281,17 @@ def test_a_claim_that_writes_nothing_leaves_no_folder(tmp_path):
     with claimed(run_dir, resume=False, overwrite=False):
         (run_dir / "metrics.json").write_text("{}")
     assert sorted(os.listdir(run_dir)) == [".lock", ownership.MANIFEST, "metrics.json"]
+
+
+def test_a_score_table_written_into_a_run_is_sqas_and_one_in_a_users_folder_leaves_no_record(tmp_path):
+    # The README's demo: train, score into the run directory, then train again with overwrite=true.
+    run_dir = tmp_path / "run"
+    previous_run(run_dir)
+    assert outputs.emit([{"path": "a.wav", "score": 3.0}], run_dir / "scores.csv") is None
+    with lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=True)
+    assert (run_dir / PREVIOUS / "scores.csv").is_file() and not (run_dir / "scores.csv").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    assert outputs.emit([{"path": "a.wav", "score": 3.0}], mine / "scores.csv") is None
+    assert os.listdir(mine) == ["scores.csv"]

@@ -1,6 +1,6 @@
 """Command line: score a corpus's test sets with a pretrained speech-MOS baseline, no training.
 
-    sqa-baseline --corpus synthetic [--output ovrl|sig|bak|p808] [--run-dir DIR]
+    sqa-baseline --corpus synthetic [--output ovrl|sig|bak|p808] [--run-dir DIR [--overwrite]]
     sqa-baseline --corpus singmos_pro --root DIR      (16 kHz clips only, as conf/data/singmos_pro.yaml)
     sqa-baseline --corpus singmos_vmc24 --root DIR
     sqa-baseline --corpus csv --manifest FILE         (rows without a split column count as test)
@@ -17,6 +17,7 @@ scored a batch at a time (`DNSMOS.score_files`, `DistillMOS.score_files`).
 
 Writes `predictions.csv` (sample_id, system_id, test_set, mos, pred), `metrics.json` with 95 %
 bootstrap intervals and the scatter plots into the run directory exactly as a training run does,
+under the same lock and previous-run rule (`--overwrite` starts over, replacing only sqa's files),
 so `sqa-table` and any tool reading a run's files treats the baseline like a trained model, and
 prints the metric table. References and anchors are scored on their own rows, outside `avg`.
 

@@ -73,6 +73,15 @@ def claim(folder: str | Path, names: Iterable[str]) -> None:
         _write(folder, mine | new)
 
 
+def claim_where_recorded(folder: str | Path, names: Iterable[str]) -> None:
+    """`claim` `names` in `folder` only if sqa keeps a record there (a run or export folder).
+
+    A score table written into a user's own folder leaves no record behind.
+    """
+    if os.path.lexists(Path(folder) / MANIFEST):
+        claim(folder, names)
+
+
 def record_created(folder: str | Path, before: Iterable[str]) -> None:
     """Record as sqa's every entry of `folder` that is not in `before` (the names present earlier)."""
     folder = Path(folder)

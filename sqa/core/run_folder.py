@@ -171,10 +171,10 @@ def prepare(
 
     A resumed run keeps everything. A new run into a directory with a previous run's outputs is
     an error naming them, unless `overwrite` is set and sqa wrote everything in the directory
-    (none of it is one of the command's `inputs`); then those outputs and the files every run
-    rewrites move into `.sqa-previous/` before the run writes anything, so no file of the old
-    run stays beside the new ones. `remove_log` also moves train.log (only before the logging has
-    opened it). The names the run may write are then recorded as its own.
+    (none of it is one of the command's `inputs`); then all of it moves into `.sqa-previous/`
+    before the run writes anything, so no file of the old run stays beside the new ones, but for
+    train.log, which `remove_log` moves too (only before the logging has opened it). The names the
+    run may write are then recorded as its own.
     """
     if resume and overwrite:
         raise RunDirError(f"{options.resume} and {options.overwrite} contradict each other; choose one")
@@ -199,11 +199,13 @@ def prepare(
             ownership.check_replaceable(run_dir, options.overwrite, inputs, also_mine=(LOCK_NAME,))
         except ownership.OwnershipError as err:
             raise RunDirError(str(err)) from None
-        extra = [run_dir / name for name in (*REWRITTEN, ".hydra", *([LOG_NAME] if remove_log else []))]
+        # Everything sqa wrote there goes (the check above leaves nothing else): the outputs, the
+        # files every run rewrites, a score table written beside them.
+        keep = {LOCK_NAME, ownership.MANIFEST, PREVIOUS, *([] if remove_log else [LOG_NAME])}
         aside = run_dir / PREVIOUS
         aside.mkdir()
-        for path in [*found, *(p for p in extra if os.path.lexists(p))]:
-            os.rename(path, aside / path.name)
+        for name in sorted(ownership.entries(run_dir) - keep):
+            os.rename(run_dir / name, aside / name)
         log.info("%s: set the previous run's %s in %s aside", options.overwrite, names, run_dir)
     ownership.claim(run_dir, RUN_NAMES)
 

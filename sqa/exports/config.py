@@ -174,9 +174,9 @@ def _check_bounds(node: Any, keys: tuple[str | int, ...], where: Path) -> None:
     """
     if isinstance(node, dict):
         for key, value in node.items():
-            if _is_probability_key(key) and not (
-                isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1
-            ):
+            # A number only: a flag such as `use_dropout: true` or a null is the constructor's to check.
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if _is_probability_key(key) and number and not 0 <= value < 1:
                 raise ExportError(
                     f"{where}: {_key_path((*keys, key))} must be a probability in [0, 1), got {value!r}"
                 )

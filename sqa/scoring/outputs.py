@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqa.core import ownership
 from sqa.core.artefacts import spreadsheet_safe
 from sqa.core.atomic import atomic_write_text, json_text
 from sqa.scoring.inputs import Inputs
@@ -83,6 +84,8 @@ def emit(rows: list[dict[str, Any]], output: Path | None, overwrite: bool = Fals
         if output is None:
             _print(text)
         else:
+            # In a run directory, the table is recorded as sqa's, so that overwrite=true may replace it.
+            ownership.claim_where_recorded(output.parent, [output.name])
             atomic_write_text(output, text, exclusive=not overwrite)
         return None
     except OSError as err:

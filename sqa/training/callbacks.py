@@ -13,7 +13,8 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, BinaryIO
 
 import lightning as L
 import torch
@@ -87,8 +88,31 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning checkpoint I/O that writes each checkpoint atomically (temporary file, rename)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        """Write `checkpoint` to `path`; a kill leaves the previous file or the complete new one."""
-        atomic_write(path, lambda fh: torch.save(checkpoint, fh))
+        """Write `checkpoint` to `path`; a kill leaves the previous file or the complete new one.
+
+        A write the system refuses (a full disk, a file size limit) raises its OSError, which
+        torch's archive writer would turn into a RuntimeError naming no file.
+        """
+
+        def save(fh: BinaryIO) -> None:
+            refused: list[OSError] = []
+
+            def write(data: bytes) -> int:
+                try:
+                    return fh.write(data)
+                except OSError as err:
+                    refused.append(err)
+                    raise
+
+            try:
+                torch.save(checkpoint, SimpleNamespace(write=write, flush=fh.flush))
+            except RuntimeError:
+                if refused:
+                    err = refused[0]
+                    raise OSError(err.errno, err.strerror, str(path)) from None
+                raise
+
+        atomic_write(path, save)
 
 
 def summary_table(

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.prediction import OVERALL
 from sqa.core.renames import rename_targets
-from sqa.core.run_folder import claimed, restore_previous
+from sqa.core.run_folder import RunDirError, claimed, restore_previous
 from sqa.data.corpus import Clip, CorpusError, count_labels, format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
@@ -203,6 +203,18 @@ def init_from(predictor: torch.nn.Module, checkpoint: str | Path, modules: list[
     predictor.load_state_dict(own)
 
 
+def check_resumable(last: Path) -> None:
+    """RunDirError naming `last` unless it reads as a checkpoint (tensors and plain data only)."""
+    try:
+        checkpoint_step(last)
+    except Exception as err:  # noqa: BLE001 - any failure to read it means the same to the user
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RunDirError(
+            f"{last}: not a checkpoint this run can resume from ({reason[:200]}); nothing was changed: "
+            "restore the file, or start over with overwrite=true"
+        ) from None
+
+
 class RunResult(NamedTuple):
     """Test metrics (per set and `avg`), the best validation selection score and its mode."""
 
@@ -246,6 +258,8 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     if export_dir.exists() and not settings.overwrite_export:
         # Checked before training so that a long run never fails at its very end.
         raise FileExistsError(f"{export_dir} already exists; set overwrite_export=true to replace it")
+    if settings.resume:
+        check_resumable(last)
     run_dir.mkdir(parents=True, exist_ok=True)
     L.seed_everything(settings.seed, workers=True)
     # Under DDP every rank runs this function; rank_zero_only.rank (from the launcher's

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from sqa.data.corpus import CorpusError
+from sqa.data.corpus import CorpusError, count_labels
 from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 from sqa.data.validate import validate_corpus
 
@@ -201,6 +201,31 @@ def test_replicates_are_averaged_per_listener_first_or_pooled(tmp_path):
     assert per_listener["x"].ratings == {"a": 70.0, "b": 30.0, "c": 50.0}
     with pytest.raises(ValueError, match="replicates must be one of"):
         read_csv_manifest(tmp_path / "m.csv", replicates="mean")
+
+
+def test_each_row_without_a_listener_counts_as_its_own_listener(tmp_path):
+    """Rule: a row with an empty listener_id is one listener on its own (per_listener replicates).
+
+    Neighbour: all of a clip's unnamed rows merged into one anonymous listener (or dropped); with
+    two or more unnamed rows of different scores beside named listeners the MOS differs.
+    """
+    write_wav(tmp_path / "x.wav")
+    # l1 rates 5; l2 rates 2 and 3 (a replicate, mean 2.5); three unnamed rows rate 1, 4 and 1.
+    (tmp_path / "m.csv").write_text(
+        "wav_path,score,system_id,sample_id,listener_id,split\n"
+        "x.wav,1,A,x,,train\nx.wav,5,A,x,l1,train\nx.wav,2,A,x,l2,train\n"
+        "x.wav,4,A,x,,train\nx.wav,3,A,x,l2,train\nx.wav,1,A,x,,train\n"
+    )
+    corpus = read_csv_manifest(tmp_path / "m.csv")
+    (clip,) = corpus.clips
+    # Five listeners: (5 + 2.5 + 1 + 4 + 1) / 5 = 2.7. Merged unnamed rows would give
+    # (5 + 2.5 + 2) / 3 = 3.1667, dropped ones (5 + 2.5) / 2 = 3.75, pooled rows 16 / 6 = 2.6667.
+    assert clip.mos == pytest.approx(2.7, abs=1e-12)
+    # Only named listeners have ratings, so only they count as the corpus's listeners.
+    assert clip.ratings == {"l1": 5.0, "l2": 2.5}
+    assert count_labels(corpus.clips).listeners == 2
+    pooled = read_csv_manifest(tmp_path / "m.csv", replicates="pooled").clips[0]
+    assert pooled.mos == pytest.approx(16 / 6, abs=1e-12) and pooled.ratings == clip.ratings
 
 
 def test_references_and_anchors_come_from_a_column_or_the_config(tmp_path):

@@ -149,6 +149,53 @@ def test_resume_without_a_checkpoint_is_a_clear_error(synthetic_root, tmp_path):
     assert "last.ckpt does not exist" in result.stderr
 
 
+def test_resume_from_a_tampered_checkpoint_is_one_line_and_changes_nothing(synthetic_root, tmp_path):
+    run_dir = tmp_path / "run"
+    checkpoints = run_dir / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "last.ckpt").write_bytes(b"PK\x03\x04 not a whole zip archive")
+    before = sorted(p.name for p in run_dir.rglob("*"))
+    result = subprocess.run(
+        train(run_dir, synthetic_root, "resume=true"), cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("Error: ")]
+    assert line.startswith(f"Error: {checkpoints / 'last.ckpt'}: not a checkpoint this run can resume from (")
+    assert line.endswith("nothing was changed: restore the file, or start over with overwrite=true")
+    assert (checkpoints / "last.ckpt").read_bytes() == b"PK\x03\x04 not a whole zip archive"
+    assert set(before) <= {p.name for p in run_dir.rglob("*")}
+
+
+# RLIMIT_FSIZE above the run's text files (config, logs) and below a checkpoint of the default model.
+FILE_LIMIT = 200_000
+WITH_LIMIT = """
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as a full disk would
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+sys.argv = sys.argv[2:]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_a_checkpoint_write_past_a_file_size_limit_ends_in_one_line(synthetic_root, tmp_path):
+    run_dir = tmp_path / "run"
+    command = train(run_dir, synthetic_root, "trainer.max_steps=4", "trainer.val_check_interval=2")
+    result = subprocess.run(
+        [sys.executable, "-c", WITH_LIMIT, str(FILE_LIMIT), *command[1:]],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("Error: ")]
+    assert (
+        line.startswith(f"Error: {run_dir}") and ": File too large; what the run wrote before is kept" in line
+    )
+    # No partial checkpoint is left where a resume would read it.
+    assert not (run_dir / "checkpoints" / "last.ckpt").exists()
+
+
 @pytest.mark.parametrize(
     "make",
     [

@@ -506,3 +506,20 @@ def test_the_lock_is_the_directorys_whatever_path_names_it(other_run, tmp_path, 
     assert is_free(mine)
     with lock("../mine-link"):
         assert not is_free(mine)
+
+
+def test_a_run_directory_that_is_a_file_is_refused_in_one_line_and_kept(tmp_path, synthetic_root):
+    path = tmp_path / "results"
+    path.write_text("my results\n")
+    result = subprocess.run(
+        [sys.executable, "train.py", f"hydra.run.dir={path}", f"data.corpus.root={synthetic_root}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: {path}: is a file, not a folder; choose another run directory (hydra.run.dir=...)"
+    )
+    assert path.read_text() == "my results\n"

@@ -250,7 +250,13 @@ def test_existing_export_stops_a_resumed_run_before_training(synthetic_root, tmp
     cfg = compose_train([f"data.corpus.root={synthetic_root}", "resume=true"])
     with pytest.raises(FileExistsError, match="overwrite_export=true"):
         run(cfg, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "checkpoints", "export", "train.log"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".lock",
+        ".sqa-owned.json",
+        "checkpoints",
+        "export",
+        "train.log",
+    ]
 
 
 @pytest.mark.slow
