@@ -295,3 +295,21 @@ def test_a_score_table_written_into_a_run_is_sqas_and_one_in_a_users_folder_leav
     mine.mkdir()
     assert outputs.emit([{"path": "a.wav", "score": 3.0}], mine / "scores.csv") is None
     assert os.listdir(mine) == ["scores.csv"]
+
+
+def test_a_run_started_over_replaces_the_previous_one_whole(tmp_path):
+    from sqa.training.run import run
+    from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
+
+    manifest = write_per_system_corpus(tmp_path / "corpus")
+    run_dir = tmp_path / "run"
+    before = previous_run(run_dir)
+    overrides = [*tiny_run_overrides(manifest), "trainer.max_steps=4", "trainer.val_check_interval=2"]
+    run(compose_train([*overrides, "overwrite=true"]), run_dir)
+    after = snapshot(run_dir)
+    # Every file of the previous run is gone or rewritten by the new one; nothing is set aside.
+    assert not (run_dir / PREVIOUS).exists()
+    rewritten = [name for name, text in before.items() if text is not None and name != ownership.MANIFEST]
+    assert rewritten and all(after.get(name) != before[name] for name in rewritten)
+    assert "checkpoints/best-step=5.ckpt" not in after and "export/config.yaml" in after
+    assert ownership.foreign(run_dir, also_mine=[".lock"]) == []
