@@ -11,5 +11,5 @@ dependencies = ["torch", "numpy", "soundfile", "soxr", "yaml"]
 
 
 def load(path: str | Path, device: str = "cpu", **kwargs: object) -> Scorer:
-    """An sqa export (directory, run directory or model.pt) ready to `.score(audio, sample_rate)`."""
+    """An sqa export (directory, run directory or model.pt), ready to `.score("song.wav")`."""
     return _load(path, device=device, **kwargs)

@@ -3,6 +3,7 @@
 python train.py                               # log-mel model on the built-in synthetic corpus
 python train.py model/backbone=tiny_wav2vec2  # same run with a tiny wav2vec2
 python train.py experiment=singmos_pro_ssl data.corpus.root=... model.backbone.checkpoint=...
+python train.py -m hparams_search=optuna      # a sweep: trials validate only (test_after_fit=false)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from omegaconf import DictConfig
 
 from sqa.core.run_folder import RunDirError
 from sqa.data.corpus import CorpusError
+from sqa.exports.config import ExportError
 from sqa.training.run import run
 
 
@@ -28,7 +30,7 @@ def main(cfg: DictConfig) -> float:
     """Train one configuration; returns the objective of sweeps (the best selection score, errors negated)."""
     try:
         return run(cfg, HydraConfig.get().runtime.output_dir).objective
-    except (CorpusError, RunDirError) as err:
+    except (CorpusError, RunDirError, ExportError) as err:
         # The report is the message: print it as text on stderr, not inside a traceback.
         sys.exit("\n".join(["Error: " + str(err), *getattr(err, "__notes__", [])]))
     except OSError as err:

@@ -2,7 +2,8 @@
 
     import sqa
     predictor = sqa.load("runs/my-run")          # an export dir, a run dir or a model.pt
-    predictor.score(audio, sample_rate)          # one float per clip
+    predictor.score("song.wav")                  # one float per clip
+    predictor.score(audio, sample_rate)          # arrays need their rate; lists give lists in order
 
 `import sqa` stays light: torch and the scoring code load on the first `sqa.load`; it registers
 the `${sqa_precision:}` config resolver (`sqa.core.resolvers`) where omegaconf is installed.
@@ -34,9 +35,10 @@ def load(
 ) -> Scorer:
     """Load an export (its directory, a run directory holding export/, or its model.pt) for scoring.
 
-    The result's `.score(audio, sample_rate)` scores numpy arrays or torch tensors; see
-    `sqa.scoring.scorer.Scorer` for `domain`, `chunk_seconds`, `max_samples` (None: the default limit,
-    `sqa.data.audio.MAX_AUDIO_SAMPLES`) and `pooling`. An export is read as data only: a hostile
+    The result's `.score` scores paths, numpy arrays or torch tensors (`.score(audio, sample_rate)`)
+    and lists of them, in input order; see `sqa.scoring.scorer.Scorer` for `domain`,
+    `chunk_seconds`, `max_samples` (None: the default limit, `sqa.data.audio.MAX_AUDIO_SAMPLES`)
+    and `pooling`. An export is read as data only: a hostile
     one raises `sqa.exports.format.ExportError` before anything is built.
     """
     from sqa.data.audio import MAX_AUDIO_SAMPLES

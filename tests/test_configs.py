@@ -94,6 +94,14 @@ def test_sweeper_and_launcher_configs_compose(override, node, target):
     if node == "sweeper":
         assert cfg.hydra.sweeper.direction == "maximize"
         assert set(cfg.hydra.sweeper.params) == {"optim.lr", "model.head_dim", "model.dropout"}
+        # Trials validate only; the sweep's end names its best value (beside the run directory claim).
+        assert cfg.test_after_fit is False
+        assert {name: c._target_ for name, c in cfg.hydra.callbacks.items()} == {
+            "claim_run_directory": "sqa.training.run_dir.ClaimRunDirectory",
+            "sweep_summary": "sqa.training.run_dir.SweepSummary",
+        }
+    else:
+        assert cfg.test_after_fit is True
 
 
 @contextmanager
@@ -334,6 +342,7 @@ EXPECTED_DATA = {
             "replicates": "per_listener",
             "reference_systems": [],
             "anchor_systems": [],
+            "columns": None,
         }
     },
     "singmos_pro": {

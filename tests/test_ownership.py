@@ -20,7 +20,7 @@ import soundfile as sf
 import torch
 
 from sqa.baselines import cli as baseline
-from sqa.core import ownership
+from sqa.core import ownership, run_folder
 from sqa.core.run_folder import PREVIOUS, RunDirError, claimed, discard_previous, lock, prepare
 from sqa.exports import importers
 from sqa.exports.format import ExportError, export_predictor
@@ -313,3 +313,65 @@ def test_a_run_started_over_replaces_the_previous_one_whole(tmp_path):
     assert rewritten and all(after.get(name) != before[name] for name in rewritten)
     assert "checkpoints/best-step=5.ckpt" not in after and "export/config.yaml" in after
     assert ownership.foreign(run_dir, also_mine=[".lock"]) == []
+
+
+def legacy_export(folder: Path) -> Path:
+    """An export as sqa wrote it before it kept records: no .sqa-owned.json."""
+    export = export_predictor(MOSPredictor(LogMelBackbone(n_mels=16, channels=8)), folder, 16000, ["d"])
+    (export / ownership.MANIFEST).unlink()
+    return export
+
+
+def test_an_export_written_before_records_is_replaced_and_a_look_alike_is_not(tmp_path):
+    model = MOSPredictor(LogMelBackbone(n_mels=16, channels=8))
+    export = legacy_export(tmp_path / "old")
+    export_predictor(model, export, 16000, ["d"], overwrite=True)
+    assert ownership.foreign(export) == []
+    # The same files beside one of the user's: refused, naming it.
+    mine = legacy_export(tmp_path / "mine")
+    (mine / "thesis.tex").write_text(USERS["thesis.tex"])
+    with pytest.raises(ExportError, match="holds thesis.tex, which sqa did not write"):
+        export_predictor(model, mine, 16000, ["d"], overwrite=True)
+    # Files named like an export's whose config.yaml is no export's: refused.
+    fake = tmp_path / "fake"
+    write_files(fake, {"config.yaml": "mine: true\n", "model.pt": "weights of mine\n"})
+    with pytest.raises(ExportError, match="holds config.yaml, which sqa did not write"):
+        export_predictor(model, fake, 16000, ["d"], overwrite=True)
+    assert (fake / "config.yaml").read_text() == "mine: true\n"
+
+
+def test_a_run_directory_written_before_records_is_started_over_only_by_its_record(tmp_path):
+    run_dir = tmp_path / "run"
+    previous_run(run_dir)
+    (run_dir / ownership.MANIFEST).unlink()
+    bare = snapshot(run_dir)
+    # Without a run's run_info.json (seed and packages), files named like a run's are not sqa's.
+    with pytest.raises(RunDirError, match="which sqa did not write"), lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=True)
+    assert snapshot(run_dir) == bare
+    (run_dir / "run_info.json").write_text('{"seed": 0, "packages": {"sqa": "0.1.0"}}')
+    with lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=True)
+    assert sorted(os.listdir(run_dir / PREVIOUS)) == sorted(
+        name for name in bare if "/" not in name and name != "train.log"
+    )
+
+
+def test_restoring_puts_back_files_folders_and_links_over_what_the_new_run_wrote(tmp_path):
+    run_dir = tmp_path / "run"
+    before = previous_run(run_dir)
+    (run_dir / "plots.link").symlink_to(run_dir / "plots", target_is_directory=True)
+    ownership.record_created(run_dir, before=[])
+    before = snapshot(run_dir)
+    with lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=True, remove_log=True)
+        # The new run writes a file, a folder and a link under names the previous run had.
+        write_files(
+            run_dir, {"config.yaml": "new: 1\n", "checkpoints/last.ckpt": "new", "metrics.json": "{}"}
+        )
+        (run_dir / "plots.link").symlink_to(tmp_path, target_is_directory=True)
+        assert run_folder.restore_previous(run_dir) is True
+        assert run_folder.restore_previous(run_dir) is False  # nothing left to restore
+    assert snapshot(run_dir) == before
+    assert (run_dir / "plots.link").readlink() == run_dir / "plots"
+    assert sorted(os.listdir(tmp_path)) == ["run"]  # the new link's target was never followed

@@ -164,6 +164,10 @@ def score_clips(
     rows, problems = [], []
     for i, (name, clip) in enumerate(named):
         result = results[i]
+        if clip.problems:
+            # Cells its reader could not read (a score that is not a number): no label to score against.
+            problems += [Problem(str(clip.path), clip.sample_id, what) for what in clip.problems]
+            continue
         if result.error is not None:
             what = result.error.removeprefix(f"{clip.path}: ")
             problems.append(Problem(str(clip.path), clip.sample_id, what))
@@ -171,6 +175,7 @@ def score_clips(
         rows.append(
             {
                 "sample_id": clip.sample_id,
+                "wav_path": str(clip.path),
                 "system_id": clip.system_id,
                 "test_set": name,
                 "mos": clip.mos,

@@ -3,9 +3,11 @@
 Training, `eval.py`, `sqa-baseline` write them here; `sqa-table`, `sqa-compare` and the recipes
 read them here, so the file names and the `predictions.csv` schema are defined once:
 
-    sample_id, system_id, test_set, mos, pred[, mos_<dim>, pred_<dim> for each other dimension]
+    sample_id, system_id, test_set, mos, pred[, mos_<dim>, pred_<dim> for each other dimension][, wav_path]
 
-`mos_<dim>` is empty where a clip has no label of that dimension; floats are written in full
+`mos_<dim>` is empty where a clip has no label of that dimension; `wav_path` is the clip's audio
+file, written where the rows name one (last, so that the columns before it keep their places;
+files written before it existed lack it and read as they did); floats are written in full
 precision. Metrics files are `sqa.metrics.evaluate_sets` results as JSON (NaN as null).
 """
 
@@ -26,6 +28,8 @@ from sqa.core.atomic import atomic_write_json, atomic_write_text
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "predictions.csv"
 PREDICTION_COLUMNS = ("sample_id", "system_id", "test_set", "mos", "pred")
+# The clip's audio file: text, and optional, so that earlier predictions.csv files still read.
+PATH_COLUMN = "wav_path"
 # Columns holding numbers; the others (and the per-dimension ones' names) are text.
 SCORE_PREFIXES = ("mos", "pred")
 
@@ -94,8 +98,12 @@ def runs_with_predictions(pattern: str) -> list[Path]:
 def write_predictions(
     run_dir: str | Path, rows: list[dict[str, Any]], dimensions: Sequence[str] = ()
 ) -> None:
-    """Write `<run_dir>/predictions.csv`: one row per test clip, the columns of the module docstring."""
-    columns = [*PREDICTION_COLUMNS, *dimension_columns(dimensions)]
+    """Write `<run_dir>/predictions.csv`: one row per test clip, the columns of the module docstring.
+
+    `wav_path` is written where the rows have one (every row then).
+    """
+    paths = [PATH_COLUMN] if any(PATH_COLUMN in row for row in rows) else []
+    columns = [*PREDICTION_COLUMNS, *dimension_columns(dimensions), *paths]
     buffer = io.StringIO(newline="")
     writer = csv.DictWriter(buffer, fieldnames=columns)
     writer.writeheader()
@@ -138,8 +146,9 @@ def _number(text: str, column: str) -> float:
 def read_predictions(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a predictions.csv (a file or its run directory), scores as floats (NaN: no label).
 
-    A file that is not UTF-8 text, lacks a column or holds a score that is not a number is a
-    ValueError naming the file (and its line).
+    `wav_path` is text, and absent from files written before it existed. A file that is not
+    UTF-8 text, lacks a column or holds a score that is not a number is a ValueError naming the
+    file (and its line).
     """
     path = Path(path)
     path = path / PREDICTIONS_FILE if path.is_dir() else path

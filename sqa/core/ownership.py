@@ -10,6 +10,7 @@ working directory or a repository root, or when it is an ancestor of one of thos
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import stat
@@ -108,6 +109,21 @@ def foreign(folder: str | Path, also_mine: Sequence[str] = ()) -> list[Path]:
     folder = Path(folder)
     mine = owned(folder) | {MANIFEST, *also_mine}
     return sorted(p for p in folder.iterdir() if p.name not in mine)
+
+
+def unrecorded_names(folder: str | Path, patterns: Iterable[str]) -> list[str]:
+    """The entries of `folder` matching `patterns`, if `folder` has no record at all (else none).
+
+    For folders sqa wrote before it kept records: a caller that has checked a folder is sqa's by
+    its content (an export's config.yaml, a run's run_info.json) counts these names as sqa's.
+    """
+    folder = Path(folder)
+    if not folder.is_dir() or os.path.lexists(folder / MANIFEST):
+        return []
+    patterns = list(patterns)
+    return sorted(
+        p.name for p in folder.iterdir() if any(fnmatch.fnmatchcase(p.name, pat) for pat in patterns)
+    )
 
 
 def _repository_roots(start: Path) -> list[Path]:

@@ -14,6 +14,7 @@ back (`restore_previous`), and so does the next claim of the directory after a k
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -174,7 +175,9 @@ def prepare(
     (none of it is one of the command's `inputs`); then all of it moves into `.sqa-previous/`
     before the run writes anything, so no file of the old run stays beside the new ones, but for
     train.log, which `remove_log` moves too (only before the logging has opened it). The names the
-    run may write are then recorded as its own.
+    run may write are then recorded as its own. A run directory written before sqa kept records
+    (no `.sqa-owned.json`, but a run's run_info.json) counts as sqa's where its entries have the
+    names a run writes.
     """
     if resume and overwrite:
         raise RunDirError(f"{options.resume} and {options.overwrite} contradict each other; choose one")
@@ -195,8 +198,9 @@ def prepare(
                 f"{run_dir} holds a previous run's outputs ({names}); {', '.join(ways)}, or choose "
                 f"another {options.directory}"
             )
+        legacy = ownership.unrecorded_names(run_dir, (*RUN_NAMES, *OUTPUTS)) if _reads_as_run(run_dir) else []
         try:
-            ownership.check_replaceable(run_dir, options.overwrite, inputs, also_mine=(LOCK_NAME,))
+            ownership.check_replaceable(run_dir, options.overwrite, inputs, also_mine=(LOCK_NAME, *legacy))
         except ownership.OwnershipError as err:
             raise RunDirError(str(err)) from None
         # Everything sqa wrote there goes (the check above leaves nothing else): the outputs, the
@@ -208,6 +212,21 @@ def prepare(
             os.rename(run_dir / name, aside / name)
         log.info("%s: set the previous run's %s in %s aside", options.overwrite, names, run_dir)
     ownership.claim(run_dir, RUN_NAMES)
+
+
+def _reads_as_run(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a run's record: run_info.json with its seed and packages, config.yaml.
+
+    What marks a run directory written before sqa kept records of its files.
+    """
+    info = run_dir / "run_info.json"
+    if info.is_symlink() or not info.is_file() or not (run_dir / "config.yaml").is_file():
+        return False
+    try:
+        record = json.loads(info.read_bytes()[: 1 << 20])
+    except (ValueError, RecursionError, OSError):
+        return False
+    return isinstance(record, dict) and {"seed", "packages"} <= record.keys()
 
 
 @contextmanager

@@ -37,6 +37,7 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
         "judge": torch.tensor([it["judge"] for it in items]) if items[0]["judge"] is not None else None,
         "domain": torch.tensor([it["domain"] for it in items]),
         "sample_id": [it["sample_id"] for it in items],
+        "wav_path": [it["wav_path"] for it in items],
         "system_id": [it["system_id"] for it in items],
         "test_set": [it["test_set"] for it in items],
     }

@@ -64,7 +64,9 @@ class Clip:
 
     `extra_scores` holds other score dimensions (e.g. lyrics, melody) where the corpus has them;
     `ratings` the individual ratings of the overall quality by judge (empty if not published);
-    `role` is `reference` or `anchor` for a listening test's reference and anchor conditions.
+    `role` is `reference` or `anchor` for a listening test's reference and anchor conditions;
+    `problems` what the reader found wrong in the clip's rows (a score cell that is not a number),
+    reported with the clip's other problems (`sqa.data.validate`) rather than stopping the reader.
     """
 
     sample_id: str
@@ -77,6 +79,7 @@ class Clip:
     extra_scores: Mapping[str, float] = field(default_factory=dict)
     ratings: Mapping[str, float] = field(default_factory=dict)
     role: str | None = None
+    problems: tuple[str, ...] = ()
 
 
 @dataclass

@@ -122,6 +122,7 @@ class ClipDataset(Dataset):
             "judge": self.mean_judge if judge is None else judge,
             "domain": self.domain_ids[clip_index],
             "sample_id": clip.sample_id,
+            "wav_path": str(clip.path),
             "system_id": clip.system_id,
             "test_set": clip.test_set or "",
         }

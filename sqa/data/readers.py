@@ -1,9 +1,11 @@
 """Corpus readers: SingMOS-Pro layout, SingMOS (VMC'24 track 2) layout and CSV manifests.
 
 Every reader returns a `Corpus` of `Clip` rows. Problems in the metadata's structure raise
-`CorpusError` naming the file and the key or row at fault, never a bare KeyError. Configs and
-exports name the readers `sqa.data.readers.read_*` (`CORPUS_READERS`); `recorded_corpus` reads the
-corpus an export records.
+`CorpusError` naming the file and the key or row at fault, never a bare KeyError; a CSV cell that
+is not a number is a problem of its clip instead (`Clip.problems`), reported with the others. A CSV
+manifest's columns are taken by sqa's names, a mapping (`columns`) or recognised spellings
+(`COLUMN_SPELLINGS`). Configs and exports name the readers `sqa.data.readers.read_*`
+(`CORPUS_READERS`); `recorded_corpus` reads the corpus an export records.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import importlib
 import io
 import json
 import logging
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -250,7 +253,32 @@ def read_vmc24(
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
 
 
+# sqa's columns of a CSV manifest: required (sample_id derived from the file name where absent),
+# then optional; `score_<name>` columns add score dimensions.
 REQUIRED_CSV_COLUMNS = ("wav_path", "score", "system_id", "sample_id")
+OPTIONAL_CSV_COLUMNS = ("listener_id", "domain_id", "split", "test_set", "role")
+# Other tables' names for sqa's columns, recognised where a table has no column of sqa's own name.
+# Names are compared in lower case with spaces and hyphens as underscores (so `System ID` is
+# system_id too); a table with two candidates for one column must name its own (`columns`).
+COLUMN_SPELLINGS = {
+    "wav_path": (
+        "filename",
+        "file_name",
+        "file",
+        "filepath",
+        "file_path",
+        "path",
+        "wav",
+        "wav_file",
+        "audio",
+        "audio_file",
+        "audio_path",
+    ),
+    "score": ("mos", "rating", "mean_score"),
+    "system_id": ("system", "sys", "sys_id", "system_name", "model", "model_id", "model_name"),
+    "sample_id": ("sample", "utt_id", "utterance_id", "clip_id"),
+    "listener_id": ("listener", "rater", "rater_id", "judge", "judge_id"),
+}
 # How a clip's replicate ratings (a listener's repeated rows) enter its score.
 REPLICATE_MODES = ("per_listener", "pooled")
 
@@ -273,15 +301,124 @@ def csv_rows(text: str, path: Path) -> tuple[list[str], list[dict[str, str]]]:
         raise CorpusError(f"{path} line {reader.reader.line_num}: {what}") from None
 
 
-def _clip_score(group: list[tuple[int, dict[str, str]]], path: Path, replicates: str) -> float:
-    """A clip's score from its rows: per listener first, then across listeners, or all rows pooled."""
-    values = [
-        (r.get("listener_id") or f"row {n}", _number(r["score"], path, f"line {n} score")) for n, r in group
-    ]
+def _spelling(column: str) -> str:
+    """A column name as spellings are compared: lower case, spaces and hyphens as underscores."""
+    return re.sub(r"[\s-]+", "_", column.strip().lower())
+
+
+def columns_override(names: Mapping[str, str]) -> str:
+    """The setting `data.corpus.columns={sqa_name:table_column,...}` as typed in a shell."""
+
+    def value(text: str) -> str:
+        # Hydra reads a plain word as it is (and a <placeholder> is the user's to fill); anything
+        # else goes in single quotes.
+        return text if re.fullmatch(r"\w+|<\w+>", text) else "'" + text.replace("'", "\\'") + "'"
+
+    setting = "data.corpus.columns={" + ",".join(f"{k}:{value(v)}" for k, v in names.items()) + "}"
+    # A comma would make a shell expand the braces, and quotes would be the shell's own.
+    return f'"{setting}"' if "," in setting or "'" in setting else setting
+
+
+def csv_columns(
+    found: Sequence[str], given: Mapping[str, str] | None, path: Path
+) -> tuple[dict[str, str], list[str]]:
+    """The table's column (of `found`) for each of sqa's, `score_<name>` too; and what was recognised.
+
+    A column named in `given` (`data.corpus.columns`) is taken as named; else the column of sqa's
+    name; else the one column whose name is a recognised spelling (`COLUMN_SPELLINGS`). A name of
+    `given` that is not sqa's, a column the table lacks, two candidates for one column and a
+    missing required column (but sample_id) are CorpusErrors naming the setting that fixes them.
+    The recognised columns are described in words (`'mos' as score`).
+    """
+    known = (*REQUIRED_CSV_COLUMNS, *OPTIONAL_CSV_COLUMNS)
+    names: dict[str, str] = {}
+    for key, column in (given or {}).items():
+        if key not in known and not str(key).startswith("score_"):
+            raise CorpusError(
+                f"{path}: data.corpus.columns names {key!r}, which is not a column of sqa's "
+                f"({', '.join(known)}, score_<name>)"
+            )
+        if column not in found:
+            raise CorpusError(
+                f"{path}: data.corpus.columns maps {key} to {column!r}, which is not a column of the table; "
+                f"its columns: {list(found)}"
+            )
+        names[str(key)] = str(column)
+    taken = set(names.values())
+    recognised = []
+    for name in known:
+        if name in names:
+            continue
+        if name in found:
+            names[name] = name
+            taken.add(name)
+            continue
+        candidates = [
+            c for c in found if c not in taken and _spelling(c) in {name, *COLUMN_SPELLINGS.get(name, ())}
+        ]
+        if len(candidates) > 1:
+            raise CorpusError(
+                f"{path}: columns {candidates[0]!r} and {candidates[1]!r} could both be {name}; "
+                f"name the one to use: {columns_override({name: candidates[0]})}"
+            )
+        if candidates:
+            names[name] = candidates[0]
+            taken.add(candidates[0])
+            recognised.append(f"{candidates[0]!r} as {name}")
+    names.update({c: c for c in found if c.startswith("score_") and c not in names and c not in taken})
+    missing = [c for c in REQUIRED_CSV_COLUMNS if c not in names and c != "sample_id"]
+    if missing:
+        raise CorpusError(
+            f"{path}: missing column(s) {missing}; found {list(found)}; add them, or name the table's own: "
+            f"{columns_override({m: '<column>' for m in missing})}"
+        )
+    return names, recognised
+
+
+def _derive_sample_ids(rows: list[dict[str, str]], path: Path) -> None:
+    """Give each row the sample_id of its file's name without its extension; they must be unique."""
+    files: dict[str, set[Path]] = {}
+    for row in rows:
+        row["sample_id"] = Path(row["wav_path"]).stem
+        files.setdefault(row["sample_id"], set()).add(Path(row["wav_path"]))
+    clashes = {i: sorted(str(f) for f in fs) for i, fs in files.items() if len(fs) > 1}
+    if clashes:
+        sample_id, (first, second, *_) = next(iter(clashes.items()))
+        more = f" ({len(clashes)} names clash in all)" if len(clashes) > 1 else ""
+        raise CorpusError(
+            f"{path}: the table has no sample_id column, and its file names do not tell its clips apart: "
+            f"{first!r} and {second!r} are both {sample_id!r}{more}; add a sample_id column, or name "
+            f"one: {columns_override({'sample_id': '<column>'})}"
+        )
+
+
+def _numbers(
+    group: list[tuple[int, dict[str, str]]], column: str, name: str, problems: list[str]
+) -> list[tuple[int, float]]:
+    """(line, value) of the rows of `group` with a number in `column`; the others' cells go to `problems`.
+
+    Empty cells of an extra score column are no label; an empty `score` cell is a problem.
+    """
+    values = []
+    for line, row in group:
+        cell = row[column]
+        if cell == "" and column != "score":
+            continue
+        try:
+            values.append((line, float(cell)))
+        except ValueError:
+            problems.append(f"line {line} of {name}: {column} is not a number ({cell!r})")
+    return values
+
+
+def _clip_score(ratings: list[tuple[str, float]], replicates: str) -> float:
+    """A clip's score from its (listener, rating) rows, per listener first or pooled; NaN without any."""
+    if not ratings:
+        return math.nan
     if replicates == "pooled":
-        return sum(v for _, v in values) / len(values)
+        return sum(v for _, v in ratings) / len(ratings)
     by_listener: dict[str, list[float]] = {}
-    for listener, value in values:
+    for listener, value in ratings:
         by_listener.setdefault(listener, []).append(value)
     means = [sum(v) / len(v) for v in by_listener.values()]
     return sum(means) / len(means)
@@ -297,14 +434,18 @@ def read_csv_manifest(
     reference_systems: Sequence[str] = (),
     anchor_systems: Sequence[str] = (),
     root: str | Path | None = None,
+    columns: Mapping[str, str] | None = None,
 ) -> Corpus:
     """Read a SHEET-style CSV manifest; rows of one sample from several listeners are averaged.
 
-    Required columns: wav_path, score, system_id, sample_id. Optional: listener_id, domain_id,
-    split (else `default_split`, by default "train", for every row; aliases such as `dev` or
-    `eval` accepted), test_set, role (`reference`, `anchor` or empty) and extra score columns
-    `score_<name>`. A manifest of training rows only gets its test and validation splits carved
-    by the data module.
+    Required columns: wav_path, score, system_id; sample_id too, or each clip's ID is its file's
+    name without the extension (which must then tell the clips apart). Optional: listener_id,
+    domain_id, split (else `default_split`, by default "train", for every row; aliases such as
+    `dev` or `eval` accepted), test_set, role (`reference`, `anchor` or empty) and extra score
+    columns `score_<name>`. `columns` maps sqa's names to the table's (`{"score": "mos"}`);
+    without it, common spellings (`COLUMN_SPELLINGS`: filename, mos, model, ...) are recognised
+    where the table lacks sqa's name, and what was recognised or derived is logged in one line.
+    A manifest of training rows only gets its test and validation splits carved by the data module.
     A relative `path` resolves against `root` where one is given (the corpus folder, which an
     export records so that the corpus can move); relative audio paths against the CSV's folder.
     The rows' scores by `listener_id` (where given; a listener's repeated rows averaged) are
@@ -313,6 +454,8 @@ def read_csv_manifest(
     listener who rated a clip twice counts once; rows without a listener count as one listener
     each) or the mean of all its rows (`"pooled"`). The clips of `reference_systems` and
     `anchor_systems` (or of rows whose `role` says so) are listening-test references and anchors.
+    A score cell that is not a number is a problem of its clip (`Clip.problems`), reported with
+    every other one before training; one audio file under several sample IDs is warned about.
     The file is UTF-8 (a byte-order mark is fine) unless `encoding` names another (e.g.
     "latin-1"); `score_range` is the rating scale that scores and ratings are checked against.
     """
@@ -322,16 +465,26 @@ def read_csv_manifest(
     roles = {**{s: ROLE_ANCHOR for s in anchor_systems}, **{s: ROLE_REFERENCE for s in reference_systems}}
     path = Path(root) / path if root is not None else Path(path)
     text = read_text(path, encoding, " or set data.corpus.encoding (e.g. latin-1)")
-    columns, rows = csv_rows(text, path)
-    missing = [c for c in REQUIRED_CSV_COLUMNS if c not in columns]
-    if missing:
-        raise CorpusError(f"{path}: missing column(s) {missing}; found {columns}")
-    if "split" not in columns and default_split is None:
+    found, table = csv_rows(text, path)
+    names, recognised = csv_columns(found, columns, path)
+    # Rows by sqa's names; a short row's missing cells are empty.
+    rows = [{k: row.get(c) or "" for k, c in names.items()} for row in table]
+    extra_cols = [k for k in names if k.startswith("score_")]
+    said = [f"recognised columns {', '.join(recognised)}"] if recognised else []
+    if "sample_id" not in names:
+        _derive_sample_ids(rows, path)
+        said.append("sample_id derived from each file's name without its extension")
+    unread = [c for c in found if c not in names.values()]
+    if said and unread:
+        said.append(f"columns left unread: {', '.join(map(repr, unread))}")
+    if said:
+        # What was assumed, said once, with the setting that says otherwise.
+        log.info("%s: %s (data.corpus.columns names the columns otherwise)", path, "; ".join(said))
+    if "split" not in names and default_split is None:
         default_split = "train"
     grouped: dict[str, list[tuple[int, dict[str, str]]]] = {}
     for lineno, row in enumerate(rows, start=2):
         grouped.setdefault(row["sample_id"], []).append((lineno, row))
-    extra_cols = [c for c in columns if c.startswith("score_")]
     clips = []
     for sample_id, group in grouped.items():
         lineno, first = group[0]
@@ -341,17 +494,19 @@ def read_csv_manifest(
                     raise CorpusError(
                         f"{path}:{other_line}: {key} of sample {sample_id!r} differs from line {lineno}"
                     )
-        mos = _clip_score(group, path, replicates)
+        problems: list[str] = []
+        scores = dict(_numbers(group, "score", path.name, problems))
+        listeners = {n: r.get("listener_id") for n, r in group}
+        mos = _clip_score([(listeners[n] or f"row {n}", v) for n, v in scores.items()], replicates)
         extra = {}
         for col in extra_cols:
-            values = [_number(r[col], path, f"line {n} {col}") for n, r in group if r[col] not in ("", None)]
+            values = [v for _, v in _numbers(group, col, path.name, problems)]
             if values:
                 extra[col.removeprefix("score_")] = sum(values) / len(values)
         by_listener: dict[str, list[float]] = {}
-        for n, r in group:
-            if r.get("listener_id"):
-                rating = _number(r["score"], path, f"line {n} score")
-                by_listener.setdefault(r["listener_id"], []).append(rating)
+        for n, value in scores.items():
+            if listeners[n]:
+                by_listener.setdefault(listeners[n], []).append(value)
         wav = Path(first["wav_path"])
         if not (first.get("split") or default_split):
             raise CorpusError(
@@ -377,11 +532,35 @@ def read_csv_manifest(
                 extra_scores=extra,
                 ratings={k: sum(v) / len(v) for k, v in by_listener.items()},
                 role=role,
+                problems=tuple(problems),
             )
         )
+    _warn_shared_files(clips, path)
     domains = sorted({c.domain for c in clips}, key=_natural_key)
     corpus = Corpus(clips, domains, scale)
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
+
+
+def _warn_shared_files(clips: Sequence[Clip], path: Path) -> None:
+    """Warn of audio files that the manifest `path` names under more than one sample ID."""
+    ids: dict[Path, list[str]] = {}
+    for clip in clips:
+        ids.setdefault(clip.path, []).append(clip.sample_id)
+    shared = {f: i for f, i in ids.items() if len(i) > 1}
+    if not shared:
+        return
+    listed = "; ".join(f"{str(f)!r} as {', '.join(map(repr, i))}" for f, i in list(shared.items())[:3])
+    more = f"; and {len(shared) - 3} more" if len(shared) > 3 else ""
+    # Not an error: each row is readable, and a listening test may rate one file twice on purpose.
+    # But the copies' ratings stay apart, and carving can put one in training and one in test.
+    log.warning(
+        "%s: %d audio file(s) appear under more than one sample ID: %s%s; such a file is several clips, "
+        "rated apart, that can land in different splits (give it one sample_id to pool its ratings)",
+        path,
+        len(shared),
+        listed,
+        more,
+    )
 
 
 def _test_set(row: Mapping[str, str], split: str, where: str) -> str | None:
@@ -445,9 +624,17 @@ def recorded_corpus(spec: Mapping[str, Any], where: str | Path, root: str | Path
 
 
 def _plain(value: object) -> bool:
-    """A string without interpolation, a number, a bool, None, or a list of those."""
+    """A string without interpolation, a number, a bool, None, or a list or mapping of those.
+
+    A mapping (`columns`) has string keys and none of Hydra's special ones (`_target_`, ...).
+    """
     if isinstance(value, list):
         return all(_plain(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(
+            isinstance(k, str) and _plain(k) and not (k.startswith("_") and k.endswith("_")) and _plain(v)
+            for k, v in value.items()
+        )
     if isinstance(value, str):
         return "${" not in value
     return value is None or isinstance(value, bool | int | float)

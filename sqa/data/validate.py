@@ -47,7 +47,8 @@ def validate_corpus(
 ) -> list[Problem]:
     """All problems of `corpus` when read at `sample_rate` by a backbone seeing `min_samples`.
 
-    Per clip: missing or unreadable audio, no samples, NaN/inf samples, all-silent audio, audio
+    Per clip: what its reader found wrong in its rows (`Clip.problems`: a score cell that is not a
+    number), missing or unreadable audio, no samples, NaN/inf samples, all-silent audio, audio
     shorter than the receptive field, a score or a judge's rating that is NaN or outside
     `corpus.score_range`, a duplicate sample ID, an unknown system or domain, an unknown split.
     Per corpus: an empty split of `splits`.
@@ -62,8 +63,12 @@ def validate_corpus(
 
         if counts[clip.sample_id] > 1:
             add(f"duplicate sample ID ({counts[clip.sample_id]} rows)")
+        for what in clip.problems:
+            add(what)
+        # A score the reader could not read is NaN, and its problem above already says why.
         if not math.isfinite(clip.mos):
-            add(f"score is {clip.mos}")
+            if not clip.problems:
+                add(f"score is {clip.mos}")
         elif not low <= clip.mos <= high:
             add(f"score {clip.mos} is outside the scale [{low}, {high}]")
         # A mean inside the scale can hide ratings outside it (a 0-10 rating among 1-5 ones).

@@ -99,15 +99,44 @@ def export_predictor(
     return directory
 
 
+# The files an export holds (`export_predictor`): what a folder written before sqa kept records may hold.
+EXPORT_FILES = (
+    "config.yaml",
+    "model.pt",
+    "README.md",
+    "run_info.json",
+    "metrics*.json",
+    "valid_split.csv",
+    "test_split.csv",
+)
+
+
 def check_replaceable(directory: str | Path, inputs: Sequence[str | Path] = ()) -> None:
-    """ExportError unless an export may be written to `directory`: new, or wholly sqa's and no input."""
+    """ExportError unless an export may be written to `directory`: new, or wholly sqa's and no input.
+
+    An export written before sqa kept records (no `.sqa-owned.json`) counts as sqa's where its
+    config.yaml passes the export checks, and then only its export files do.
+    """
     directory = Path(directory)
     if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
         raise ExportError(f"{directory}: is not an export folder (a link or a file); nothing was replaced")
+    legacy = ownership.unrecorded_names(directory, EXPORT_FILES)
+    if legacy and not _reads_as_export(directory):
+        legacy = []
     try:
-        ownership.check_replaceable(directory, "overwrite", inputs)
+        ownership.check_replaceable(directory, "overwrite", inputs, also_mine=legacy)
     except ownership.OwnershipError as err:
         raise ExportError(str(err)) from None
+
+
+def _reads_as_export(directory: Path) -> bool:
+    """Whether `directory` holds an export's config.yaml (passing its checks) and a model.pt file."""
+    try:
+        read_export_config(regular_file(directory, "config.yaml"))
+        regular_file(directory, "model.pt")
+    except ExportError:
+        return False
+    return True
 
 
 def regular_file(directory: Path, name: str) -> Path:

@@ -22,6 +22,8 @@ the task_cfg only `normalize` is kept (fairseq's pretraining crop sizes are no p
 The architecture is sized against the export's own limits (`sqa.load`'s) before it is built. Every
 import pools frame scores as these predictors do (`pooling: s3prl_padded_mean`: the mean over
 s3prl's ceil(N/320) output frames, the last one repeated), so it scores as its authors' code.
+Its model card is named after the release, with what it was trained on as far as known and its
+authors (`sqa.exports.model_card.RELEASES`); run_info.json records the release's kind and files.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from typing import Any
 
 import torch
 import yaml
+
+from sqa.core.provenance import package_versions
 
 # The bounds `sqa.load` checks an export's config.yaml against: one rule for import and load.
 from sqa.exports.config import _check_bounds as check_bounds
@@ -287,8 +291,23 @@ def import_predictor(
     predictor = build_predictor(converted, upstream_checkpoint, weights)
     # The export never replaces a folder holding the files it was converted from.
     inputs = [path for path in (weights, sheet_config, upstream_checkpoint) if path]
+    # The model card names the release and its authors (`model_card.RELEASES`); file names, not paths.
+    release = {
+        "kind": kind,
+        "weights": weights.name,
+        "upstream": converted.upstream,
+        "sqa": package_versions(["sqa"])["sqa"],
+    }
+    if sheet_config is not None:
+        release["config"] = Path(sheet_config).name
     return export_predictor(
-        predictor, output, SAMPLE_RATE, converted.domains, overwrite=overwrite, inputs=inputs
+        predictor,
+        output,
+        SAMPLE_RATE,
+        converted.domains,
+        overwrite=overwrite,
+        run_info={"release": release},
+        inputs=inputs,
     )
 
 

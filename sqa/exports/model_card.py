@@ -1,19 +1,22 @@
 """The model card (README.md) of an export: data, test metrics, configuration, software, use, citation.
 
 Rendered from what the export and its run recorded (config.yaml's model, metrics.json, the run's
-run_info.json and training configuration); a section whose source is missing says so.
+run_info.json and training configuration); a section whose source is missing says so. An export
+of a released predictor (`sqa-import`, whose run_info.json holds a `release` record) is named
+after that release, with what it was trained on as far as known and its authors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from sqa.metrics import AVERAGE_KEY, CI_KEY, UNDEFINED_KEY
 from sqa.reports import learning
-from sqa.reports.tables import interval_note, metric_cell
+from sqa.reports.tables import interval_note, metric_cell, table_keys
 
 LEVEL_NAMES = {"utt": "utterance", "sys": "system"}
 # Training settings a reader of the card needs; paths (corpus root, pretrained weights) stay out.
@@ -53,6 +56,48 @@ POOLING_TEXT = {
 }
 
 
+@dataclass(frozen=True)
+class Release:
+    """What a card says of a released predictor: its name, training data, authors and paper."""
+
+    name: str
+    trained_on: str
+    authors: str
+    cite: str
+    source: str
+
+
+# The releases `sqa-import` converts, by kind. What each was trained on is said only as far as
+# its authors' papers and code say it; the rest is left to the release.
+RELEASES = {
+    "singmos_pro": Release(
+        "SingMOS-Pro",
+        "SingMOS-Pro's overall MOS (singing voice synthesis, conversion and resynthesis), with its"
+        " annotation batches as domain IDs; for the exact recipe, see the release",
+        "Yuxun Tang, Lan Liu, Wenhao Feng, Yiwen Zhao, Jionghao Han, Yifeng Yu, Jiatong Shi and Qin Jin",
+        "SingMOS-Pro: An Comprehensive Benchmark for Singing Quality Assessment (arXiv:2510.01812)",
+        "the `singmos_pro` torch.hub entry of South-Twilight/SingMOS",
+    ),
+    "singmos_v1": Release(
+        "SingMOS v1",
+        "SingMOS, the singing track of the VoiceMOS Challenge 2024 (singing voice synthesis and"
+        " conversion); for the exact recipe, see the release",
+        "Yuxun Tang et al.",
+        "SingMOS: An extensive Open-Source Singing Voice Dataset for MOS Prediction (arXiv:2406.10911)",
+        "the `singmos_v1` torch.hub entry of South-Twilight/SingMOS",
+    ),
+    "sheet": Release(
+        "SHEET SSL-MOS",
+        "the MOS corpora its release names: SHEET's released predictors are trained on speech, some"
+        " with SingMOS singing added, so singing may lie outside what it was trained and tested on;"
+        " see the release",
+        "Wen-Chin Huang et al.",
+        "SHEET (unilight/sheet), as its release asks",
+        "unilight/sheet",
+    ),
+}
+
+
 def metrics_table(results: Mapping[str, Any]) -> list[str]:
     """Markdown table rows: one per test set (average last) and level, one column per metric."""
     blocks = {k: v for k, v in results.items() if isinstance(v, Mapping) and "utt" in v}
@@ -63,7 +108,8 @@ def metrics_table(results: Mapping[str, Any]) -> list[str]:
         for k, v in next(iter(blocks.values()))["utt"].items()
         if k != "n" and not isinstance(v, (str, Mapping))
     ]
-    order = [k for k in blocks if k != AVERAGE_KEY] + ([AVERAGE_KEY] if AVERAGE_KEY in blocks else [])
+    # The average last, and only where it averages several sets (one rule with every table).
+    order = table_keys(blocks)
     lines = [
         "| test set | level | n | " + " | ".join(n.upper() for n in names) + " |",
         "|---|---|---|" + "---|" * len(names),
@@ -150,6 +196,19 @@ def checkpoint_section(run_info: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def source_section(release: Mapping[str, Any], known: Release) -> list[str]:
+    """Where an imported export's weights came from: the release, its files and the converter."""
+    files = ", ".join(f"`{release[key]}`" for key in ("weights", "config") if release.get(key))
+    return [
+        "## Source",
+        "",
+        f"- released weights: {files}, from {known.source}",
+        f"- converted by `sqa-import {release['kind']}` of sqa {release.get('sqa', '?')}; the wav2vec2"
+        f" architecture from s3prl's `{release.get('upstream', '?')}`",
+        "- nothing was trained or selected by sqa: the weights are the release's",
+    ]
+
+
 def _yaml_block(value: Any) -> list[str]:
     return ["```yaml", OmegaConf.to_yaml(OmegaConf.create(value)).rstrip(), "```"]
 
@@ -171,27 +230,39 @@ def render(
     pooling = str(model.get("pooling", "masked_mean"))
     version = (run_info or {}).get("sqa")
     check = (run_info or {}).get("learning_check")
+    release = dict((run_info or {}).get("release") or {})
+    known = RELEASES.get(release.get("kind", ""))
     # A model that does not beat the constant training mean says so before anything else.
     warning = (
         [f"**Warning:** {learning.sentence(check)}", ""] if check and check["verdict"] != "better" else []
     )
+    if known is not None:
+        # Named after its release: "for singing" would misname a predictor trained on speech.
+        title = f"# {known.name} predictor (s3prl `{release.get('upstream', '?')}`), imported into sqa"
+        about = f"The {known.name} predictor of the mean opinion score (MOS) by {known.authors},"
+        about += " converted into an sqa export by `sqa-import`"
+    else:
+        title = f"# MOS predictor for singing: {backbone}" + (
+            f", trained with sqa {version}" if version else ""
+        )
+        about = "An exported sqa predictor of the mean opinion score (MOS) of singing clips"
     lines = [
         *warning,
-        f"# MOS predictor for singing: {backbone}" + (f", trained with sqa {version}" if version else ""),
+        title,
         "",
-        "An exported sqa predictor of the mean opinion score (MOS) of singing clips,"
-        f" on the {low:g}–{high:g} scale of"
-        f" its training ratings. Score dimensions: {', '.join(dimensions)}.",
+        f"{about}, on the {low:g}–{high:g} scale of its training ratings."
+        f" Score dimensions: {', '.join(dimensions)}.",
         *_scale_note(model),
         "",
         f"A clip's score pools its frame scores by `{pooling}`: {POOLING_TEXT.get(pooling, pooling)}.",
         "",
         "```sh",
-        "python -m sqa.scoring.cli --checkpoint <this folder> --output scores.csv clip.wav more/clips/",
+        "sqa-score --checkpoint <this folder> --output scores.csv clip.wav more/clips/",
         "```",
         "",
-        "In Python (`audio`: a float numpy array or torch tensor, `(samples,)` or `(channels, samples)`,"
-        " at any sample rate; files: `model.score_files([...])`"
+        'In Python (`audio`: a file\'s path, scored as `model.score("clip.wav")`, or a float numpy array'
+        " or torch tensor, `(samples,)`, `(channels, samples)` or `(samples, channels)`, at any"
+        " `sample_rate`; a list of them gives a list in order"
         + ("; `score` is a dict by score dimension" if len(dimensions) > 1 else "")
         + "):",
         "",
@@ -207,8 +278,9 @@ def render(
         "Automatic quality estimates for singing voice synthesis and conversion research: ranking systems,"
         " tracking training runs, screening outputs. It does not replace a listening test: system-level"
         " rankings are more reliable than single-clip scores (see the intervals below), and scores reflect"
-        " the listeners and systems of the training corpus. Audio unlike that corpus (speech, instruments,"
-        " other recording conditions) is outside what the test results cover.",
+        " the listeners and systems of the training corpus. Audio unlike that corpus"
+        + ("" if known else " (speech, instruments, other recording conditions)")
+        + " is outside what the test results cover.",
     ]
     if reader in SYNTHETIC_READERS:
         lines += [
@@ -217,7 +289,9 @@ def render(
             " synthetic degradations and simulated raters, not human judgements.",
         ]
     lines += ["", "## Data", ""]
-    if corpus:
+    if known is not None:
+        lines.append(f"- trained by its authors on {known.trained_on}")
+    elif corpus:
         lines.append(f"- corpus reader: `{reader}`; fingerprint `{corpus.get('fingerprint', '?')}`")
         for split, count in (corpus.get("clips") or {}).items():
             lines.append(f"- {split}: {count} clips")
@@ -228,8 +302,12 @@ def render(
     lines += [f"- sample rate of the model: {config.get('sample_rate')} Hz", ""]
     if check:
         lines += ["## Against the constant predictor", "", learning.sentence(check), ""]
-    lines += [*checkpoint_section(run_info), "", "## Test results", ""]
-    lines += metrics_table(metrics)
+    source = source_section(release, known) if known else checkpoint_section(run_info)
+    lines += [*source, "", "## Test results", ""]
+    if known is not None and not metrics:
+        lines.append("None recorded by sqa; for its authors' results, see the release.")
+    else:
+        lines += metrics_table(metrics)
     for dim, dim_metrics in (dimension_metrics or {}).items():
         lines += ["", f"### {dim} (clips with a {dim} score)", ""]
         lines += metrics_table(dim_metrics)
@@ -242,7 +320,11 @@ def render(
         lines += ["", "Training:", ""]
         lines += _yaml_block(training_settings(training))
     lines += ["", "## Software", ""]
-    if run_info:
+    if known is not None:
+        lines.append(
+            f"- sqa {release.get('sqa', '?')} converted it; the import's record: run_info.json in this folder"
+        )
+    elif run_info:
         lines.append(
             f"- sqa {run_info.get('sqa')}, Python {run_info.get('python')} on {run_info.get('platform')}"
         )
@@ -253,12 +335,16 @@ def render(
         lines.append("- the training run's records: run_info.json in this folder")
     else:
         lines.append("Not recorded (this export was not written by a training run).")
-    lines += [
-        "",
-        "## Citation",
-        "",
-        "If you use this model, cite sqa (CITATION.cff in the sqa repository) and the corpus it was"
-        " trained on; for SingMOS-Pro data, the SingMOS-Pro paper.",
-        "",
-    ]
+    lines += ["", "## Citation", ""]
+    if known is not None:
+        lines.append(
+            f"If you use this model, cite its authors ({known.authors}): {known.cite}; and sqa"
+            " (CITATION.cff in the sqa repository), which converted it."
+        )
+    else:
+        lines.append(
+            "If you use this model, cite sqa (CITATION.cff in the sqa repository) and the corpus it was"
+            " trained on; for SingMOS-Pro data, the SingMOS-Pro paper."
+        )
+    lines.append("")
     return "\n".join(lines)

@@ -1,17 +1,35 @@
-"""Paired bootstrap comparison of two runs on the same test clips.
+"""Compare two settings on the same test clips: groups of runs (seeds), or two single runs.
 
-    sqa-compare A/predictions.csv B/predictions.csv [--metric srcc] [--resamples 1000] [--seed 0]
-                [--json out.json]
+    sqa-compare A1 A2 A3 -- B1 B2 B3 [--metric srcc] [--resamples 1000] [--seed 0] [--json out.json]
+    sqa-compare --a A1 A2 A3 --b B1 B2 B3 [options]
+    sqa-compare A B [options]                    (one run a side)
 
-For every test set and the weighted average, at utterance and system level, each resample draws
-clips (systems) once and scores both runs on them, so the difference B − A is bootstrapped with
-the runs' shared noise cancelled. Reported: the observed difference, its percentile 95 % interval
-and p = 2·min(share of resampled differences ≤ 0, share ≥ 0) (capped at 1); "significant" when the
-interval excludes 0. For rmse and mse a negative difference means B is better.
+A run is a predictions.csv or its run directory. Every run must hold the same test clips with the
+same true MOS: a multirun over seeds does where the corpus has its test split, or where every run
+is given the same split files (docs/guide.md, "Comparing two settings"). For every test set and the
+weighted average, at utterance and system level, the metric is computed for each run, and B − A
+is the difference of the two sides' means over their runs. Each of `--resamples` resamples draws
+the clips (systems) once and scores every run on them: the variance of B − A over the resamples,
+the noise the runs share cancelled, is the clip variance.
 
-Resamples where B − A is exactly 0 (ties: both runs rank the drawn points alike, common at system
-level with few systems) count on both sides of p, which keeps p consistent with the interval
-but lets it reach 1 beside an interval that is not [0, 0]; the output gives their share.
+Several runs a side (seeds of each setting): the standard error of B − A adds the seed-to-seed
+variance s_A²/n_A + s_B²/n_B (s²: the sample variance of a side's run values) to the clip
+variance. The 95 % interval and the two-sided p are Welch's t with Welch–Satterthwaite degrees of
+freedom, the clip variance counting as known (it rests on the resamples, not on the few runs).
+Resampling three seeds instead would see 10 distinct draws and understate their variance by a
+third; the t distribution's few degrees of freedom allow for how little three seeds say of it.
+Both variances hold the seed-by-clip interaction, so their sum errs on the conservative side.
+"significant" when the interval excludes 0 (p < 0.05).
+
+One run on a side: seed-to-seed variance cannot be estimated, and the output says in one line
+that it is not included. The interval is the percentile 95 % interval of the resampled
+differences and p = 2·min(share of them ≤ 0, share ≥ 0) (capped at 1); "significant" when the
+interval excludes 0. Resamples where B − A is exactly 0 (ties: the runs rank the drawn clips or
+systems alike, common at system level with few systems) count on both sides of p, which keeps p
+consistent with the interval but lets it reach 1 beside an interval that is not [0, 0]; the
+output gives their share.
+
+For rmse and mse a negative difference means B is better.
 """
 
 from __future__ import annotations
@@ -19,14 +37,17 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from sqa import metrics
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_text, json_text
+from sqa.reports.tables import table_keys
 
 UNDEFINED_COMPARISON = {
     "diff": math.nan,
@@ -41,6 +62,15 @@ TIES_NOTE = (
     "alike, common with few systems). p counts them on both sides, so where they are many p is high, "
     "up to 1, beside an interval that is not [0, 0]: on those points the runs cannot be told apart."
 )
+SEED_NOTE = (
+    "Seed-to-seed variance is not included (one run on a side): the interval and p cover the test "
+    "clips' resampling only. To include it, give several seeds a side: sqa-compare A1 A2 A3 -- B1 B2 B3"
+)
+# Appended to a clip-set mismatch: the usual cause when comparing seeds.
+SAME_CLIPS = (
+    "; compared runs must be tested on the same clips (runs that carve their test split need the "
+    "same data.test_split_csv)"
+)
 
 
 def read_predictions(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -54,40 +84,50 @@ def read_predictions(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
     return rows
 
 
-def align(path_a: str | Path, path_b: str | Path) -> dict[str, list]:
-    """Both runs' predictions on the same clips: lists pred_a, pred_b, mos, system_id, test_set.
+def align(paths: Sequence[str | Path]) -> dict[str, list]:
+    """Every run's predictions on the same clips: `preds` (a list per run), mos, system_id, test_set.
 
-    The runs must cover the same (test_set, sample_id) pairs with the same system and true MOS;
-    otherwise the error names the file and the first mismatching sample.
+    Each run must cover the first run's (test_set, sample_id) pairs with the same system and true
+    MOS; otherwise the error names the file and the first mismatching sample.
     """
-    rows_a, rows_b = read_predictions(path_a), read_predictions(path_b)
-    for key in rows_b:
-        if key not in rows_a:
-            raise ValueError(f"{path_b}: sample {key[1]!r} of test set {key[0]!r} is not in {path_a}")
-    out: dict[str, list] = {"pred_a": [], "pred_b": [], "mos": [], "system_id": [], "test_set": []}
-    for key, a in rows_a.items():
-        b = rows_b.get(key)
-        if b is None:
-            raise ValueError(f"{path_b}: lacks sample {key[1]!r} of test set {key[0]!r} (in {path_a})")
-        if not math.isclose(a["mos"], b["mos"], rel_tol=1e-9, abs_tol=1e-9):
+    first, *others = paths
+    reference = read_predictions(first)
+    tables = [read_predictions(path) for path in others]
+    for path, rows in zip(others, tables, strict=True):
+        extra = next((key for key in rows if key not in reference), None)
+        if extra is not None:
             raise ValueError(
-                f"{path_b}: sample {key[1]!r} of test set {key[0]!r} has true MOS {b['mos']!r}, "
-                f"{path_a} has {a['mos']!r}"
+                f"{path}: sample {extra[1]!r} of test set {extra[0]!r} is not in {first}{SAME_CLIPS}"
             )
-        if a["system_id"] != b["system_id"]:
-            raise ValueError(
-                f"{path_b}: sample {key[1]!r} of test set {key[0]!r} has system {b['system_id']!r}, "
-                f"{path_a} has {a['system_id']!r}"
-            )
-        for column, value in (
-            ("pred_a", a["pred"]),
-            ("pred_b", b["pred"]),
-            ("mos", a["mos"]),
-            ("system_id", a["system_id"]),
-            ("test_set", key[0]),
-        ):
-            out[column].append(value)
+    out: dict[str, list] = {"preds": [[] for _ in paths], "mos": [], "system_id": [], "test_set": []}
+    for key, a in reference.items():
+        out["preds"][0].append(a["pred"])
+        for preds, path, rows in zip(out["preds"][1:], others, tables, strict=True):
+            b = rows.get(key)
+            if b is None:
+                raise ValueError(
+                    f"{path}: lacks sample {key[1]!r} of test set {key[0]!r} (in {first}){SAME_CLIPS}"
+                )
+            if not math.isclose(a["mos"], b["mos"], rel_tol=1e-9, abs_tol=1e-9):
+                raise ValueError(
+                    f"{path}: sample {key[1]!r} of test set {key[0]!r} has true MOS {b['mos']!r}, "
+                    f"{first} has {a['mos']!r}"
+                )
+            if a["system_id"] != b["system_id"]:
+                raise ValueError(
+                    f"{path}: sample {key[1]!r} of test set {key[0]!r} has system {b['system_id']!r}, "
+                    f"{first} has {a['system_id']!r}"
+                )
+            preds.append(b["pred"])
+        out["mos"].append(a["mos"])
+        out["system_id"].append(a["system_id"])
+        out["test_set"].append(key[0])
     return out
+
+
+def run_labels(side: str, count: int) -> list[str]:
+    """Names of a side's runs in reasons: `A` for a single run, else `A1`, `A2`, ..."""
+    return [side] if count == 1 else [f"{side}{i}" for i in range(1, count + 1)]
 
 
 def summarise(observed: float, diffs: np.ndarray) -> dict[str, Any]:
@@ -109,6 +149,46 @@ def summarise(observed: float, diffs: np.ndarray) -> dict[str, Any]:
     }
 
 
+def welch(
+    observed: float, runs_a: Sequence[float], runs_b: Sequence[float], diffs: np.ndarray
+) -> dict[str, Any]:
+    """Welch's t-test of B − A = `observed`, the difference of the side means, against seed and clip variance.
+
+    `runs_a`, `runs_b`: each run's value (two or more a side); `diffs` (R,): B − A on each clip
+    resample (NaN where undefined). Returns diff, ci, p, significant, resamples, se and its parts
+    seed_se and clip_se, and df; the interval and p are NaN where fewer than two resamples
+    define the difference.
+    """
+    valid = diffs[~np.isnan(diffs)]
+    sides = (runs_a, runs_b)
+    seed_parts = [float(np.var(runs, ddof=1)) / len(runs) for runs in sides]
+    clip_var = float(np.var(valid, ddof=1)) if valid.size > 1 else math.nan
+    var = sum(seed_parts) + clip_var
+    # Welch–Satterthwaite; the clip variance, known from the resamples, adds nothing below.
+    spread = sum(v**2 / (len(runs) - 1) for v, runs in zip(seed_parts, sides, strict=True))
+    df = var**2 / spread if spread > 0 else math.inf
+    if var > 0:
+        half = float(stats.t.ppf(0.975, df)) * math.sqrt(var)
+        p = float(2 * stats.t.sf(abs(observed) / math.sqrt(var), df))
+    elif var == 0:
+        # Every run and every resample agree: the difference has no spread to be tested against.
+        half, p = 0.0, 1.0 if observed == 0 else 0.0
+    else:
+        half, p = math.nan, math.nan
+    lo, hi = observed - half, observed + half
+    return {
+        "diff": observed,
+        "ci": [lo, hi],
+        "p": p,
+        "significant": bool(lo > 0 or hi < 0),
+        "resamples": int(valid.size),
+        "se": math.sqrt(var),
+        "seed_se": math.sqrt(sum(seed_parts)),
+        "clip_se": math.sqrt(clip_var),
+        "df": df,
+    }
+
+
 def _level_pairs(
     pred: list[float], true: list[float], systems: list[str]
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
@@ -127,63 +207,85 @@ def compare(
     resamples: int = 1000,
     seed: int = 0,
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """Paired bootstrap of `metric` B − A per test set (sorted) and `avg`, at `utt` and `sys` level.
+    """Paired bootstrap of `metric` B − A of two single runs: `compare_groups` with one run a side."""
+    return compare_groups([pred_a], [pred_b], true, systems, test_sets, metric, resamples, seed)
 
-    Each entry: a, b (observed values), diff, ci [lo, hi], p, significant, resamples (those
-    defining the difference) and ties (those of them where it is exactly 0). Where the metric is
-    undefined for either run the entry has `undefined` (the reason) and no difference, interval
-    or p; the average leaves such sets out and then lists the sets it is over under
-    `averaged_over`. With fewer points than
-    `metrics.MIN_INTERVAL_POINTS` the entry has the difference but `no_interval` (the reason)
-    instead of an interval and p.
+
+def compare_groups(
+    runs_a: Sequence[Sequence[float]],
+    runs_b: Sequence[Sequence[float]],
+    true: list[float],
+    systems: list[str],
+    test_sets: list[str],
+    metric: str = "srcc",
+    resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """`metric` B − A of the sides' means over runs per test set (sorted) and `avg`, at `utt` and `sys`.
+
+    Each entry: a, b (the side means of the observed values), diff, ci [lo, hi], p, significant
+    and resamples (those defining the difference); with several runs a side (the module
+    docstring) also se, seed_se, clip_se and df, else ties (resamples where the difference is
+    exactly 0); a_runs and b_runs (each run's value) where a side has several runs. Where the
+    metric is undefined for any run the entry has `undefined` (the reason, naming the run) and no
+    difference, interval or p; the average leaves such sets out and then lists the sets it is
+    over under `averaged_over`. With fewer points than `metrics.MIN_INTERVAL_POINTS` the entry
+    has the difference but `no_interval` (the reason) instead of an interval and p.
     """
+    labels = {"a": run_labels("A", len(runs_a)), "b": run_labels("B", len(runs_b))}
+    preds = dict(zip([*labels["a"], *labels["b"]], [*runs_a, *runs_b], strict=True))
+    seeds = len(runs_a) > 1 and len(runs_b) > 1
     groups = metrics.set_indices(test_sets)
     rng = np.random.default_rng(seed)
-    observed: dict[str, dict[str, dict]] = {"a": {}, "b": {}}
-    draws: dict[str, dict[str, dict]] = {"a": {}, "b": {}}
-    # Per set and level, why the comparison is undefined (the metric is undefined for A or B).
+    observed: dict[str, dict[str, dict]] = {label: {} for label in preds}
+    draws: dict[str, dict[str, dict]] = {label: {} for label in preds}
+    # Per set and level, why the comparison is undefined (the metric is undefined for a run).
     reasons: dict[str, dict[str, str]] = {}
     for name, idx in groups.items():
         t, s = [true[i] for i in idx], [systems[i] for i in idx]
-        # Sorted system names are the same for both runs, so their system means align.
-        pairs_a = _level_pairs([pred_a[i] for i in idx], t, s)
-        pairs_b = _level_pairs([pred_b[i] for i in idx], t, s)
-        for level, (p_a, tt), (p_b, _) in zip(metrics.LEVELS, pairs_a, pairs_b, strict=True):
+        # Sorted system names are the same for every run, so their system means align.
+        pairs = {label: _level_pairs([pred[i] for i in idx], t, s) for label, pred in preds.items()}
+        for k, level in enumerate(metrics.LEVELS):
+            tt = pairs[labels["a"][0]][k][1]
+            # One draw of clips (systems) for every run: their shared noise cancels in B − A.
             shared = metrics.bootstrap_indices(rng, len(tt), resamples)
-            for run, p in (("a", p_a), ("b", p_b)):
-                observed[run].setdefault(name, {})[level] = {
+            for label, run_pairs in pairs.items():
+                p = run_pairs[k][0]
+                observed[label].setdefault(name, {})[level] = {
                     metric: metrics.correlations(p, tt)[metric],
                     "n": len(tt),
                 }
-                draws[run].setdefault(name, {})[level] = {
+                draws[label].setdefault(name, {})[level] = {
                     **metrics.resampled_metrics(p, tt, shared, (metric,)),
                     "n": len(tt),
                 }
                 reason = metrics.undefined_reasons(p, tt, metrics.UNITS[level], (metric,)).get(metric)
                 if reason is not None:
-                    reasons.setdefault(name, {}).setdefault(level, f"{run.upper()}: {reason}")
-    # The average is over the sets where the metric is defined for both runs, the same for both.
+                    reasons.setdefault(name, {}).setdefault(level, f"{label}: {reason}")
+    # The average is over the sets where the metric is defined for every run, the same for all.
     over = {
         level: {metric: [name for name in groups if level not in reasons.get(name, {})]}
         for level in metrics.LEVELS
     }
-    for run in ("a", "b"):
-        observed[run][metrics.AVERAGE_KEY] = metrics.weighted_average(observed[run], (metric,), over)
-        draws[run][metrics.AVERAGE_KEY] = metrics.weighted_average(draws[run], (metric,), over)
+    for label in preds:
+        observed[label][metrics.AVERAGE_KEY] = metrics.weighted_average(observed[label], (metric,), over)
+        draws[label][metrics.AVERAGE_KEY] = metrics.weighted_average(draws[label], (metric,), over)
     for level in metrics.LEVELS:
         if not over[level][metric]:
             reasons.setdefault(metrics.AVERAGE_KEY, {})[level] = "undefined in every set"
     result: dict[str, dict[str, dict[str, Any]]] = {}
-    for name in observed["a"]:
+    for name in observed[labels["a"][0]]:
         result[name] = {}
         for level in metrics.LEVELS:
-            a, b = observed["a"][name][level][metric], observed["b"][name][level][metric]
+            values = {side: [observed[x][name][level][metric] for x in labels[side]] for side in labels}
+            a, b = (float(np.mean(values[side])) for side in ("a", "b"))
+            runs = {"a_runs": values["a"], "b_runs": values["b"]} if len(preds) > 2 else {}
             reason = reasons.get(name, {}).get(level)
             if reason is not None:
-                result[name][level] = {"a": a, "b": b, **UNDEFINED_COMPARISON, "undefined": reason}
+                result[name][level] = {"a": a, "b": b, **UNDEFINED_COMPARISON, "undefined": reason, **runs}
                 continue
             sets = over[level][metric] if name == metrics.AVERAGE_KEY else [name]
-            n = sum(observed["a"][s][level]["n"] for s in sets)
+            n = sum(observed[labels["a"][0]][s][level]["n"] for s in sets)
             need = metrics.MIN_INTERVAL_POINTS.get(metric, 2)
             if n < need:
                 # As in metrics.json: too few points for the bootstrap to mean anything.
@@ -192,31 +294,39 @@ def compare(
                     f"{metrics.count_text(n, metrics.UNITS[level])} (needs at least {need})"
                 )
             else:
-                diffs = draws["b"][name][level][metric] - draws["a"][name][level][metric]
-                entry = summarise(b - a, diffs)
-            result[name][level] = {"a": a, "b": b, **entry}
+                side_draws = {
+                    side: np.mean([draws[x][name][level][metric] for x in labels[side]], axis=0)
+                    for side in labels
+                }
+                diffs = side_draws["b"] - side_draws["a"]
+                entry = welch(b - a, values["a"], values["b"], diffs) if seeds else summarise(b - a, diffs)
+            result[name][level] = {"a": a, "b": b, **entry, **runs}
             if name == metrics.AVERAGE_KEY and len(sets) < len(groups):
                 result[name][level]["averaged_over"] = sets
     return result
 
 
 def _p_text(r: dict[str, Any]) -> str:
-    """The p-value to 3 decimals; `<1/R` where no resample crossed 0 (p is below the resolution)."""
+    """The p-value to 3 decimals; below the bootstrap's resolution `<1/R`, below 0.001 (Welch) `<0.001`."""
+    if "df" in r:
+        return "<0.001" if r["p"] < 0.001 else f"{r['p']:.3f}"
     if r["p"] == 0:
         return f"<{1 / r['resamples']:.2g}"
     return f"{r['p']:.3f}"
 
 
-def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str) -> str:
-    """One line per test set and level: A, B, B − A, its interval, p, the share of ties and the verdict.
+def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str, seeds: bool = False) -> str:
+    """A line per test set and level: A, B, B − A, its interval, p, then ties, or df and SE parts (`seeds`).
 
-    Where any resample tied, `TIES_NOTE` below the table says what that does to p.
+    The average has no line where it averages one set (`tables.table_keys`). Where any resample
+    tied, `TIES_NOTE` below the table says what that does to p.
     """
     lower_is_better = metric in metrics.ERROR_METRICS
-    lines = [f"{'set':<8} {'level':<5} {'A':>7} {'B':>7} {'B-A':>7}  {'95 % interval':<18} {'p':>6}  ties"]
+    tail = f"{'df':>5}  {'seed SE':>7}  {'clip SE':>7}" if seeds else "ties"
+    lines = [f"{'set':<8} {'level':<5} {'A':>7} {'B':>7} {'B-A':>7}  {'95 % interval':<18} {'p':>6}  {tail}"]
     tied = False
-    for name, block in result.items():
-        for level, r in block.items():
+    for name in table_keys(result):
+        for level, r in result[name].items():
             a, b = (f"{v:>7.3f}" if metrics.defined(v) else f"{'n/a':>7}" for v in (r["a"], r["b"]))
             if "undefined" in r:
                 lines.append(f"{name:<8} {level:<5} {a} {b} {'n/a':>7}  undefined: {r['undefined']}")
@@ -232,36 +342,94 @@ def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str)
                 lines.append(f"{head}no interval: {r['no_interval']}{verdict}")
                 continue
             interval = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]"
-            ties = f"{100 * r['ties'] / r['resamples']:.0f} %" if r["resamples"] else "n/a"
-            tied = tied or r["ties"] > 0
-            lines.append(f"{head}{interval:<18} {_p_text(r):>6}  {ties:>4}{verdict}")
+            if seeds:
+                # Many degrees of freedom (the clip variance dominating) need no decimals.
+                df = f"{r['df']:>5.1f}" if r["df"] < 100 else f"{r['df']:>5.0f}"
+                parts = f"{df}  {r['seed_se']:>7.3f}  {r['clip_se']:>7.3f}"
+            else:
+                parts = f"{100 * r['ties'] / r['resamples']:.0f} %" if r["resamples"] else "n/a"
+                parts = f"{parts:>4}"
+                tied = tied or r["ties"] > 0
+            lines.append(f"{head}{interval:<18} {_p_text(r):>6}  {parts}{verdict}")
     if tied:
         lines += ["", TIES_NOTE]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of `sqa-compare`; returns the exit code (1 when the inputs do not match)."""
-    parser = argparse.ArgumentParser(prog="sqa-compare", description=__doc__.split("\n")[0])
-    parser.add_argument("a", help="predictions.csv of run A (the reference)")
-    parser.add_argument("b", help="predictions.csv of run B")
+def _predictions_file(path: str) -> Path:
+    """The predictions.csv that `path` (the file or its run directory) names, resolved."""
+    return (Path(path) / artefacts.PREDICTIONS_FILE if Path(path).is_dir() else Path(path)).resolve()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, with the runs of each side as `a` and `b`."""
+    parser = argparse.ArgumentParser(
+        prog="sqa-compare",
+        usage=(
+            "%(prog)s [options] A B\n       %(prog)s [options] A1 A2 ... -- B1 B2 ...\n"
+            "       %(prog)s [options] --a A1 A2 ... --b B1 B2 ..."
+        ),
+        description=__doc__.split("\n")[0],
+        epilog=(
+            "Several runs a side (seeds): B - A of the means over runs, by Welch's t against the "
+            "seed-to-seed and the clip-resampling variance. One run on a side: the paired clip "
+            "bootstrap alone, seed-to-seed variance not included. Method: docs/guide.md."
+        ),
+    )
+    parser.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN",
+        help="run A then run B, or A's runs, --, then B's (each a predictions.csv or its run directory)",
+    )
+    parser.add_argument(
+        "--a", nargs="+", metavar="RUN", help="the runs of setting A (the reference), a seed each"
+    )
+    parser.add_argument("--b", nargs="+", metavar="RUN", help="the runs of setting B, a seed each")
     parser.add_argument("--metric", default="srcc", choices=metrics.METRIC_NAMES)
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the comparison as JSON to this file")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # `--` ends A's runs: what follows is read as `--b`, so that options may also follow B's runs.
+    split = "--" in argv and "--a" not in argv and "--b" not in argv
+    if split:
+        argv[argv.index("--")] = "--b"
     args = parser.parse_args(argv)
+    usage = "give two runs (A B), or several a side: A1 A2 A3 -- B1 B2 B3 or --a A1 A2 A3 --b B1 B2 B3"
+    if split:
+        args.a = args.runs
+    elif args.a or args.b:
+        if args.runs:
+            parser.error(usage)
+    elif len(args.runs) == 2:
+        args.a, args.b = args.runs[:1], args.runs[1:]
+    if not (args.a and args.b):
+        parser.error(usage)
     if args.resamples < 1:
         parser.error("--resamples must be at least 1")
-    if args.json and any(Path(args.json).resolve() == Path(p).resolve() for p in (args.a, args.b)):
+    for side, paths in (("A", args.a), ("B", args.b)):
+        files = [_predictions_file(p) for p in paths]
+        twice = next((p for i, p in enumerate(paths) if files[i] in files[:i]), None)
+        if twice is not None:
+            parser.error(f"{twice} is given twice for {side}: each run counts once")
+    if args.json and Path(args.json).resolve() in {_predictions_file(p) for p in [*args.a, *args.b]}:
         parser.error(f"--json {args.json} is one of the inputs; sqa-compare never overwrites an input")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `sqa-compare`; returns the exit code (1 when the inputs do not match)."""
+    args = parse_args(argv)
     try:
-        runs = align(args.a, args.b)
+        runs = align([*args.a, *args.b])
     except (OSError, ValueError) as err:
         print(f"sqa-compare: {err}", file=sys.stderr)
         return 1
-    result = compare(
-        runs["pred_a"],
-        runs["pred_b"],
+    preds = runs["preds"]
+    result = compare_groups(
+        preds[: len(args.a)],
+        preds[len(args.a) :],
         runs["mos"],
         runs["system_id"],
         runs["test_set"],
@@ -269,16 +437,27 @@ def main(argv: list[str] | None = None) -> int:
         resamples=args.resamples,
         seed=args.seed,
     )
-    print(f"{args.metric}: B - A over {args.resamples} paired resamples (seed {args.seed})")
-    print(f"A = {args.a}\nB = {args.b}")
-    print(format_comparison(result, args.metric))
+    seeds = len(args.a) > 1 and len(args.b) > 1
+    if len(preds) == 2:
+        print(f"{args.metric}: B - A over {args.resamples} paired resamples (seed {args.seed})")
+    else:
+        method = "Welch's t over seed-to-seed and clip variance, " if seeds else ""
+        print(
+            f"{args.metric}: B - A of the means over runs (A: {len(args.a)}, B: {len(args.b)}); "
+            f"{method}{args.resamples} paired resamples (seed {args.seed})"
+        )
+    print(f"A = {', '.join(args.a)}\nB = {', '.join(args.b)}")
+    if not seeds:
+        print(SEED_NOTE)
+    print(format_comparison(result, args.metric, seeds))
     if args.json:
         summary = {
-            "a": str(args.a),
-            "b": str(args.b),
+            "a": args.a,
+            "b": args.b,
             "metric": args.metric,
             "resamples": args.resamples,
             "seed": args.seed,
+            "seed_variance": seeds,
             "results": result,
         }
         atomic_write_text(args.json, json_text(summary))

@@ -37,6 +37,9 @@ METRICS_PER_LINE = 3
 # The curves' keys (`sqa.training.callbacks.MetricHistory`): the two losses share the first panel.
 LOSS_SERIES = {"train/loss": "training", "val/loss": "validation"}
 SELECTION_KEY = "val/selection"
+# Recorded only to order tied checks, never drawn: it is the selection score itself when selecting
+# on utterance RMSE, and otherwise the per-set utterance RMSE panel's values averaged over the sets.
+TIEBREAK_KEY = "val/selection_tiebreak"
 # Metrics logged per validation set (`val/<set>/<key>`, `val/<dim>/<set>/<key>` for another score
 # dimension), in panel order: their panel's title and y label.
 SET_METRICS = {"sys_srcc": ("system-level SRCC", "SRCC"), "utt_rmse": ("utterance-level RMSE", "RMSE")}
@@ -168,12 +171,13 @@ def curve_panels(
 
     1. loss: training and validation; 2. the selection score; 3. per validation set, each
     metric of `SET_METRICS` of the overall MOS, then of every other score dimension (by name);
-    4. any other recorded key (by key).
+    4. any other recorded key (by key) but the selection's tiebreak.
     """
     names = names or CurveNames()
     panels: dict[tuple, Panel] = {}
     # The loss series first, so that the loss legend reads training, validation.
-    keys = sorted(history, key=lambda k: list(LOSS_SERIES).index(k) if k in LOSS_SERIES else len(LOSS_SERIES))
+    drawn = [key for key in history if key != TIEBREAK_KEY]
+    keys = sorted(drawn, key=lambda k: list(LOSS_SERIES).index(k) if k in LOSS_SERIES else len(LOSS_SERIES))
     for key in keys:
         parts = key.split("/")
         if key in LOSS_SERIES:

@@ -1,10 +1,12 @@
 """Results tables: read run directories and print the paper's layout with mean ± std over seeds.
 
-    sqa-table --cell "SSL=runs/t3/ssl/*" --cell "SSL+MIDI=runs/t3/midi/*" [--csv out.csv]
+    sqa-table --cell "SSL=runs/t3/ssl/*" --cell "SSL+MIDI=runs/t3/midi/*" [--csv out.csv] [--markdown]
     sqa-table --paper --cell "SSL=runs/t3/ssl/*" [--paper-rows recipes/singmos_pro/paper_rows.json:table3]
 
 Each cell is a label and a glob of run directories (one per seed) holding `metrics.json`. Rows
-are cells; columns are utterance- and system-level RMSE, LCC and SRCC, each as `R1/R2|R3|Avg`.
+are cells; columns are utterance- and system-level RMSE, LCC and SRCC, each as `R1/R2|R3|Avg`
+over the test sets the header names (no Avg where there is one set: `tables.table_keys`); every
+cell must have the same test sets. The table prints for a terminal, `--markdown` as markdown.
 A value undefined in some runs (null in metrics.json) is summarised over the others and marked
 `(n=k)`, as is a value of a single run (no ±); `n/a` where no run defines it. `--paper-rows`
 prints the paper's published rows first and, under each cell labelled like one of them, the
@@ -23,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from sqa.core import artefacts
-from sqa.metrics import AVERAGE_KEY, defined
-from sqa.reports.tables import markdown, paper_layout, spread_text
+from sqa.metrics import defined
+from sqa.reports.tables import markdown, paper_layout, plain_table, set_label, spread_text, table_keys
 
 COLUMNS = [(level, name) for level in ("utt", "sys") for name in ("rmse", "lcc", "srcc")]
 # The SingMOS-Pro paper's Tables 2 and 3.
@@ -49,11 +51,11 @@ def _same_sets(run_dirs: list[Path]) -> list[dict]:
 
 
 def summarise(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float, int]]]:
-    """Per column: (mean, std, count) over the runs defining the value, per test set, then `avg`.
+    """Per column: (mean, std, count) over the runs defining the value, per test set, then `avg` if shown.
 
     (nan, nan, 0) where no run defines it; the std is NaN for a single value.
     """
-    sets = [k for k in runs[0] if k != AVERAGE_KEY] + [AVERAGE_KEY]
+    sets = table_keys(runs[0])
     out = {}
     for level, name in COLUMNS:
         column = []
@@ -70,17 +72,35 @@ def paper_cell(stats: list[tuple[float, float, int]], runs: int) -> str:
     return paper_layout([spread_text(mean, std, count, runs) for mean, std, count in stats])
 
 
+def table_header(columns: list[tuple[str, str]], keys: list[str]) -> list[str]:
+    """Setting, runs, then one `LEVEL METRIC set1/set2|set3|Avg` per column: the header names the sets."""
+    sets = paper_layout([set_label(k) for k in keys])
+    return ["setting", "runs"] + [f"{level.upper()} {name.upper()} {sets}" for level, name in columns]
+
+
+def shared_keys(keys_by_label: list[tuple[str, list[str]]]) -> list[str]:
+    """The table keys every cell has; ValueError naming a cell whose test sets differ from the first's."""
+    (first, keys), *others = keys_by_label
+    for label, other in others:
+        if other != keys:
+            raise ValueError(
+                f"cell {label!r} has test sets {other}, cell {first!r} {keys}: a column must mean the "
+                "same sets in every row; make a table per corpus"
+            )
+    return keys
+
+
 def build_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
     """Header and rows (label, number of runs, one `R1/R2|R3|Avg` string per column)."""
-    header = ["setting", "runs"] + [f"{level.upper()} {name.upper()}" for level, name in COLUMNS]
-    rows = []
+    rows, keys = [], []
     for label, pattern in cells:
         runs = load_runs(pattern)
         if not runs:
             raise FileNotFoundError(f"no run directory with metrics.json matches {pattern!r} ({label})")
         stats = summarise(runs)
         rows.append([label, str(len(runs))] + [paper_cell(stats[c], len(runs)) for c in COLUMNS])
-    return header, rows
+        keys.append((label, table_keys(runs[0])))
+    return table_header(COLUMNS, shared_keys(keys)), rows
 
 
 def paper_layout_cell(values: list[float | None]) -> str:
@@ -89,8 +109,8 @@ def paper_layout_cell(values: list[float | None]) -> str:
 
 
 def paper_means(runs: list[dict], level: str, name: str) -> list[float | None]:
-    """Mean over the runs defining `level`.`name` in each test set, then `avg` (None: no run does)."""
-    sets = [k for k in runs[0] if k != AVERAGE_KEY] + [AVERAGE_KEY]
+    """Mean over the runs defining `level`.`name` in each set of `table_keys` (None: no run does)."""
+    sets = table_keys(runs[0])
     means = []
     for s in sets:
         values = [run[s][level].get(name) for run in runs]
@@ -99,9 +119,11 @@ def paper_means(runs: list[dict], level: str, name: str) -> list[float | None]:
     return means
 
 
-def paper_values(cells: list[tuple[str, str]]) -> list[tuple[str, int, list[list[float | None]]]]:
-    """(label, number of runs, per paper column the means over seeds `[t1, t2, t3, avg]`) per cell."""
-    out = []
+def paper_values(
+    cells: list[tuple[str, str]],
+) -> tuple[list[tuple[str, int, list[list[float | None]]]], list[str]]:
+    """Per cell (label, runs, per paper column the means over seeds `[t1, t2, t3, avg]`), and the keys."""
+    out, keys = [], []
     for label, pattern in cells:
         run_dirs = artefacts.runs_with_metrics(pattern)
         if not run_dirs:
@@ -114,12 +136,8 @@ def paper_values(cells: list[tuple[str, str]]) -> list[tuple[str, int, list[list
                     "it); re-evaluate the run to print the paper's layout"
                 )
         out.append((label, len(runs), [paper_means(runs, *c) for c in PAPER_COLUMNS]))
-    return out
-
-
-def paper_header() -> list[str]:
-    """Header of the paper's layout: setting, runs, utterance and system MSE, LCC, SRCC."""
-    return ["setting", "runs"] + [f"{level.upper()} {name.upper()}" for level, name in PAPER_COLUMNS]
+        keys.append((label, table_keys(runs[0])))
+    return out, shared_keys(keys)
 
 
 def build_paper_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
@@ -128,11 +146,9 @@ def build_paper_table(cells: list[tuple[str, str]]) -> tuple[list[str], list[lis
     Columns are utterance and system MSE, LCC and SRCC (the paper's "RMSE" column is an MSE),
     each `R1/R2|R3|Avg` with 2 decimals.
     """
-    rows = [
-        [label, str(runs)] + [paper_layout_cell(column) for column in columns]
-        for label, runs, columns in paper_values(cells)
-    ]
-    return paper_header(), rows
+    values, keys = paper_values(cells)
+    rows = [[label, str(runs)] + [paper_layout_cell(c) for c in columns] for label, runs, columns in values]
+    return table_header(PAPER_COLUMNS, keys), rows
 
 
 def difference_cell(run: list[float | None], paper: list[float | None]) -> str:
@@ -153,12 +169,13 @@ def paper_comparison(cells: list[tuple[str, str]], spec: str) -> tuple[list[str]
     rows = [
         [f"paper: {setting}", "-"] + [paper_layout_cell(c) for c in columns] for setting, columns in published
     ]
-    for label, runs, columns in paper_values(cells):
+    values, keys = paper_values(cells)
+    for label, runs, columns in values:
         rows.append([label, str(runs)] + [paper_layout_cell(column) for column in columns])
         if label in by_setting:
             diffs = [difference_cell(r, p) for r, p in zip(columns, by_setting[label], strict=True)]
             rows.append([f"{label} − paper", "-"] + diffs)
-    return paper_header(), rows, source
+    return table_header(PAPER_COLUMNS, keys), rows, source
 
 
 def read_paper_rows(spec: str) -> tuple[list[tuple[str, list[list[float | None]]]], str]:
@@ -196,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sqa-table", description=__doc__.split("\n")[0])
     parser.add_argument("--cell", action="append", required=True, help="LABEL=GLOB of run directories")
     parser.add_argument("--csv", help="also write the table as CSV to this file")
+    parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     parser.add_argument(
         "--paper", action="store_true", help="the paper's layout: utt/sys MSE, LCC, SRCC, 2 decimals"
     )
@@ -222,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"sqa-table: {err}", file=sys.stderr)
         return 1
-    print(markdown(header, rows))
+    print((markdown if args.markdown else plain_table)(header, rows))
     if source:
         print(f"\nPaper rows: {source}")
     if args.csv:

@@ -1,7 +1,7 @@
 """Text tables of test results: the paper's `R1/R2|R3|Avg` layout, one formatter for every table.
 
 `format_table` renders one run's metrics.json; `sqa-table` (`sqa.reports.results`) renders cells of many
-runs with the same `paper_layout`.
+runs with the same `paper_layout`, and the model card its rows, all over the sets `table_keys` names.
 """
 
 from __future__ import annotations
@@ -20,11 +20,29 @@ from sqa.metrics import (
 )
 
 
+def table_keys(results: Mapping[str, Mapping]) -> list[str]:
+    """The test sets of `results`, then `avg` where it averages several sets: over one it repeats that set.
+
+    The sets averaged are those the average's `averaged_over` names (references and anchors are
+    left out of it), or every set where it names none.
+    """
+    sets = [k for k in results if k != AVERAGE_KEY]
+    if AVERAGE_KEY not in results:
+        return sets
+    over = results[AVERAGE_KEY].get(AVERAGED_OVER_KEY) or {}
+    averaged = {s for by_metric in over.values() for used in by_metric.values() for s in used} or set(sets)
+    return sets + [AVERAGE_KEY] if len(averaged) > 1 else sets
+
+
+def set_label(key: str) -> str:
+    """A test set's name in a table header, `Avg` for the average."""
+    return "Avg" if key == AVERAGE_KEY else key
+
+
 def paper_layout(parts: Sequence[str]) -> str:
-    """Join one text per test set and the average as `R1/R2|R3|Avg` (`R1|Avg` for one set)."""
-    *sets, average = parts
-    first = "/".join(sets[:-1])
-    return (f"{first}|" if first else "") + f"{sets[-1]}|{average}"
+    """Join one text per test set and the average as `R1/R2|R3|Avg` (`R1|Avg` for two parts, `R1` for one)."""
+    head = ["/".join(parts[:-2])] if len(parts) > 2 else []
+    return "|".join([*head, *parts[-2:]])
 
 
 def spread_text(mean: float, std: float, count: int, runs: int, sep: str = "±") -> str:
@@ -39,10 +57,20 @@ def spread_text(mean: float, std: float, count: int, runs: int, sep: str = "±")
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
-    """A markdown table; the `|` inside `R1/R2|R3|Avg` cells is escaped."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+    """A markdown table; the `|` inside `R1/R2|R3|Avg` cells and headers is escaped."""
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    return "\n".join([line(header), "|" + "---|" * len(header), *map(line, rows)])
+
+
+def plain_table(header: list[str], rows: list[list[str]]) -> str:
+    """A terminal table: columns padded to their widest cell, two spaces apart, the header underlined."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [[cell.ljust(width) for cell, width in zip(row, widths, strict=True)] for row in [header, *rows]]
+    lines.insert(1, ["-" * width for width in widths])
+    return "\n".join("  ".join(line).rstrip() for line in lines)
 
 
 def metric_cell(block: Mapping[str, Mapping], level: str, name: str, interval_digits: int = 2) -> str:
@@ -57,21 +85,22 @@ def metric_cell(block: Mapping[str, Mapping], level: str, name: str, interval_di
     return text
 
 
-def _notes(results: Mapping[str, Mapping[str, Mapping]], sets: Sequence[str]) -> list[str]:
-    """Footnotes: why values are n/a, and averages that leave sets out."""
+def _notes(results: Mapping[str, Mapping[str, Mapping]], keys: Sequence[str]) -> list[str]:
+    """Footnotes on the table's `keys`: why values are n/a, and averages that leave sets out."""
     notes = []
-    for name in [*sets, AVERAGE_KEY]:
+    for name in keys:
         for level in LEVELS:
             by_reason: dict[str, list[str]] = {}
             for metric, reason in results[name].get(UNDEFINED_KEY, {}).get(level, {}).items():
                 by_reason.setdefault(reason, []).append(metric)
-            label = "Avg" if name == AVERAGE_KEY else name
-            notes += [f"n/a: {label} {level} {', '.join(m)}: {r}" for r, m in by_reason.items()]
-    average = results[AVERAGE_KEY]
+            notes += [f"n/a: {set_label(name)} {level} {', '.join(m)}: {r}" for r, m in by_reason.items()]
+    if AVERAGE_KEY not in keys:
+        return notes
+    sets = len(keys) - 1
     for level in LEVELS:
         by_sets: dict[tuple[str, ...], list[str]] = {}
-        for metric, used in average.get(AVERAGED_OVER_KEY, {}).get(level, {}).items():
-            if used and len(used) < len(sets):
+        for metric, used in results[AVERAGE_KEY].get(AVERAGED_OVER_KEY, {}).get(level, {}).items():
+            if used and len(used) < sets:
                 by_sets.setdefault(tuple(used), []).append(metric)
         notes += [f"Avg {level} {', '.join(m)}: over {', '.join(u)} only" for u, m in by_sets.items()]
     return notes
@@ -96,20 +125,20 @@ def interval_note() -> str:
 def format_table(results: Mapping[str, Mapping[str, Mapping]]) -> str:
     """Render results as the paper's `R1/R2|R3|Avg` table, one row per level and metric.
 
-    Undefined values print as `n/a` with their reason below the table, as do averages that
-    leave sets out; intervals print where they exist. Blocks read back from JSON (null for
-    undefined values) render alike.
+    The average has no column where it averages one set (`table_keys`). Undefined values print
+    as `n/a` with their reason below the table, as do averages that leave sets out; intervals
+    print where they exist. Blocks read back from JSON (null for undefined values) render alike.
     """
-    sets = [k for k in results if k != AVERAGE_KEY]
-    header = paper_layout([*sets, "Avg"])
-    lines = [f"{'level':<6} {'metric':<8} {header}"]
+    keys = table_keys(results)
+    sets = [k for k in keys if k != AVERAGE_KEY]
+    lines = [f"{'level':<6} {'metric':<8} {paper_layout([set_label(k) for k in keys])}"]
     for level in LEVELS:
         for name in METRIC_NAMES:
-            cell = paper_layout([metric_cell(results[s], level, name) for s in [*sets, AVERAGE_KEY]])
+            cell = paper_layout([metric_cell(results[k], level, name) for k in keys])
             lines.append(f"{level:<6} {name:<8} {cell}")
     counts = ", ".join(f"{s}: {results[s]['utt']['n']} clips/{results[s]['sys']['n']} systems" for s in sets)
     lines.append(f"({counts})")
-    lines += _notes(results, sets)
+    lines += _notes(results, keys)
     if CI_KEY in results[AVERAGE_KEY]:
         lines.append(interval_note())
     return "\n".join(lines)

@@ -9,7 +9,9 @@ through to the output, renamed `manifest_<name>` where they clash with an output
 score dimension of the model, then the manifest columns. The output is checked before anything is
 scored and written atomically at the end; an existing file is replaced only with `--overwrite`,
 an input never. Every input that cannot be scored is reported on stderr and the exit code is 1;
-the rest is still scored and written. Exit code 2: bad arguments, output path or export.
+the rest is still scored and written. With `--by-system`, clips whose system cannot be told
+(no system_id, no <sys>-<utt> name) leave the systems table unwritten, said in one line, exit
+code 1; the clips' scores are written. Exit code 2: bad arguments, output path or export.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqa.data.audio import MAX_AUDIO_SAMPLES, chunk_seconds_problem
-from sqa.scoring.inputs import expand_inputs
+from sqa.scoring.inputs import Inputs, expand_inputs
 from sqa.scoring.outputs import check_output, clip_rows, emit, system_of, system_rows, systems_output
 
 if TYPE_CHECKING:
@@ -77,7 +79,8 @@ def _parser() -> argparse.ArgumentParser:
         "--by-system",
         action="store_true",
         help="also write per-system means to <output>.systems.csv|json (system: the manifest's "
-        "system_id, else <sys> of a <sys>-<utt> file name)",
+        "system_id, else <sys> of a <sys>-<utt> file name; if a clip has neither, only the clips' "
+        "scores are written and the exit code is 1)",
     )
     parser.add_argument(
         "--max-samples",
@@ -124,16 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(problems, 2)
     inputs = expand_inputs(args.inputs)
     output = Path(args.output) if args.output else None
-    outputs = [] if output is None else [output, systems_output(output)] if args.by_system else [output]
+    # Without a system for every clip, the clips are still scored and written; only the
+    # systems table is skipped, said in one line at the end (exit code 1).
+    skipped = _systems_skipped(inputs, output) if args.by_system else None
+    by_system = args.by_system and skipped is None
+    outputs = [] if output is None else [output, systems_output(output)] if by_system else [output]
     named = [*args.inputs, *inputs.paths]
     problems = [p for p in (check_output(o, args.overwrite, named) for o in outputs) if p is not None]
-    if args.by_system:
-        unknown = [p for p, c in zip(inputs.paths, inputs.columns, strict=True) if system_of(p, c) is None]
-        if unknown:
-            problems.append(
-                f"--by-system: cannot tell the system of {len(unknown)} clip(s), e.g. {unknown[0]}: name "
-                "them <sys>-<utt> or give a manifest with a system_id column"
-            )
     if problems:
         return _fail(problems, 2)
 
@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             # A warning while scoring (a decoding worker died, chunked scores may move) is one line.
             warnings.showwarning = _warning_line
-            for result in scorer.score_files(inputs.paths, args.num_workers):
+            # As batches finish, for the progress bar; the rows are put back in input order by index.
+            for result in scorer.score_files(inputs.paths, args.num_workers, ordered=False):
                 results[result.index] = result
                 if bar is not None:
                     bar.update()
@@ -181,13 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         if bar is not None:
             bar.close()
     done = [r for r in results if r is not None]
-    rows = clip_rows(done, inputs, scorer.dimensions[1:], args.by_system)
+    rows = clip_rows(done, inputs, scorer.dimensions[1:], by_system)
     messages = [*inputs.problems, *(r.error for r in done if r.error is not None)]
     messages += [f"warning: {r.path}: {r.warning}" for r in done if r.warning is not None]
     unwritten = 0
     if rows:
         lost = [emit(rows, output, args.overwrite)]
-        if args.by_system:
+        if by_system:
             lost.append(
                 emit(system_rows(rows, scorer.dimensions[1:]), systems_output(output), args.overwrite)
             )
@@ -198,7 +199,20 @@ def main(argv: list[str] | None = None) -> int:
     failed = len(inputs.problems) + sum(r.error is not None for r in done)
     if failed:
         messages.append(f"{failed} input(s) could not be scored; {len(rows)} clip(s) scored")
-    return _fail(messages, 1 if failed or unwritten else 0)
+    if skipped is not None:
+        messages.append(skipped)
+    return _fail(messages, 1 if failed or unwritten or skipped else 0)
+
+
+def _systems_skipped(inputs: Inputs, output: Path) -> str | None:
+    """Why `--by-system` cannot write its systems table (a clip without a system), or None."""
+    unknown = [p for p, c in zip(inputs.paths, inputs.columns, strict=True) if system_of(p, c) is None]
+    if not unknown:
+        return None
+    return (
+        f"--by-system: {systems_output(output)} not written: cannot tell the system of {len(unknown)} "
+        f"clip(s), e.g. {unknown[0]}; name them <sys>-<utt> or give a manifest with a system_id column"
+    )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,10 @@ SILENCE_PEAK = 1e-4
 # Peak amplitude above which float samples are far outside [-1, 1] (+6 dBFS): a float file or
 # array may overshoot full scale a little, but not by this much unless it holds integer PCM values.
 LOUD_PEAK = 2.0
+# A 2-D array's channel dimension is the one of at most this many entries, the other one longer:
+# only so can (channels, samples) and (samples, channels), what soundfile.read returns, be told
+# apart; a shape with both or neither dimension that short is refused (it may be a batch).
+MAX_CHANNELS = 8
 
 
 # The sqa package's folder: a warning points at the caller of the outermost frame inside it.
@@ -55,7 +59,7 @@ def warn_at_caller(message: str, category: type[Warning]) -> None:
 
 
 def as_samples(audio: Any, name: str) -> np.ndarray:
-    """Float32 samples (N, C) of a float numpy array or torch tensor, 1-D (N,) or (channels, N)."""
+    """Float32 samples (N, C) of a float numpy array or torch tensor: (N,), (C, N) or (N, C), C <= 8 < N."""
     if isinstance(audio, torch.Tensor):
         if not audio.is_floating_point():
             raise TypeError(f"{name}: expected floating-point samples, got a {audio.dtype} tensor")
@@ -69,15 +73,21 @@ def as_samples(audio: Any, name: str) -> np.ndarray:
     if array.ndim == 1:
         array = array[:, None]
     elif array.ndim == 2:
-        if array.shape[0] > array.shape[1]:
+        rows, columns = array.shape
+        if rows <= MAX_CHANNELS < columns:
+            array = array.T
+        elif not columns <= MAX_CHANNELS < rows:
             raise ValueError(
-                f"{name}: a 2-D clip is (channels, samples), got shape {array.shape} (more channels than "
-                "samples); pass its transpose, or a list for several clips"
+                f"{name}: a 2-D clip is (channels, samples) or (samples, channels), with at most "
+                f"{MAX_CHANNELS} channels and more samples; shape {array.shape} could be either (or a "
+                "batch of clips); pass a 1-D clip (e.g. the channel mean), or a list for several clips"
             )
-        array = array.T
     else:
-        raise ValueError(f"{name}: expected a 1-D or (channels, samples) clip, got shape {array.shape}")
-    if array.shape[0] == 0:
+        raise ValueError(
+            f"{name}: expected a 1-D, (channels, samples) or (samples, channels) clip, "
+            f"got shape {array.shape}"
+        )
+    if array.size == 0:
         raise AudioError(f"{name}: the clip holds no samples")
     return np.ascontiguousarray(array, dtype=np.float32)
 

@@ -6,12 +6,14 @@ batches -> the predictor's pooling of each clip's frame scores (the export's `po
 one asked for). Batches give the scores of one-by-one calls (per-clip pooling; GroupNorm front
 ends run each length on its own), so batch size and order never change a score. Files are
 decoded in DataLoader workers in batches sorted by their header's length, so decoded audio held
-at once is bounded by the batch, never by the number of inputs. Scoring imports neither
-Lightning nor Hydra; a backbone library is imported only when the export uses it.
+at once is bounded by the batch, never by the number of inputs; results still come back in
+input order. Scoring imports neither Lightning nor Hydra; a backbone library is imported only
+when the export uses it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,7 @@ import torch
 from sqa.data.audio import (
     MAX_AUDIO_SAMPLES,
     MAX_SAMPLE_RATE,
+    AudioError,
     check_audio_size,
     chunk_seconds_problem,
     downmix_resample,
@@ -128,7 +131,7 @@ class ScoreResult:
 
 
 class Scorer:
-    """An export loaded for scoring arrays (`score`) and files (`score_files`); see `sqa.load`.
+    """An export loaded for scoring paths and arrays (`score`) and many files (`score_files`); see `sqa.load`.
 
     A predictor trained with domain IDs scores every clip as coming from `domain` (a domain name
     or index of the export's `domains` list); the default is the first domain of that list
@@ -199,14 +202,57 @@ class Scorer:
         return self
 
     def score(
-        self, audio: Any, sample_rate: int
+        self, audio: Any, sample_rate: int | None = None
     ) -> float | dict[str, float] | list[float] | list[dict[str, float]]:
-        """Score a clip or a list of clips at `sample_rate` Hz (any rate; resampled as files are).
+        """Score a clip, or a list (or tuple) of clips in input order: paths, arrays, or both mixed.
 
-        A clip is a float numpy array or torch tensor, 1-D (samples,) or (channels, samples)
-        (channels are averaged). Returns one float per clip, or a dict {dimension: score} per
-        clip when the model has several score dimensions; a list for a list of clips.
+        A path (str or os.PathLike) is read as `sqa-score` reads it, at its header's rate. An
+        array is a float numpy array or torch tensor at `sample_rate` Hz (any rate; resampled as
+        files are): 1-D (samples,), or 2-D with exactly one dimension of at most 8 (the channels,
+        averaged) and the other longer, so (channels, samples) and (samples, channels), what
+        `soundfile.read` returns, are both understood; a 2-D shape with both or neither
+        dimension at most 8 (e.g. (4, 4), or (16, 16000), which may be a batch) is refused.
+        `sample_rate` applies to arrays only: needed where the input holds an array, refused
+        where it holds paths only (their rates are their headers'). Returns one float per clip,
+        or a dict {dimension: score} per clip when the model has several score dimensions; a
+        list for a list of clips. An unreadable file raises `sqa.data.audio.AudioError` (a
+        ValueError) naming it.
         """
+        single = not isinstance(audio, list | tuple)
+        clips = [audio] if single else list(audio)
+        names = ["audio"] if single else [f"audio[{i}]" for i in range(len(clips))]
+        files = {i: os.fspath(clip) for i, clip in enumerate(clips) if isinstance(clip, str | os.PathLike)}
+        arrays = [i for i in range(len(clips)) if i not in files]
+        if files and not arrays and sample_rate is not None:
+            # A file's rate is its header's: a rate given for it would be ignored, so it is refused.
+            raise ValueError(
+                f"sample_rate {sample_rate!r} applies to arrays only; a file is read at its header's "
+                "rate: leave sample_rate out"
+            )
+        wavs = self._waveforms([clips[i] for i in arrays], [names[i] for i in arrays], sample_rate)
+        rows = dict(zip(arrays, self.score_dimensions(wavs), strict=True))
+        positions = list(files)
+        # As batches finish: an unreadable file (its header is read first) stops the call at once.
+        for result in self._file_results(list(files.values()), 0):
+            if result.error is not None:
+                raise AudioError(result.error)
+            if result.warning is not None:
+                warn_at_caller(f"{result.path}: {result.warning}", ClipWarning)
+            rows[positions[result.index]] = [result.score, *result.dimension_scores.values()]
+        out = [
+            rows[i][0] if len(rows[i]) == 1 else dict(zip(self.dimensions, rows[i], strict=True))
+            for i in range(len(clips))
+        ]
+        return out[0] if single else out
+
+    def _waveforms(self, arrays: list[Any], names: list[str], sample_rate: int | None) -> list[np.ndarray]:
+        """Mono waveforms (N,) at the export's rate of `arrays` at `sample_rate`, checked and warned of."""
+        if not arrays:
+            return []
+        if sample_rate is None:
+            raise TypeError(
+                "score() needs the sample_rate of an array, e.g. score(audio, 44100); a path needs none"
+            )
         if (
             isinstance(sample_rate, bool)
             or not isinstance(sample_rate, int | np.integer)
@@ -215,10 +261,7 @@ class Scorer:
             raise ValueError(
                 f"sample_rate must be an integer in 1..{MAX_SAMPLE_RATE} Hz, got {sample_rate!r}"
             )
-        single = not isinstance(audio, list | tuple)
-        clips = [audio] if single else list(audio)
-        names = ["audio"] if single else [f"audio[{i}]" for i in range(len(clips))]
-        samples = [as_samples(clip, name) for clip, name in zip(clips, names, strict=True)]
+        samples = [as_samples(array, name) for array, name in zip(arrays, names, strict=True)]
         for array, name in zip(samples, names, strict=True):
             check_audio_size(name, int(sample_rate), *array.shape, self.sample_rate, self.max_samples)
         wavs = [
@@ -229,9 +272,7 @@ class Scorer:
             warning = clip_warning(wav, self.sample_rate, self.min_samples)
             if warning is not None:
                 warn_at_caller(f"{name}: {warning}", ClipWarning)
-        rows = self.score_dimensions(wavs)
-        out = [row[0] if len(row) == 1 else dict(zip(self.dimensions, row, strict=True)) for row in rows]
-        return out[0] if single else out
+        return wavs
 
     def score_waveforms(self, wavs: list[np.ndarray]) -> list[float]:
         """Overall scores of mono float32 waveforms (N,) at the export's `sample_rate`, in order."""
@@ -242,14 +283,31 @@ class Scorer:
         clips = [PreparedClip(i, self.prepare(wav)) for i, wav in enumerate(wavs)]
         return [row for _, row in self._score_prepared(clips)]
 
-    def score_files(self, paths: Iterable[str | Path], num_workers: int = 0) -> Iterator[ScoreResult]:
-        """Score audio files; results come as each batch finishes (`index` is the input position).
+    def score_files(
+        self, paths: Iterable[str | os.PathLike], num_workers: int = 0, ordered: bool = True
+    ) -> Iterator[ScoreResult]:
+        """Score audio files, yielding one result per file in input order (`index`: its position).
 
         Files are decoded by `num_workers` DataLoader workers (0: in this process) in batches of
-        similar length, sorted by the length in their headers. Unreadable files yield a result
-        with `error` set.
+        similar length, sorted by the length in their headers; a batch's results (never its
+        audio) wait until every earlier file's result has been yielded. `ordered=False` yields
+        each batch's results as soon as it finishes instead (`index` says whose each is), e.g. to
+        drive a progress bar. Unreadable files yield a result with `error` set.
         """
-        paths = [str(p) for p in paths]
+        results = self._file_results([str(p) for p in paths], num_workers)
+        if not ordered:
+            yield from results
+            return
+        waiting: dict[int, ScoreResult] = {}
+        done = 0
+        for result in results:
+            waiting[result.index] = result
+            while done in waiting:
+                yield waiting.pop(done)
+                done += 1
+
+    def _file_results(self, paths: list[str], num_workers: int) -> Iterator[ScoreResult]:
+        """A result per file of `paths`, as its length-sorted batch finishes (header errors first)."""
         for items in file_batches(paths, self.prepare, self.batch_size, num_workers, self.max_samples):
             for item in items:
                 if item.error is not None:

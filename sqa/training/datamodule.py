@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 from sqa.core.prediction import OVERALL
 from sqa.data.arguments import check_arguments
 from sqa.data.batching import collate
-from sqa.data.corpus import DEFAULT_DOMAIN, SPLITS, Clip, Corpus, CorpusError, LabelCounts, count_labels
+from sqa.data.corpus import SPLITS, Clip, Corpus, CorpusError, LabelCounts, count_labels
 from sqa.data.dataset import MIN_SAMPLES, ClipDataset
 from sqa.data.pitch import F0Extractor
 from sqa.data.samplers import BucketBatchSampler, EpochSampler, eval_batches
@@ -195,19 +195,6 @@ class MOSDataModule(L.LightningDataModule):
     def valid_names(self) -> list[str]:
         """Names of the validation sets (domains with a valid split), in loader order."""
         return list(self.corpus.valid_sets())
-
-    def valid_set_labels(self) -> dict[str, str]:
-        """What a reader calls each validation set, by name (the curves' legend).
-
-        Its name, or `validation` for the one set of a corpus without domains; ` (carved)` is
-        added where its clips were moved from the training split.
-        """
-        carved = {c.domain for c in self.carved_valid}
-        labels = {}
-        for name in self.valid_names:
-            label = "validation" if self.corpus.domains == [DEFAULT_DOMAIN] else name
-            labels[name] = f"{label} (carved)" if name in carved else label
-        return labels
 
     @property
     def test_names(self) -> list[str]:

@@ -10,7 +10,8 @@ export evaluated on its own corpus reproduces its metrics.json. Test sets whose 
 from the export's training labels are named (`sqa.reports.scale`, eval_info.json's
 `scale_shift`). With `map_clips=N`, a least-squares line from the model's scores to the labels is
 fitted on N seeded test clips, which then leave the evaluation; metrics.json holds the unmapped
-scores of the other clips and mapped/ the same files for their mapped scores.
+scores of the other clips and mapped/ the same files for their mapped scores. A corpus named on
+the command line without any split (one table of ratings) is evaluated whole.
 """
 
 from __future__ import annotations
@@ -51,6 +52,40 @@ DEFAULT_EVAL_BATCH_SIZE = 8
 MAP_STREAM = 5
 
 
+def clips_to_test(corpus: Corpus, split_csv: str | Path | None, named: bool, where: Path) -> Corpus:
+    """`corpus` with the clips to evaluate as its test split.
+
+    Its own test clips; else those of `split_csv` (the test split a run carved from it); else,
+    for a corpus `named` on the command line without any split (one table of ratings), every
+    clip, said in one line. Otherwise a CorpusError names the settings that give test clips; the
+    export's config.yaml (`where`) where the corpus is the one it records.
+    """
+    if corpus.split("test"):
+        return corpus
+    if split_csv is not None:
+        # A run carved its test split from a corpus without one: the same clips are its test set.
+        return corpus.with_test(read_valid_split(split_csv), split_csv)
+    carved = "data.test_split_csv=<run dir>/test_split.csv"
+    if named and not corpus.split("valid"):
+        log.info(
+            "the corpus has no test or validation clips (no split): evaluating all of its %d clips as "
+            "test set 'test' (to evaluate only the test split a run carved from it instead: %s)",
+            len(corpus.clips),
+            carved,
+        )
+        return corpus.with_test([c.sample_id for c in corpus.clips], "the corpus")
+    if named:
+        raise CorpusError(
+            "the corpus has no test clips to evaluate (its split names none); to evaluate the test "
+            f"split a run carved from it: {carved}"
+        )
+    raise CorpusError(
+        f"{where}: the corpus it records has no test clips, and the export no test split; name the "
+        f"corpus and the test split a run carved from it: data=csv data.corpus.path=<table> {carved} "
+        "(a table named without a split file is evaluated whole)"
+    )
+
+
 def evaluation_corpus(corpus: Corpus, domains: list[str], uses_domains: bool) -> Corpus:
     """The test clips of `corpus` with the export's `domains`.
 
@@ -58,11 +93,6 @@ def evaluation_corpus(corpus: Corpus, domains: list[str], uses_domains: bool) ->
     `sqa-score` does), with a warning when the model uses domain IDs.
     """
     clips = [c for c in corpus.clips if c.split == "test"]
-    if not clips:
-        raise CorpusError(
-            "the corpus has no test clips to evaluate; for a corpus whose test split a run carved, "
-            "name it: data.test_split_csv=<run dir>/test_split.csv"
-        )
     unknown = sorted({c.domain for c in clips} - set(domains))
     if unknown and uses_domains:
         log.warning("domains %s are unknown to the export; scored as its domain %r", unknown, domains[0])
@@ -120,9 +150,7 @@ def _evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         raise CorpusError(
             f"{export_dir / 'config.yaml'}: records no corpus; name one, e.g. data=csv data.corpus.path=..."
         )
-    if split_csv is not None and not corpus.split("test"):
-        # A run carved its test split from a corpus without one: the same clips are its test set.
-        corpus = corpus.with_test(read_valid_split(split_csv), split_csv)
+    corpus = clips_to_test(corpus, split_csv, user_corpus, export_dir / "config.yaml")
     domains = list(config.get("domains") or [DEFAULT_DOMAIN])
     datamodule = MOSDataModule(
         evaluation_corpus(corpus, domains, predictor.domain is not None),

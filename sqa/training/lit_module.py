@@ -164,6 +164,7 @@ class MOSModule(L.LightningModule):
             row = {
                 "index": int(batch["index"][i]),
                 "sample_id": sample_id,
+                "wav_path": batch["wav_path"][i],
                 "system_id": batch["system_id"][i],
                 "mos": labels[0],
                 "pred": float(scores[i, 0]),

@@ -22,17 +22,30 @@ from sqa.core.run_folder import RunDirError, claimed, restore_previous
 from sqa.data.corpus import Clip, CorpusError, count_labels, format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
+from sqa.exports import format as export_format
 from sqa.exports.format import export_predictor, read_architecture, read_weights
 from sqa.models.backbone import LogMelBackbone
 from sqa.reports import learning
-from sqa.reports.plots import CurveNames
+from sqa.reports.plots import CurveNames, write_curves
 from sqa.training.callbacks import AtomicCheckpointIO, StartedOver, checkpoint_step, instantiate_callbacks
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
-from sqa.training.run_dir import is_leader, log_to_file, run_inputs
+from sqa.training.run_dir import (
+    is_leader,
+    log_to_file,
+    made_for_run,
+    missing_folders,
+    remove_unused,
+    run_inputs,
+)
 from sqa.training.run_outputs import (
+    curve_set_names,
+    describe_objective,
+    hparam_metrics,
     learning_check,
     log_figures,
+    log_hparams,
+    objective_record,
     recorded_data,
     report_selection,
     run_info,
@@ -61,6 +74,8 @@ class RunSettings:
     init_from: dict[str, Any] | None
     # How the head's output layer starts: "train_mean" (the constant predictor) or "random".
     head_init: str = "random"
+    # Test and export the selected checkpoint after fitting; false validates only (sweep trials).
+    test_after_fit: bool = True
 
     @classmethod
     def of(cls, cfg: DictConfig) -> RunSettings:
@@ -76,6 +91,7 @@ class RunSettings:
             early_stopping_patience=cfg.early_stopping_patience,
             init_from=OmegaConf.to_container(init, resolve=True) if init else None,
             head_init=str(cfg.get("head_init") or "random"),
+            test_after_fit=bool(cfg.get("test_after_fit", True)),
         )
 
 
@@ -216,7 +232,7 @@ def check_resumable(last: Path) -> None:
 
 
 class RunResult(NamedTuple):
-    """Test metrics (per set and `avg`), the best validation selection score and its mode."""
+    """Test metrics (per set and `avg`; none without testing), the best selection score and its mode."""
 
     test: dict[str, Any]
     val_selection: float
@@ -232,7 +248,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     """Fit, select the best validation checkpoint, test it, write metrics and export it.
 
     The run owns `run_dir` while it runs (see `sqa.training.run_dir`): a directory in use by another run,
-    or holding a previous run's outputs without `cfg.resume` or `cfg.overwrite`, is an error.
+    or holding a previous run's outputs without `cfg.resume` or `cfg.overwrite`, is an error. A
+    directory made for the run (here or by `ClaimRunDirectory`) is removed again if the run stops
+    having written nothing of its own there (`remove_unused`).
     Under DDP only the first rank claims it; the other ranks write nothing there. `_target_`s
     that name sqa's old module paths are mapped to the current ones (`sqa.core.renames`).
     """
@@ -240,15 +258,23 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     if not is_leader():
         return _fit_test_export(cfg, Path(run_dir))
     settings = RunSettings.of(cfg)
-    with claimed(run_dir, settings.resume, settings.overwrite, run_inputs(cfg)), log_to_file(run_dir):
-        return _fit_test_export(cfg, Path(run_dir))
+    made = missing_folders(run_dir) or made_for_run(run_dir)
+    try:
+        with claimed(run_dir, settings.resume, settings.overwrite, run_inputs(cfg)), log_to_file(run_dir):
+            return _fit_test_export(cfg, Path(run_dir))
+    except BaseException:
+        # A run that stopped before writing anything of its own leaves no folder behind.
+        remove_unused(made)
+        raise
 
 
 def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     """The body of `run` in a claimed run directory.
 
     With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written after
-    every validation) and ends exactly as an uninterrupted run with the same seed would.
+    every validation) and ends exactly as an uninterrupted run with the same seed would. With
+    `cfg.test_after_fit` false (a sweep's trials), the selected checkpoint is neither tested nor
+    exported: the run writes its selection, objective and curves only.
     """
     settings = RunSettings.of(cfg)
     export_dir = run_dir / "export"
@@ -258,6 +284,8 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     if export_dir.exists() and not settings.overwrite_export:
         # Checked before training so that a long run never fails at its very end.
         raise FileExistsError(f"{export_dir} already exists; set overwrite_export=true to replace it")
+    # Likewise whether the export may be replaced (sqa's own, holding none of the run's inputs).
+    export_format.check_replaceable(export_dir, run_inputs(cfg))
     if settings.resume:
         check_resumable(last)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -309,9 +337,6 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     callbacks = instantiate_callbacks(cfg, run_dir, rule.mode, interval, settings.early_stopping_patience)
     checkpoint, history = callbacks["checkpoint"], callbacks["history"]
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
-    if logger:
-        # The module saves no hyperparameters; the resolved configuration is the run's record.
-        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer: L.Trainer = instantiate(
         cfg.trainer,
         callbacks=[*callbacks.values(), StartedOver(run_dir)],
@@ -321,6 +346,11 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         log_every_n_steps=interval,
         enable_progress_bar="progress_bar" in callbacks,
     )
+    params = OmegaConf.to_container(cfg, resolve=True)
+    if logger:
+        # The module saves no hyperparameters; the resolved configuration is the run's record. Logged
+        # once the trainer is built, so that a trainer setting in error leaves no logger folder.
+        logger.log_hyperparams(params)
     with warnings.catch_warnings():
         # Lightning warns that a mid-epoch resume point needs a resumable loader: the training
         # sampler resumes itself (MOSDataModule._resume_point).
@@ -329,8 +359,9 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     end = training_end(trainer, callbacks.get("early_stopping"))
     if trainer.is_global_zero:
         log.info("Training stopped at step %d: %s", end["step"], end["reason"])
-    trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
-    results = module.test_results
+    if settings.test_after_fit:
+        trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
+    results = module.test_results if settings.test_after_fit else {}
     outcome = RunResult(results, float(checkpoint.best_model_score), rule.mode)
     if not trainer.is_global_zero:
         # The metrics were gathered from every rank; the first rank writes and exports them.
@@ -338,6 +369,18 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     best = Path(checkpoint.best_model_path).name
     selected_step = checkpoint_step(checkpoint.best_model_path)
     info["training_end"] = end
+    info["objective"] = objective_record(rule, outcome.objective)
+    names = CurveNames(rule.label, curve_set_names(datamodule))
+    if not settings.test_after_fit:
+        # A sweep's trial: chosen on validation alone, so the test set is left unseen until the
+        # chosen settings are run once with testing.
+        report_selection(info, history.history.get("val/selection", []), best, selected_step, run_dir)
+        curves = write_curves(history.history, run_dir / "plots", selected_step, names)
+        log_figures(logger, {"plots/curves": curves}, step=trainer.global_step)
+        log_hparams(logger, params, hparam_metrics(history.history, selected_step), trainer.global_step)
+        log.info("Validation only (test_after_fit=false): %s was neither tested nor exported", best)
+        log.info("Objective (what a sweep maximises): %s", describe_objective(info["objective"]))
+        return outcome
     info["scale_shift"] = scale_shift(datamodule)
     info["learning_check"] = learning_check(module, datamodule, history.history, selected_step)
     report_selection(info, history.history.get("val/selection", []), best, selected_step, run_dir)
@@ -348,9 +391,10 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         heading=f"Test results (best checkpoint {best})",
         score_range=datamodule.corpus.score_range,
         selected_step=selected_step,
-        names=CurveNames(rule.label, datamodule.valid_set_labels()),
+        names=names,
     )
     log_figures(logger, figures, step=trainer.global_step)
+    log_hparams(logger, params, hparam_metrics(history.history, selected_step, results), trainer.global_step)
     export_predictor(
         module.predictor,
         export_dir,

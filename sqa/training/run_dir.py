@@ -1,13 +1,20 @@
-"""The training side of a run directory: its log file, and the Hydra callback that claims it.
+"""The training side of a run directory: its log file, the Hydra callback that claims it, and sweeps.
 
-The lock, the previous-run rule and the ownership of its files are `sqa.core.run_folder`'s.
+The lock, the previous-run rule and the ownership of its files are `sqa.core.run_folder`'s. A
+folder made for a run that stopped before writing anything of its own is removed again
+(`remove_unused`); `SweepSummary` says what an Optuna sweep's best value is and how to test it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
-from collections.abc import Iterator
+import shlex
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,7 +23,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sqa.core.run_folder import LINK_REFUSED, LOG_NAME, RunDirError, lock, open_no_follow, prepare
+from sqa.core import ownership
+from sqa.core.run_folder import LINK_REFUSED, LOCK_NAME, LOG_NAME, RunDirError, lock, open_no_follow, prepare
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +109,63 @@ def log_to_file(run_dir: str | Path) -> Iterator[None]:
             handler.close()
 
 
+# What a run writes before training, all of which the next run writes again (Hydra's `.hydra/`
+# included): a folder made for a run that stopped holding only these, or empty folders, goes.
+UNUSED = (
+    ".hydra",
+    LOG_NAME,
+    "config.yaml",
+    "run_info.json",
+    "valid_split.csv",
+    "test_split.csv",
+    LOCK_NAME,
+    ownership.MANIFEST,
+)
+# The folders `ClaimRunDirectory` made for this process's run, by resolved run directory.
+_made: dict[Path, list[Path]] = {}
+
+
+def missing_folders(run_dir: str | Path) -> list[Path]:
+    """`run_dir` and each folder above it that does not exist yet, deepest first (before making it)."""
+    missing: list[Path] = []
+    path = Path(os.path.abspath(run_dir))
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def made_for_run(run_dir: str | Path) -> list[Path]:
+    """The folders `ClaimRunDirectory` made for the run into `run_dir` ([] when it made none)."""
+    return _made.get(Path(run_dir).resolve(), [])
+
+
+def remove_unused(folders: Sequence[Path]) -> None:
+    """Remove the run directory `folders[0]`, and the `folders` above it left empty, if it holds nothing.
+
+    Nothing of a run's own: only names of `UNUSED` and empty folders. A folder above that holds
+    anything else (another run's directory) stays.
+    """
+    run_dir = folders[0] if folders else None
+    if run_dir is None or run_dir.is_symlink() or not run_dir.is_dir():
+        return
+    entries = list(run_dir.iterdir())
+    for entry in entries:
+        empty = entry.is_dir() and not entry.is_symlink() and not any(entry.iterdir())
+        if entry.name not in UNUSED and not empty:
+            return
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
 def is_leader() -> bool:
     """Whether this process is the first DDP rank (the only one that owns the run directory)."""
     # Imported here: `lock` and `prepare` stay free of torch and Lightning (seconds to import).
@@ -114,11 +179,13 @@ class ClaimRunDirectory(Callback):
 
     Without it, a second run into a directory in use would replace the first run's `.hydra/`
     copies before `sqa.training.run.run` could refuse it. The lock is held until the run ends. A
-    refused directory ends the process (exit status 1) with the message on stderr.
+    refused directory ends the process (exit status 1) with the message on stderr. The folders it
+    makes are recorded for the run (`made_for_run`), which removes them again if it writes nothing.
     """
 
     def __init__(self) -> None:
         self._claims: list[Any] = []
+        self._made: list[Path] = []
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Claim `hydra.run.dir` (first DDP rank only; other ranks share the leader's directory)."""
@@ -126,6 +193,10 @@ class ClaimRunDirectory(Callback):
             return
         HydraConfig.instance().set_config(config)
         run_dir = Path(str(config.hydra.run.dir))
+        made = missing_folders(run_dir)
+        if made:
+            _made[run_dir.resolve()] = made
+            self._made.append(run_dir.resolve())
         claim = lock(run_dir)
         try:
             claim.__enter__()
@@ -137,11 +208,69 @@ class ClaimRunDirectory(Callback):
                 raise RunDirError(f"{run_dir / LOG_NAME}: {LINK_REFUSED}")
         except RunDirError as err:
             self.on_run_end()
+            remove_unused(made)
             # Hydra turns a callback's exceptions into warnings and runs the job anyway; only an
             # exit stops it before it writes into the directory.
             raise SystemExit(f"Error: {err}") from None
 
     def on_run_end(self, **kwargs: Any) -> None:
-        """Release the lock taken in `on_run_start`."""
+        """Release the lock taken in `on_run_start`; forget the folders made for the run."""
         while self._claims:
             self._claims.pop().__exit__(None, None, None)
+        while self._made:
+            _made.pop(self._made.pop(), None)
+
+
+class SweepSummary(Callback):
+    """Hydra callback ending an Optuna sweep: what its best value is, and how to test those settings.
+
+    The sweeper prints `Best value: -0.655` alone; this names it from the best trial's run_info.json
+    (`objective`) and prints the command that trains the best trial's settings once more with
+    testing and an export (its trials validate only: `test_after_fit=false`).
+    """
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Log the best value's quantity and sign, its trial, and the command to test its settings."""
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        results = sweep_dir / "optimization_results.yaml"
+        if not results.is_file():
+            return
+        best = OmegaConf.to_container(OmegaConf.load(results))
+        if "best_value" not in best:
+            return  # several objectives: no single best trial
+        trial = best_trial(sweep_dir, float(best["best_value"]))
+        if trial is None:
+            log.warning("No trial under %s records the best value %s", sweep_dir, best["best_value"])
+            return
+        # Imported here: this module stays free of Lightning (run_outputs needs it).
+        from sqa.training.run_outputs import describe_objective
+
+        record = json.loads((trial / "run_info.json").read_text(encoding="utf-8"))["objective"]
+        log.info("Best value %s (trial %s: %s)", describe_objective(record), trial.name, trial)
+        log.info(
+            "The trials were validated only; train, test and export the best settings once with:\n  %s",
+            best_command(trial, sweep_dir / "best"),
+        )
+
+
+def best_trial(sweep_dir: Path, value: float) -> Path | None:
+    """The first trial directory of `sweep_dir` whose run_info.json records the objective `value`."""
+    # In job order: the sweeper's best trial is the first of equal values.
+    trials = sorted(
+        sweep_dir.glob("*/run_info.json"),
+        key=lambda p: (int(p.parent.name) if p.parent.name.isdigit() else math.inf, p.parent.name),
+    )
+    for info in trials:
+        record = json.loads(info.read_text(encoding="utf-8")).get("objective")
+        if record and math.isclose(record["value"], value, rel_tol=1e-12, abs_tol=0.0):
+            return info.parent
+    return None
+
+
+def best_command(trial: Path, run_dir: Path) -> str:
+    """The train.py command running `trial`'s settings once with testing, into `run_dir`."""
+    overrides = OmegaConf.to_container(OmegaConf.load(trial / ".hydra" / "overrides.yaml"))
+    # Without the search config, test_after_fit takes its default (true) again.
+    dropped = ("hparams_search", "test_after_fit")
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in dropped]
+    return shlex.join(["python", sys.argv[0], *kept, f"hydra.run.dir={run_dir}"])

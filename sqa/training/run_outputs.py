@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
+from sqa import metrics
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json
 from sqa.core.prediction import OVERALL
@@ -29,7 +30,7 @@ from sqa.reports import learning, plots, scale
 from sqa.reports.tables import format_table
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule, labelled
-from sqa.training.selection import uninformative
+from sqa.training.selection import LOSS_SCORES, SelectionRule, uninformative, valid_set_name
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +76,21 @@ def corpus_summary(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]
         "fingerprint": corpus.fingerprint(),
         "clips": {
             "train": len(datamodule.train_clips),
-            **{f"valid ({name})": len(clips) for name, clips in corpus.valid_sets().items()},
-            **{f"test ({name})": len(clips) for name, clips in corpus.test_sets().items()},
+            **{valid_set_name(name): len(clips) for name, clips in corpus.valid_sets().items()},
+            **{f"test/{name}": len(clips) for name, clips in corpus.test_sets().items()},
         },
         "systems": len({c.system_id for c in corpus.clips}),
         "domains": list(corpus.domains),
         "score_range": list(corpus.score_range),
+    }
+
+
+def curve_set_names(datamodule: MOSDataModule) -> dict[str, str]:
+    """The curves' legend label of each validation set: its name, `(carved)` where carved from training."""
+    carved = {c.domain for c in datamodule.carved_valid}
+    return {
+        name: f"{valid_set_name(name)} (carved)" if name in carved else valid_set_name(name)
+        for name in datamodule.valid_names
     }
 
 
@@ -274,3 +284,60 @@ def log_figures(logger: Logger | bool | None, figures: Mapping[str, Path], step:
         logger.experiment.log(
             {**{tag: wandb.Image(str(path)) for tag, path in figures.items()}, "trainer/global_step": step}
         )
+
+
+def objective_record(rule: SelectionRule, objective: float) -> dict[str, Any]:
+    """What a sweep maximises, for run_info.json: `objective` (`RunResult.objective`) and what it is.
+
+    `value` is what train.py returns to the sweeper, `quantity` the selection score's name,
+    `negated` whether `value` is minus that score (an error measure or a loss, under rule `rule`).
+    """
+    quantity = rule.label if rule.metric in LOSS_SCORES else f"validation {rule.label}"
+    return {"value": objective, "quantity": quantity, "negated": rule.mode == "min"}
+
+
+def describe_objective(record: Mapping[str, Any]) -> str:
+    """An `objective_record` in words, e.g. `-0.655 = minus the validation utterance-level RMSE 0.655`."""
+    value = record["value"]
+    if record["negated"]:
+        return f"{value:.4g} = minus the {record['quantity']} {-value:.4g}"
+    return f"{value:.4g} = the {record['quantity']}"
+
+
+def hparam_metrics(
+    history: plots.History, selected_step: int, results: Mapping[str, Any] | None = None
+) -> dict[str, float]:
+    """The run's metrics for the loggers' hyperparameter views, under `hp/`.
+
+    `hp/val/...`: every validation value of the selected check (`selected_step`), the tiebreak
+    aside; `hp/test/<set>/<level>_<metric>`: the test `results` as in metrics.json, undefined ones
+    left out.
+    """
+    found = {}
+    for key, points in history.items():
+        at_step = [value for step, value in points if step == selected_step]
+        if key.startswith("val/") and key != plots.TIEBREAK_KEY and at_step:
+            found[f"hp/{key}"] = at_step[-1]
+    for name, block in (results or {}).items():
+        for level in ("utt", "sys"):
+            for metric in metrics.METRIC_NAMES:
+                value = block[level][metric]
+                if metrics.defined(value):
+                    found[f"hp/test/{name}/{level}_{metric}"] = float(value)
+    return found
+
+
+def log_hparams(
+    logger: Logger | bool | None, params: Mapping[str, Any], values: Mapping[str, float], step: int
+) -> None:
+    """Give the loggers the hyperparameters `params` with the metrics `values` (`hparam_metrics`) at `step`.
+
+    TensorBoard's HParams tab shows them together; wandb keeps the metrics in the run's summary,
+    beside its config; other loggers have metrics.json and run_info.json as the record.
+    """
+    if isinstance(logger, TensorBoardLogger):
+        logger.log_hyperparams(dict(params), metrics=dict(values), step=step)
+        # The trainer has already finalized the logger; without a flush the values could stay buffered.
+        logger.experiment.flush()
+    elif isinstance(logger, WandbLogger):
+        logger.experiment.summary.update(dict(values))

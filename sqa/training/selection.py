@@ -32,6 +32,11 @@ TIEBREAK_METRIC, TIEBREAK_LEVEL = "rmse", "utt"
 TIEBREAK_KEY = "val/selection_tiebreak"
 
 
+def valid_set_name(domain: str) -> str:
+    """What every output calls the validation set of `domain`: `valid/<domain>` (`valid/default`)."""
+    return f"valid/{domain}"
+
+
 @dataclass(frozen=True)
 class SelectionRule:
     """The score checkpoints are selected (and early stopping decided) on.
@@ -64,13 +69,13 @@ class SelectionRule:
         return f"{LEVEL_NAMES[self.level]}-level {self.metric.upper()}"
 
     def describe(self) -> str:
-        """One line, e.g. `system-level srcc over valid sets p1, p2 (max)`."""
+        """One line, e.g. `system-level srcc over valid/p1, valid/p2 (max)`."""
         if self.metric == "train_loss":
             return "training loss since the previous validation (min)"
         what = (
             "validation loss" if self.metric == "loss" else f"{LEVEL_NAMES[self.level]}-level {self.metric}"
         )
-        return f"{what} over valid sets {', '.join(self.sets)} ({self.mode})"
+        return f"{what} over {', '.join(map(valid_set_name, self.sets))} ({self.mode})"
 
     def score(
         self,
@@ -98,7 +103,7 @@ class SelectionRule:
             "metric": self.metric,
             "level": self.level,
             "mode": self.mode,
-            "sets": list(self.sets),
+            "sets": [valid_set_name(name) for name in self.sets],
             "requested": self.requested,
             "fallback_used": self.fallback_used,
             "warning": self.warning,
@@ -106,7 +111,7 @@ class SelectionRule:
                 f"scores within {self.tie_tolerance:g} tie; the lower "
                 f"{LEVEL_NAMES[TIEBREAK_LEVEL]}-level {TIEBREAK_METRIC} wins, the earlier check on a full tie"
             ),
-            "valid_sets": {name: vars(c) for name, c in self.counts.items()},
+            "valid_sets": {valid_set_name(name): vars(c) for name, c in self.counts.items()},
         }
 
 
@@ -177,7 +182,7 @@ def choose_rule(
         if level == "sys"
         else f"at least {min_distinct_labels} distinct labels"
     )
-    unfit = "; ".join(f"{n!r}: {valid_sets[n].describe()}" for n in names if n not in ranking)
+    unfit = "; ".join(f"{valid_set_name(n)!r}: {valid_sets[n].describe()}" for n in names if n not in ranking)
     cannot = (
         f"{LEVEL_NAMES[level]}-level {metric} cannot rank checkpoints on validation set(s) {unfit} "
         f"(needs {need})"

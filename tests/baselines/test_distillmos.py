@@ -88,7 +88,8 @@ def test_cli_writes_the_distillmos_row_as_a_run(tmp_path, capsys):
     assert "Distill-MOS MOS on 6 test clips" in out and "utt    srcc" in out
     with (run_dir / "predictions.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == ["sample_id", "system_id", "test_set", "mos", "pred"] and len(rows) == 6
+    assert list(rows[0]) == ["sample_id", "system_id", "test_set", "mos", "pred", "wav_path"]
+    assert len(rows) == 6
     pred = [float(r["pred"]) for r in rows]
     assert all(1.0 < p < 5.0 for p in pred) and np.ptp(pred) > 0
     expected = metrics.evaluate_sets(

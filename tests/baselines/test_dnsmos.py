@@ -158,7 +158,7 @@ def test_cli_writes_predictions_and_metrics(tmp_path, capsys):
     assert "utt    srcc" in capsys.readouterr().out
     with (run_dir / "predictions.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == ["sample_id", "system_id", "test_set", "mos", "pred"]
+    assert list(rows[0]) == ["sample_id", "system_id", "test_set", "mos", "pred", "wav_path"]
     assert len(rows) == 6
     expected = metrics.evaluate_sets(
         [float(r["pred"]) for r in rows],

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import logging
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -254,7 +255,7 @@ def test_no_test_clips_and_no_share_is_an_error_whose_fix_works(tmp_path):
     assert MOSDataModule(read_csv_manifest(bare), valid_share=0.2).corpus.split("valid")
 
 
-def test_a_one_table_manifest_trains_to_the_end_with_no_extra_option(tmp_path):
+def test_a_one_table_manifest_trains_to_the_end_with_no_extra_option(tmp_path, caplog):
     manifest = write_per_system_corpus(tmp_path / "corpus")
     lines = manifest.read_text().splitlines()
     manifest.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
@@ -270,10 +271,14 @@ def test_a_one_table_manifest_trains_to_the_end_with_no_extra_option(tmp_path):
     assert read_valid_split(tmp_path / "a" / "export" / "test_split.csv") == test
     results = evaluate(compose_eval([f"export={tmp_path / 'a' / 'export'}"]), tmp_path / "eval")
     assert_same(results, json.loads((tmp_path / "a" / "metrics.json").read_text()))
-    # The same manifest named on the command line needs the run's test split; the error says so.
+    # The same manifest named on the command line has no split: every clip is evaluated, and a
+    # line says so, naming the run's test split for its test clips only.
     named = [f"export={tmp_path / 'a' / 'export'}", "data=csv", f"data.corpus.path={manifest}"]
-    with pytest.raises(CorpusError, match="no test clips to evaluate; .* data.test_split_csv="):
-        evaluate(compose_eval(named), tmp_path / "eval2")
+    caplog.set_level(logging.INFO, logger="sqa")
+    clips = len(read_csv_manifest(manifest).clips)
+    assert evaluate(compose_eval(named), tmp_path / "eval2")["test"]["utt"]["n"] == clips
+    assert f"evaluating all of its {clips} clips as test set 'test'" in caplog.text
+    assert "data.test_split_csv=<run dir>/test_split.csv" in caplog.text
     split = f"data.test_split_csv={tmp_path / 'a' / 'test_split.csv'}"
     assert_same(evaluate(compose_eval([*named, split]), tmp_path / "eval3"), results)
 
@@ -346,21 +351,3 @@ def test_the_valid_split_csv_lists_clips_sorted_and_reads_back_with_clear_errors
     (tmp_path / "blank.csv").write_text("")
     with pytest.raises(CorpusError, match=r"blank.csv: no 'sample_id' column; found None"):
         read_valid_split(tmp_path / "blank.csv")
-
-
-def test_validation_sets_are_named_for_the_reader_validation_and_carved(tmp_path):
-    # One table without domains: its one set is "validation", "(carved)" where moved from training.
-    carved = MOSDataModule(read_csv_manifest(write_manifest(tmp_path, {"A": 6, "B": 6}, splits=None)))
-    assert carved.valid_names == ["default"]
-    assert carved.valid_set_labels() == {"default": "validation (carved)"}
-    given = write_manifest(tmp_path, {"A": 6, "B": 6}, splits=("train", "valid", "test"))
-    assert MOSDataModule(read_csv_manifest(given)).valid_set_labels() == {"default": "validation"}
-    # Named domains keep their names, "(carved)" added where carved.
-    for splits, suffix in ((("train", "valid", "test"), ""), (("train", "test"), " (carved)")):
-        manifest = write_manifest(tmp_path, {"A": 6, "B": 6}, splits=splits)
-        rows = manifest.read_text().splitlines()
-        domain = {"A": "p1", "B": "p2"}
-        rows = [rows[0] + ",domain_id"] + [f"{row},{domain[row[0]]}" for row in rows[1:]]
-        manifest.write_text("\n".join(rows) + "\n")
-        labels = MOSDataModule(read_csv_manifest(manifest), valid_share=0.3).valid_set_labels()
-        assert labels == {"p1": f"p1{suffix}", "p2": f"p2{suffix}"}

@@ -55,17 +55,16 @@ def test_clearly_better_run_is_significantly_better(corpus, tmp_path, capsys):
     rng, true, systems, sets = corpus
     a = write_predictions(tmp_path / "a.csv", true + rng.normal(0, 1.5, len(true)), true, systems, sets)
     b = write_predictions(tmp_path / "b.csv", true + rng.normal(0, 0.2, len(true)), true, systems, sets)
-    runs = compare.align(a, b)
-    result = compare.compare(
-        runs["pred_a"], runs["pred_b"], runs["mos"], runs["system_id"], runs["test_set"], resamples=300
-    )
+    runs = compare.align([a, b])
+    pred_a, pred_b = runs["preds"]
+    result = compare.compare(pred_a, pred_b, runs["mos"], runs["system_id"], runs["test_set"], resamples=300)
     for name in ("test1", "test2", "avg"):
         r = result[name]["utt"]
         assert r["diff"] > 0.2 and r["ci"][0] > 0 and r["p"] < 0.01 and r["significant"]
         assert r["ci"][0] <= r["diff"] <= r["ci"][1]
     assert result["avg"]["sys"]["significant"] and result["avg"]["sys"]["diff"] > 0
     # The observed values are those metrics.json reports.
-    expected = metrics.evaluate_sets(runs["pred_b"], runs["mos"], runs["system_id"], runs["test_set"])
+    expected = metrics.evaluate_sets(pred_b, runs["mos"], runs["system_id"], runs["test_set"])
     assert result["avg"]["sys"]["b"] == pytest.approx(expected["avg"]["sys"]["srcc"])
     # Lower RMSE is better: B is still the better run.
     assert compare.main([str(a), str(b), "--metric", "rmse", "--resamples", "100"]) == 0
@@ -85,7 +84,7 @@ def test_mismatched_clips_are_an_error_naming_the_file_and_sample(corpus, tmp_pa
     shifted[5] += 0.5
     c = write_predictions(tmp_path / "c.csv", pred, shifted, systems, sets)
     with pytest.raises(ValueError, match=r"c\.csv.*'utt0005'.*true MOS"):
-        compare.align(a, c)
+        compare.align([a, c])
 
 
 def test_runs_as_a_module(corpus, tmp_path):
@@ -391,17 +390,14 @@ def test_rmse_over_two_clips_has_an_interval_and_over_one_has_none():
 
 
 def test_a_set_with_too_few_points_still_prints_both_levels(capsys):
-    # Six clips of three systems: neither level has an interval, and both rows are printed.
+    # Six clips of three systems: neither level has an interval, and both rows are printed. The
+    # average of one set would repeat it: it is in the result but not printed.
     true = [1.0, 1.2, 2.0, 2.2, 3.0, 3.3]
     systems = ["a", "a", "b", "b", "c", "c"]
     result = compare.compare(true, list(reversed(true)), true, systems, ["t"] * 6, resamples=20)
     lines = compare.format_comparison(result, "srcc").splitlines()
-    assert [line.split()[:2] for line in lines[1:]] == [
-        ["t", "utt"],
-        ["t", "sys"],
-        ["avg", "utt"],
-        ["avg", "sys"],
-    ]
+    assert [line.split()[:2] for line in lines[1:]] == [["t", "utt"], ["t", "sys"]]
+    assert result["avg"]["utt"]["diff"] == result["t"]["utt"]["diff"]
     assert lines[1].endswith("-2.000  no interval: 6 clips (needs at least 8)")
     assert lines[2].endswith("-2.000  no interval: 3 systems (needs at least 8)")
 
@@ -474,8 +470,9 @@ def test_the_verdict_names_the_better_run_for_each_direction_of_metric(metric, d
 
 def test_a_significant_average_over_some_sets_says_both():
     entry = _entry(0.1, [0.01, 0.2], averaged_over=["t1", "t2"])
-    row = compare.format_comparison({"avg": {"sys": entry}}, "srcc").splitlines()[1]
-    assert row.endswith("significant (B better)  (over t1, t2)")
+    sets = {name: {"sys": _entry(0.1, [0.01, 0.2])} for name in ("t1", "t2", "t3")}
+    row = compare.format_comparison({**sets, "avg": {"sys": entry}}, "srcc").splitlines()[-1]
+    assert row.startswith("avg") and row.endswith("significant (B better)  (over t1, t2)")
     undefined = {
         "a": 0.7,
         "b": np.nan,
@@ -521,10 +518,9 @@ ROWS = [("u1", "s1", "t1", "1.0", "1.5"), ("u2", "s2", "t1", "2.0", "2.5"), ("u1
 def test_runs_align_by_set_and_sample_not_by_row_order(tmp_path):
     a = _rows(tmp_path / "a.csv", ROWS)
     b = _rows(tmp_path / "b.csv", [ROWS[2], ("u2", "s2", "t1", "2.0", "9.0"), ROWS[0]])
-    runs = compare.align(a, b)
+    runs = compare.align([a, b])
     assert runs == {
-        "pred_a": [1.5, 2.5, 2.0],
-        "pred_b": [1.5, 9.0, 2.0],
+        "preds": [[1.5, 2.5, 2.0], [1.5, 9.0, 2.0]],
         "mos": [1.0, 2.0, 3.0],
         "system_id": ["s1", "s2", "s1"],
         "test_set": ["t1", "t1", "t2"],
@@ -534,8 +530,11 @@ def test_runs_align_by_set_and_sample_not_by_row_order(tmp_path):
 @pytest.mark.parametrize(
     ("rows_b", "message"),
     [
-        (ROWS + [("u9", "s1", "t2", "1.0", "1.0")], "{b}: sample 'u9' of test set 't2' is not in {a}"),
-        (ROWS[:1] + ROWS[2:], "{b}: lacks sample 'u2' of test set 't1' (in {a})"),
+        (
+            ROWS + [("u9", "s1", "t2", "1.0", "1.0")],
+            "{b}: sample 'u9' of test set 't2' is not in {a}" + compare.SAME_CLIPS,
+        ),
+        (ROWS[:1] + ROWS[2:], "{b}: lacks sample 'u2' of test set 't1' (in {a})" + compare.SAME_CLIPS),
         (
             ROWS[:2] + [("u1", "s1", "t2", "3.5", "2.0")],
             "{b}: sample 'u1' of test set 't2' has true MOS 3.5, {a} has 3.0",
@@ -570,10 +569,10 @@ def test_true_mos_match_up_to_rounding(tmp_path, mos_a, mos_b, same):
     a = _rows(tmp_path / "a.csv", [("u1", "s1", "t", mos_a, "1.0")])
     b = _rows(tmp_path / "b.csv", [("u1", "s1", "t", mos_b, "1.0")])
     if same:
-        assert compare.align(a, b)["mos"] == [float(mos_a)]
+        assert compare.align([a, b])["mos"] == [float(mos_a)]
     else:
         with pytest.raises(ValueError, match="has true MOS"):
-            compare.align(a, b)
+            compare.align([a, b])
 
 
 def test_a_sample_listed_twice_is_refused_with_its_line(tmp_path, capsys):
@@ -599,7 +598,7 @@ ACCENTED = "sample_id,system_id,test_set,mos,pred\nu1,s1,t1,1.0,1.5\ncafé,s2,t1
 def test_utf8_predictions_are_read_with_or_without_a_byte_order_mark(tmp_path, encoding):
     a = tmp_path / "a.csv"
     a.write_text(ACCENTED, encoding=encoding)
-    assert compare.align(a, a)["pred_b"] == [1.5, 2.5]
+    assert compare.align([a, a])["preds"][1] == [1.5, 2.5]
     assert list(compare.read_predictions(a)) == [("t1", "u1"), ("t1", "café")]
 
 
@@ -632,16 +631,22 @@ def test_the_cli_reports_its_settings_and_writes_the_comparison_it_prints(tmp_pa
     args = [str(a), str(b), "--json", str(out)]
     assert compare.main([*args, "--metric", "lcc", "--seed", "3", "--resamples", "60"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[:3] == ["lcc: B - A over 60 paired resamples (seed 3)", f"A = {a}", f"B = {b}"]
+    assert printed[:4] == [
+        "lcc: B - A over 60 paired resamples (seed 3)",
+        f"A = {a}",
+        f"B = {b}",
+        compare.SEED_NOTE,
+    ]
     expected = compare.compare(*runs, metric="lcc", resamples=60, seed=3)
-    assert "\n".join(printed[3:]) == compare.format_comparison(expected, "lcc")
+    assert "\n".join(printed[4:]) == compare.format_comparison(expected, "lcc")
     written = json.loads(out.read_text())
     assert {k: v for k, v in written.items() if k != "results"} == {
-        "a": str(a),
-        "b": str(b),
+        "a": [str(a)],
+        "b": [str(b)],
         "metric": "lcc",
         "resamples": 60,
         "seed": 3,
+        "seed_variance": False,
     }
     assert written["results"] == json.loads(json_text(expected))
     assert written["results"] != json.loads(json_text(compare.compare(*runs, metric="lcc", resamples=60)))
@@ -680,12 +685,17 @@ def test_the_help_says_what_each_argument_is(capsys, monkeypatch):
     assert exit_.value.code == 0
     text = capsys.readouterr().out
     assert text.startswith("usage: sqa-compare ")
-    assert text.split("\n\n")[1] == "Paired bootstrap comparison of two runs on the same test clips."
+    assert text.split("\n\n")[1] == (
+        "Compare two settings on the same test clips: groups of runs (seeds), or two single runs."
+    )
     # Each argument's line: its name, then (two spaces or more on) what it is.
     columns = (re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in text.splitlines())
     described = dict(c for c in columns if len(c) == 2)
-    assert described["a"] == "predictions.csv of run A (the reference)"
-    assert described["b"] == "predictions.csv of run B"
+    assert described["RUN"] == (
+        "run A then run B, or A's runs, --, then B's (each a predictions.csv or its run directory)"
+    )
+    assert described["--a RUN [RUN ...]"] == "the runs of setting A (the reference), a seed each"
+    assert described["--b RUN [RUN ...]"] == "the runs of setting B, a seed each"
     assert described["--json JSON"] == "also write the comparison as JSON to this file"
 
 

@@ -42,9 +42,13 @@ def write_paper_run(path, shift):
 def test_paper_layout_prints_mse_lcc_srcc_with_two_decimals(tmp_path, capsys):
     a = write_paper_run(tmp_path / "ssl" / "0", 0.0)
     b = write_paper_run(tmp_path / "ssl" / "1", 0.4)
-    assert results.main(["--paper", "--cell", f"SSL={tmp_path}/ssl/*"]) == 0
+    assert results.main(["--paper", "--markdown", "--cell", f"SSL={tmp_path}/ssl/*"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "| setting | runs | UTT MSE | UTT LCC | UTT SRCC | SYS MSE | SYS LCC | SYS SRCC |"
+    columns = ("UTT MSE", "UTT LCC", "UTT SRCC", "SYS MSE", "SYS LCC", "SYS SRCC")
+    assert (
+        lines[0]
+        == "| setting | runs | " + " | ".join(f"{c} test1/test2\\|test3\\|Avg" for c in columns) + " |"
+    )
     cells = lines[2].split(" | ")
     assert cells[0] == "| SSL" and cells[1] == "2"
 
@@ -76,7 +80,10 @@ def test_paper_rows_are_printed_before_the_runs_with_their_source(tmp_path, caps
     write_paper_run(tmp_path / "ssl" / "0", 0.0)
     shipped = REPO / "recipes" / "singmos_pro" / "paper_rows.json"
     assert (
-        results.main(["--paper", "--cell", f"SSL={tmp_path}/ssl/*", "--paper-rows", f"{shipped}:table3"]) == 0
+        results.main(
+            ["--paper", "--markdown", "--cell", f"SSL={tmp_path}/ssl/*", "--paper-rows", f"{shipped}:table3"]
+        )
+        == 0
     )
     out = capsys.readouterr().out
     labels = [line.split(" | ")[0].lstrip("| ") for line in out.splitlines() if line.startswith("| ")]
@@ -115,7 +122,14 @@ def test_paper_rows_are_printed_before_the_runs_with_their_source(tmp_path, caps
     (tmp_path / "rows.json").write_text(json.dumps(filled))
     assert (
         results.main(
-            ["--paper", "--cell", f"SSL={tmp_path}/ssl/*", "--paper-rows", f"{tmp_path}/rows.json:t"]
+            [
+                "--paper",
+                "--markdown",
+                "--cell",
+                f"SSL={tmp_path}/ssl/*",
+                "--paper-rows",
+                f"{tmp_path}/rows.json:t",
+            ]
         )
         == 0
     )

@@ -90,8 +90,8 @@ def test_several_dimensions_give_a_dict_per_clip(tmp_path):
     [
         (np.zeros(1000, dtype=np.int16), 16000, TypeError, "scale integer PCM"),
         (torch.zeros(1000, dtype=torch.int32), 16000, TypeError, "floating-point"),
-        (np.zeros((1000, 2)), 16000, ValueError, "a 2-D clip is (channels, samples)"),
-        (np.zeros((1, 2, 1000)), 16000, ValueError, "1-D or (channels, samples)"),
+        (np.zeros((4, 4)), 16000, ValueError, "shape (4, 4) could be either (or a batch of clips)"),
+        (np.zeros((1, 2, 1000)), 16000, ValueError, "1-D, (channels, samples) or (samples, channels)"),
         (np.zeros(1000), 0, ValueError, "sample_rate must be an integer in 1..384000 Hz, got 0"),
         ([np.zeros(1000), np.zeros(0)], 16000, ValueError, "audio[1]: the clip holds no samples"),
     ],

@@ -280,11 +280,25 @@ def test_by_system_means_and_manifest_columns(default_export, tmp_path):
     )
 
 
-def test_by_system_needs_a_system_for_every_clip(default_export, tmp_path, capsys):
+def test_by_system_without_a_system_for_every_clip_writes_the_clips_and_says_why_not_the_systems(
+    default_export, tmp_path, capsys
+):
     sf.write(tmp_path / "nosystem.wav", np.full(8000, 0.1), 16000)
+    sf.write(tmp_path / "sys1-utt1.wav", np.full(9000, 0.1), 16000)
     out = tmp_path / "s.csv"
-    assert run_score(default_export, "--output", out, "--by-system", tmp_path / "nosystem.wav") == 2
-    assert "cannot tell the system" in capsys.readouterr().err and not out.exists()
+    args = ["--output", out, "--by-system", tmp_path / "nosystem.wav", tmp_path / "sys1-utt1.wav"]
+    assert run_score(default_export, *args) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"sqa-score: --by-system: {tmp_path / 's.systems.csv'} not written: cannot tell the system of 1 "
+        f"clip(s), e.g. {tmp_path / 'nosystem.wav'}; name them <sys>-<utt> or give a manifest with a "
+        "system_id column"
+    )
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    # Every clip's score, as without --by-system (no half-empty system_id column).
+    assert [r["path"] for r in rows] == [str(tmp_path / "nosystem.wav"), str(tmp_path / "sys1-utt1.wav")]
+    assert list(rows[0]) == ["path", "score"] and not (tmp_path / "s.systems.csv").exists()
 
 
 def sung_phrase(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:

@@ -74,6 +74,7 @@ def test_eval_of_a_runs_export_reproduces_its_test_results(tiny_run, tmp_path):
         "replicates": "per_listener",
         "reference_systems": [],
         "anchor_systems": [],
+        "columns": None,
     }
     assert config["test"] == {"seed": 0, "bootstrap": 20}
     # The corpus recorded in the export, and the same corpus named on the command line.
@@ -198,13 +199,6 @@ def test_clips_of_domains_the_export_does_not_know_are_scored_as_its_first(caplo
     corpus = evaluation_corpus(Corpus(clips, ["p1", "p2", "new"]), ["p2", "p1"], uses_domains=False)
     assert [(c.sample_id, c.domain) for c in corpus.clips] == [("a", "p2"), ("b", "p2")]
     assert corpus.domains == ["p2", "p1"] and not caplog.records
-    no_test = (
-        "the corpus has no test clips to evaluate; for a corpus whose test split a run carved, name it: "
-    )
-    with pytest.raises(
-        CorpusError, match=f"^{re.escape(no_test)}data.test_split_csv=<run dir>/test_split.csv$"
-    ):
-        evaluation_corpus(Corpus(clips[2:], ["p1"]), ["p1"], uses_domains=False)
 
 
 # The tests below score with an untrained model (no training): each takes seconds.
@@ -472,3 +466,74 @@ def test_main_writes_into_hydras_folder_and_ends_a_bad_export_in_one_line(
     with pytest.raises(SystemExit) as exit_info:
         evaluation.main()
     assert str(exit_info.value).startswith(f"Error: {missing}: not found")
+
+
+def suggested(message: str, **places: Path) -> list[str]:
+    """The settings `message` suggests (`data...=...`), its <placeholders> filled in from `places`."""
+    for name, value in places.items():
+        message = message.replace(f"<{name.replace('_', ' ')}>", str(value))
+    return [s.rstrip(");,") for s in re.findall(r"data[\w.]*=\S+", message)]
+
+
+def test_a_table_without_a_split_is_evaluated_whole_and_every_suggested_fix_works(
+    untrained, corpus_manifest, tmp_path, caplog
+):
+    rows = read_rows(corpus_manifest)
+    test_ids = [r["sample_id"] for r in rows if r["split"] == "test"]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "test_split.csv").write_text("sample_id\n" + "\n".join(test_ids) + "\n")
+
+    def table(name: str, split: dict | None) -> Path:
+        """The corpus as `name`.csv, its audio by absolute paths; `split` renames splits (None: no column)."""
+        path = tmp_path / f"{name}.csv"
+        columns = [c for c in rows[0] if split is not None or c != "split"]
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            for r in rows:
+                changed = {"split": split.get(r["split"], r["split"])} if split is not None else {}
+                writer.writerow({**r, "wav_path": str(corpus_manifest.parent / r["wav_path"]), **changed})
+        return path
+
+    export = export_predictor(untrained, tmp_path / "export", 16000, ["d"], f0_extractor=F0Extractor())
+    caplog.set_level(logging.INFO, logger="sqa")
+    # A table without a split column: every clip, said in one line that names the carved split's fix.
+    unsplit = [f"export={export}", "data=csv", f"data.corpus.path={table('unsplit', None)}"]
+    whole = evaluate(compose_eval(unsplit), tmp_path / "whole")
+    assert whole["test"]["utt"]["n"] == len(rows)
+    lines = [r.getMessage() for r in caplog.records if "evaluating all of its" in r.getMessage()]
+    assert lines == [
+        f"the corpus has no test or validation clips (no split): evaluating all of its {len(rows)} clips "
+        "as test set 'test' (to evaluate only the test split a run carved from it instead: "
+        "data.test_split_csv=<run dir>/test_split.csv)"
+    ]
+    fix = suggested(lines[0], run_dir=run_dir)
+    assert evaluate(compose_eval([*unsplit, *fix]), tmp_path / "carved")["test"]["utt"]["n"] == len(test_ids)
+    # The documented setting does what the default does.
+    assert_same(evaluate(compose_eval([*unsplit, "data.corpus.default_split=test"]), tmp_path / "d"), whole)
+    # A split column without test rows: the error's fix evaluates the run's test clips.
+    untested = [f"export={export}", "data=csv", f"data.corpus.path={table('untested', {'test': 'train'})}"]
+    with pytest.raises(CorpusError) as err:
+        evaluate(compose_eval(untested), tmp_path / "none")
+    assert str(err.value) == (
+        "the corpus has no test clips to evaluate (its split names none); to evaluate the test split a "
+        "run carved from it: data.test_split_csv=<run dir>/test_split.csv"
+    )
+    fixed = evaluate(compose_eval([*untested, *suggested(str(err.value), run_dir=run_dir)]), tmp_path / "f")
+    assert fixed["test"]["utt"]["n"] == len(test_ids)
+    # An export recording such a corpus without a test split of its own: its fixes, as named.
+    recorded = labelled_export(untrained, tmp_path / "untested.csv", tmp_path / "recorded", ["d"])
+    with pytest.raises(CorpusError) as err:
+        evaluate(compose_eval([f"export={recorded}"]), tmp_path / "none2")
+    assert str(err.value) == (
+        f"{recorded.resolve() / 'config.yaml'}: the corpus it records has no test clips, and the export no "
+        "test split; name the corpus and the test split a run carved from it: data=csv "
+        "data.corpus.path=<table> data.test_split_csv=<run dir>/test_split.csv (a table named without a "
+        "split file is evaluated whole)"
+    )
+    fix = suggested(str(err.value), table=tmp_path / "untested.csv", run_dir=run_dir)
+    assert fix[0] == "data=csv" and len(fix) == 3
+    assert_same(evaluate(compose_eval([f"export={recorded}", *fix]), tmp_path / "g"), fixed)
+    whole_fix = suggested(str(err.value), table=tmp_path / "unsplit.csv", run_dir=run_dir)[:2]
+    assert_same(evaluate(compose_eval([f"export={recorded}", *whole_fix]), tmp_path / "h"), whole)

@@ -45,6 +45,7 @@ def items(n: int, offset: int = 0) -> list[dict]:
                 "judge": None,
                 "domain": 0,
                 "sample_id": f"c{i}",
+                "wav_path": f"c{i}.wav",
                 "system_id": f"s{i % 3}",
                 "test_set": "",
             }

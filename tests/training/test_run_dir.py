@@ -523,3 +523,63 @@ def test_a_run_directory_that_is_a_file_is_refused_in_one_line_and_kept(tmp_path
         f"Error: {path}: is a file, not a folder; choose another run directory (hydra.run.dir=...)"
     )
     assert path.read_text() == "my results\n"
+
+
+def bad_batch_size(synthetic_root: Path) -> list[str]:
+    """A config error found when the data module is built (after the run directory is claimed)."""
+    return [f"data.corpus.root={synthetic_root}", "data.batch_size=abc"]
+
+
+def test_a_run_stopped_by_a_config_error_leaves_no_folder_it_made(tmp_path, synthetic_root, claim):
+    # Made by the run itself (the API), parents included.
+    run_dir = tmp_path / "outputs" / "2025-01-01" / "12-00-00"
+    with pytest.raises(Exception, match="batch_size"):
+        run(compose_train(bad_batch_size(synthetic_root)), run_dir)
+    assert list(tmp_path.iterdir()) == []
+    # Made by the Hydra callback, with what Hydra writes before the job: .hydra/ and train.log.
+    (tmp_path / "outputs" / "2025-01-01" / "11-00-00").mkdir(parents=True)
+    claim(run_dir)
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (run_dir / LOG_NAME).write_text("")
+    with pytest.raises(Exception, match="batch_size"):
+        run(compose_train(bad_batch_size(synthetic_root)), run_dir)
+    # The day's folder holds another run: it stays.
+    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*")] == [
+        Path("outputs"),
+        Path("outputs/2025-01-01"),
+        Path("outputs/2025-01-01/11-00-00"),
+    ]
+
+
+def test_a_failed_run_keeps_a_folder_it_did_not_make_or_with_a_report(tmp_path, synthetic_root, claim):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    with pytest.raises(Exception, match="batch_size"):
+        run(compose_train(bad_batch_size(synthetic_root)), mine)
+    assert "config.yaml" in tree(mine)
+    # A folder made for the run but holding something else than a run writes before training.
+    run_dir = tmp_path / "new"
+    claim(run_dir)
+    (run_dir / "notes.txt").write_text("mine\n")
+    with pytest.raises(Exception, match="batch_size"):
+        run(compose_train(bad_batch_size(synthetic_root)), run_dir)
+    assert {"notes.txt", "config.yaml"} <= set(tree(run_dir))
+
+
+def test_a_refused_claim_leaves_no_folder_it_made(tmp_path, claim):
+    with pytest.raises(SystemExit, match="contradict"):
+        claim(tmp_path / "a" / "run", "resume=true", "overwrite=true")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_py_stopped_by_a_config_error_leaves_no_outputs_folder(tmp_path, synthetic_root):
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *bad_batch_size(synthetic_root)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1 and "batch_size" in result.stderr
+    assert list(tmp_path.iterdir()) == []

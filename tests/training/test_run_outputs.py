@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +12,7 @@ from lightning.pytorch.callbacks import EarlyStopping
 from sqa.reports import plots
 from sqa.training.run import run
 from sqa.training.run_outputs import training_end
+from sqa.training.selection import TIEBREAK_KEY
 from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
 
 
@@ -22,6 +24,21 @@ def stopper(wait_count: int, patience: int = 3) -> EarlyStopping:
     callback = EarlyStopping(monitor="val/selection", patience=patience)
     callback.wait_count = wait_count
     return callback
+
+
+PER_SET_PANELS = ["system-level SRCC per validation set", "utterance-level RMSE per validation set"]
+
+
+def test_the_curves_never_draw_the_selection_tiebreak_as_a_panel():
+    history = {
+        "val/selection": [(4, 0.5), (8, 0.4)],
+        "val/p1/sys_srcc": [(4, 0.1), (8, 0.3)],
+        "val/p1/utt_rmse": [(4, 0.6), (8, 0.5)],
+        TIEBREAK_KEY: [(4, 0.6), (8, 0.5)],
+        "train/lr": [(2, 0.01)],
+    }
+    titles = [panel.title for panel in plots.curve_panels(history, plots.CurveNames("system-level SRCC"))]
+    assert titles == ["selection score: system-level SRCC", *PER_SET_PANELS, "train/lr"]
 
 
 def test_training_end_says_which_limit_or_callback_stopped_training():
@@ -70,11 +87,22 @@ def test_a_run_records_its_selected_step_and_why_it_stopped_and_names_its_curves
     assert f"- exported weights: step {step} (`best-step={step}.ckpt`)" in card
     assert "- training stopped at step 12: trainer.max_steps=12 reached" in card
     # Two validation systems: the rule falls back to utterance RMSE; the manifest's set has no domain.
-    ((_, selected, names),) = drawn
-    assert selected == step and names == plots.CurveNames("utterance-level RMSE", {"default": "validation"})
+    ((history, selected, names),) = drawn
+    assert selected == step
+    assert names == plots.CurveNames("utterance-level RMSE", {"default": "valid/default"})
+    # Selecting on utterance RMSE, the tiebreak is the selection score again: recorded, not drawn.
+    assert history[TIEBREAK_KEY] == history["val/selection"]
+    titles = [panel.title for panel in plots.curve_panels(history, names)]
+    assert titles == ["loss", "selection score: utterance-level RMSE", *PER_SET_PANELS]
     log = (tmp_path / "train.log").read_text()
     assert "Model summary:" in log and "Total params" in log and "FLOPs" not in log
     assert "Training stopped at step 12: trainer.max_steps=12 reached" in log
+    # One name for the validation set on the console, in run_info.json, the model card and the plots.
+    assert re.search(r"^valid/default +8 ", log, flags=re.MULTILINE)
+    assert "utterance-level rmse over valid/default (min)" in log
+    assert info["splits"]["valid/default"]["clips"] == info["corpus"]["clips"]["valid/default"] == 8
+    assert list(info["corpus"]["clips"]) == ["train", "valid/default", "test/test"]
+    assert "- valid/default: 8 clips" in card and "- test/test: 9 clips" in card
 
 
 def test_a_run_that_stops_early_says_so(manifest, tmp_path):

@@ -94,7 +94,7 @@ def test_rule_uses_ranking_metric_only_where_the_sets_can_rank():
     # One set too small: left out, with a warning naming it and its counts.
     rule = choose_rule({"p1": big, "p2": small})
     assert rule.sets == ("p1",) and rule.metric == "srcc"
-    assert "'p2': 8 clips, 2 systems, 2 distinct labels" in rule.warning
+    assert "'valid/p2': 8 clips, 2 systems, 2 distinct labels" in rule.warning
     # None can rank: the fallback error measure at utterance level over every set, minimised.
     rule = choose_rule({"p2": small}, fallback="mse")
     assert (rule.metric, rule.level, rule.mode, rule.fallback_used) == ("mse", "utt", "min", True)
@@ -103,8 +103,8 @@ def test_rule_uses_ranking_metric_only_where_the_sets_can_rank():
     assert (forced.metric, forced.level) == ("srcc", "sys") and "uninformative" in forced.warning
     # Every set that cannot rank is named, with what a set needs at that level.
     two = choose_rule({"p1": big, "p2": small, "p3": small})
-    assert "validation set(s) 'p2': 8 clips" in two.warning
-    assert "clips per system; 'p3': 8 clips" in two.warning
+    assert "validation set(s) 'valid/p2': 8 clips" in two.warning
+    assert "clips per system; 'valid/p3': 8 clips" in two.warning
     assert (
         "(needs at least 5 systems with distinct mean labels and a median of at least 3 clips" in two.warning
     )
@@ -176,11 +176,12 @@ def test_run_info_records_the_rule_its_request_and_every_sets_counts():
     rule = choose_rule({"a": big, "b": small}, tie_tolerance=0.001)
     record = rule.record()
     assert record == {
-        "rule": "system-level srcc over valid sets a (max)",
+        # Sets are named as everywhere a run lists them: valid/<domain>.
+        "rule": "system-level srcc over valid/a (max)",
         "metric": "srcc",
         "level": "sys",
         "mode": "max",
-        "sets": ["a"],
+        "sets": ["valid/a"],
         "requested": "sys srcc",
         "fallback_used": False,
         "warning": rule.warning,
@@ -188,7 +189,7 @@ def test_run_info_records_the_rule_its_request_and_every_sets_counts():
             "scores within 0.001 tie; the lower utterance-level rmse wins, the earlier check on a full tie"
         ),
         "valid_sets": {
-            "a": {
+            "valid/a": {
                 "clips": 60,
                 "systems": 12,
                 "labels": 30,
@@ -196,7 +197,7 @@ def test_run_info_records_the_rule_its_request_and_every_sets_counts():
                 "clips_per_system": 5.0,
                 "listeners": 0,
             },
-            "b": {
+            "valid/b": {
                 "clips": 8,
                 "systems": 2,
                 "labels": 2,
@@ -206,14 +207,14 @@ def test_run_info_records_the_rule_its_request_and_every_sets_counts():
             },
         },
     }
-    assert rule.warning.startswith("system-level srcc cannot rank checkpoints on validation set(s) 'b'")
+    assert rule.warning.startswith("system-level srcc cannot rank checkpoints on validation set(s) 'valid/b'")
     assert json.loads(json.dumps(record)) == record
     fallback = choose_rule({"b": small}, metric="ktau", level="utt", min_distinct_labels=3).record()
     assert {k: fallback[k] for k in ("metric", "level", "mode", "sets", "requested", "fallback_used")} == {
         "metric": "rmse",
         "level": "utt",
         "mode": "min",
-        "sets": ["b"],
+        "sets": ["valid/b"],
         "requested": "utt ktau",
         "fallback_used": True,
     }
@@ -242,7 +243,7 @@ def test_two_validation_systems_fall_back_to_an_error_measure(tiny_run):
     log = (run_dir / "train.log").read_text().splitlines()
     warnings = [line for line in log if "cannot rank" in line]
     assert len(warnings) == 1 and "[WARNING]" in warnings[0]
-    assert "'default': 8 clips, 2 systems, 2 distinct labels" in warnings[0]
+    assert "'valid/default': 8 clips, 2 systems, 2 distinct labels" in warnings[0]
     assert "selecting on utterance-level rmse" in warnings[0]
     selection = read_run_info(run_dir)["selection"]
     assert (selection["metric"], selection["level"], selection["mode"]) == ("rmse", "utt", "min")
@@ -346,13 +347,13 @@ def test_an_error_measure_is_used_as_asked_at_its_level_on_every_set():
         False,
     )
     assert rule.record()["requested"] == "sys rmse" and rule.describe() == (
-        "system-level rmse over valid sets a, b (min)"
+        "system-level rmse over valid/a, valid/b (min)"
     )
     loss = choose_rule({"a": small}, fallback="loss")
     assert (loss.metric, loss.level, loss.describe()) == (
         "loss",
         None,
-        "validation loss over valid sets a (min)",
+        "validation loss over valid/a (min)",
     )
 
 
@@ -403,7 +404,7 @@ def test_system_means_of_too_few_clips_cannot_rank():
     rule = choose_rule({"v": two})
     assert rule.fallback_used and rule.metric == "rmse"
     assert (
-        "'v': 16 clips, 8 systems, 16 distinct labels (8 distinct system means), median 2 clips"
+        "'valid/v': 16 clips, 8 systems, 16 distinct labels (8 distinct system means), median 2 clips"
         in rule.warning
     )
     assert "a median of at least 3 clips per system" in rule.warning

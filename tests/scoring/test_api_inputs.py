@@ -1,0 +1,165 @@
+"""What `Scorer.score` and `score_files` take and give back: paths, arrays of either layout, input order."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import sqa
+from sqa.data.audio import AudioError
+from sqa.scoring.clips import ClipWarning
+from sqa.scoring.scorer import Scorer
+from tests.conftest import REPO
+
+
+def write(path: Path, seconds: float, rate: int = 16000, channels: int = 1, seed: int = 0) -> Path:
+    """A float WAV of noise and a tone at `rate` Hz, (samples, channels) as soundfile writes it."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    data = np.stack(
+        [
+            0.2 * np.sin(2 * np.pi * (220 + 110 * c) * t) + 0.05 * rng.standard_normal(t.size)
+            for c in range(channels)
+        ],
+        axis=1,
+    )
+    sf.write(path, data, rate, subtype="FLOAT")
+    return path
+
+
+@pytest.fixture(scope="module")
+def predictor(default_export: Path) -> Scorer:
+    return sqa.load(default_export, batch_size=3)
+
+
+def test_score_files_returns_shuffled_inputs_in_input_order(predictor, tmp_path):
+    seconds = [0.3, 2.0, 0.5, 1.5, 0.1, 1.0, 0.7, 1.8, 0.2, 1.2]
+    paths = [write(tmp_path / f"clip{i}.wav", s, seed=i) for i, s in enumerate(seconds)]
+    paths.append(tmp_path / "missing.wav")  # an unreadable file keeps its place too
+    shuffled = [paths[i] for i in np.random.default_rng(1).permutation(len(paths))]
+    results = list(predictor.score_files(shuffled))
+    assert [r.path for r in results] == [str(p) for p in shuffled]
+    assert [r.index for r in results] == list(range(len(shuffled)))
+    assert [r.error is not None for r in results] == [p.name == "missing.wav" for p in shuffled]
+    alone = {str(p): next(predictor.score_files([p])).score for p in paths}
+    # Batches give one-by-one scores up to float rounding (tests/scoring/test_scoring.py).
+    assert [r.score for r in results] == pytest.approx([alone[str(p)] for p in shuffled], abs=1e-5)
+    # The inputs do exercise the reordering: as batches finish, the results come by length.
+    as_done = [r.index for r in predictor.score_files(shuffled, ordered=False)]
+    assert sorted(as_done) == list(range(len(shuffled))) and as_done != sorted(as_done)
+
+
+def test_score_of_a_path_equals_the_score_of_its_audio_as_soundfile_reads_it(predictor, tmp_path):
+    path = write(tmp_path / "song.wav", 1.5, rate=44100, channels=2)
+    data, rate = sf.read(path)  # (samples, 2), float64
+    assert data.shape == (66150, 2)
+    from_path = predictor.score(str(path))
+    assert predictor.score(path) == from_path  # os.PathLike as str
+    assert predictor.score(data, rate) == pytest.approx(from_path, abs=1e-6)
+    assert predictor.score(*sf.read(path)) == pytest.approx(from_path, abs=1e-6)
+
+
+def test_a_list_mixing_paths_and_arrays_comes_back_in_input_order(predictor, tmp_path):
+    a = write(tmp_path / "a.wav", 2.0, seed=1)
+    b = write(tmp_path / "b.wav", 0.4, seed=2)
+    clip = sf.read(write(tmp_path / "c.wav", 1.0, rate=22050, seed=3))[0]
+    scores = predictor.score([a, clip, str(b), clip[:8000]], 22050)
+    expected = [predictor.score(a), predictor.score(clip, 22050), predictor.score(b)]
+    expected.append(predictor.score(clip[:8000], 22050))
+    assert scores == pytest.approx(expected, abs=1e-6)
+    assert len(set(scores)) == 4
+    assert predictor.score((b, a)) == pytest.approx([expected[2], expected[0]], abs=1e-6)
+
+
+def test_sample_rate_applies_to_arrays_only(predictor, tmp_path):
+    path = write(tmp_path / "song.wav", 0.5)
+    with pytest.raises(ValueError, match=r"^sample_rate 16000 applies to arrays only; a file is read at its"):
+        predictor.score(path, 16000)
+    with pytest.raises(ValueError, match="applies to arrays only"):
+        predictor.score([path, path], 16000)
+    assert predictor.score([], 16000) == [] and predictor.score([]) == []
+    message = "score() needs the sample_rate of an array, e.g. score(audio, 44100); a path needs none"
+    for audio in (np.zeros(1600), [path, np.zeros(1600)]):
+        with pytest.raises(TypeError, match=re.escape(message)):
+            predictor.score(audio)
+
+
+def test_an_unreadable_path_raises_naming_it(predictor, tmp_path):
+    (tmp_path / "text.wav").write_text("not audio", encoding="utf-8")
+    for bad in (tmp_path / "missing.wav", tmp_path / "text.wav"):
+        with pytest.raises(AudioError, match=f"^{re.escape(str(bad))}: "):
+            predictor.score([write(tmp_path / "good.wav", 0.5), bad])
+
+
+def test_a_path_too_short_or_silent_warns_naming_it(predictor, tmp_path):
+    sf.write(tmp_path / "silent.wav", np.zeros(16000), 16000)
+    with pytest.warns(ClipWarning, match=f"^{re.escape(str(tmp_path / 'silent.wav'))}: silent"):
+        predictor.score(tmp_path / "silent.wav")
+
+
+def test_samples_by_channels_equals_its_transpose(predictor):
+    clip = np.stack([np.sin(np.arange(20000) / 7), np.random.default_rng(0).uniform(-0.3, 0.3, 20000)])
+    assert clip.shape == (2, 20000)
+    assert predictor.score(clip.T, 16000) == predictor.score(clip, 16000)
+    assert predictor.score(np.asfortranarray(clip.T), 16000) == predictor.score(clip, 16000)
+
+
+@pytest.mark.parametrize("shape", [(16000, 8), (8, 16000), (9, 8), (8, 9), (16000, 1), (1, 16000)])
+def test_a_dimension_of_at_most_8_beside_a_longer_one_is_the_channels(predictor, shape):
+    clip = np.random.default_rng(0).uniform(-0.3, 0.3, shape)
+    channels_first = clip if shape[0] < shape[1] else clip.T
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClipWarning)  # 9 samples: shorter than the receptive field
+        assert predictor.score(clip, 16000) == predictor.score(channels_first.T, 16000)
+        mono = predictor.score(channels_first.mean(axis=0), 16000)
+        assert predictor.score(clip, 16000) == pytest.approx(mono, abs=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (1, 1), (9, 9), (16000, 9), (9, 16000), (16, 16000)])
+def test_a_shape_whose_channels_cannot_be_told_is_refused(predictor, shape):
+    message = (
+        "audio: a 2-D clip is (channels, samples) or (samples, channels), with at most 8 channels and "
+        f"more samples; shape {shape} could be either (or a batch of clips); pass a 1-D clip (e.g. the "
+        "channel mean), or a list for several clips"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        predictor.score(np.zeros(shape, dtype=np.float32), 16000)
+
+
+def test_a_clip_with_no_samples_or_no_channels_is_refused(predictor):
+    for shape in [(0,), (0, 100), (100, 0)]:
+        with pytest.raises(AudioError, match=r"^audio: the clip holds no samples$"):
+            predictor.score(np.zeros(shape, dtype=np.float32), 16000)
+
+
+def test_sqa_score_prints_the_chunking_warning_as_one_line(default_export, tmp_path):
+    # In a fresh interpreter, with Python's own warning filters and formatter.
+    write(tmp_path / "song.wav", 3.0)
+    args = ["--checkpoint", str(default_export), "--chunk-seconds", "1", "--num-workers", "0"]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sqa.scoring.cli",
+            *args,
+            "--output",
+            str(tmp_path / "s.csv"),
+            str(tmp_path / "song.wav"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr.splitlines() == [
+        "sqa-score: warning: LogMelBackbone windows shorter than 10 s moved scores of long songs by more "
+        "than 0.02 MOS against whole-clip scoring (docs/scoring.md); use longer windows where memory allows"
+    ]
