@@ -179,20 +179,6 @@ def test_p_is_two_sided_by_a_hand_count():
     assert compare.summarise(0.0, np.array([-1.0, 0.0, 1.0]))["p"] == pytest.approx(1.0)
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The index arrays (R, n) that compare draws, in the order it draws them."""
-    record = []
-    real = metrics.bootstrap_indices
-
-    def recording(rng, n, resamples):
-        record.append(real(rng, n, resamples))
-        return record[-1]
-
-    monkeypatch.setattr(metrics, "bootstrap_indices", recording)
-    return record
-
-
 def test_p_and_interval_of_a_comparison_by_a_hand_count_over_the_drawn_resamples(drawn):
     rng = np.random.default_rng(2)
     n = 80

@@ -64,20 +64,6 @@ def test_welch_on_hand_made_runs_by_hand_on_both_sides_of_five_percent(
     assert f"{r['p']:.3f}" in rows[0] and " 3.2 " in rows[0]
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The index arrays (R, n) that compare draws, in the order it draws them."""
-    record = []
-    real = metrics.bootstrap_indices
-
-    def recording(rng, n, resamples):
-        record.append(real(rng, n, resamples))
-        return record[-1]
-
-    monkeypatch.setattr(metrics, "bootstrap_indices", recording)
-    return record
-
-
 def test_the_standard_error_adds_the_clip_variance_of_the_drawn_resamples_to_the_seed_variance(drawn):
     rng = np.random.default_rng(6)
     n = 40
