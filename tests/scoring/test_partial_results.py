@@ -323,3 +323,21 @@ def test_finite_audio_too_large_to_process_is_named_as_such(default_export, tmp_
         "(at most 2147483648, int32 PCM's full scale)"
     )
     assert [r["path"] for r in csv.DictReader(out.open())] == [str(wavs[0])]
+
+
+def test_when_nothing_could_be_scored_no_output_is_written_and_an_old_one_is_kept(
+    default_export, tmp_path, capsys
+):
+    missing = tmp_path / "missing.wav"
+    new = tmp_path / "new.csv"
+    assert run_score(default_export, "--output", new, missing) == 1
+    assert not new.exists()
+    old = tmp_path / "old.csv"
+    old.write_text("path,score\nearlier.wav,3.0\n")
+    assert run_score(default_export, "--output", old, "--overwrite", missing) == 1
+    assert old.read_text() == "path,score\nearlier.wav,3.0\n"
+    # One scorable clip beside the missing one: written, the old table replaced.
+    (wav,) = write_clips(tmp_path / "wavs", 1)
+    assert run_score(default_export, "--output", old, "--overwrite", missing, wav) == 1
+    assert [r["path"] for r in csv.DictReader(old.open())] == [str(wav)]
+    capsys.readouterr()
