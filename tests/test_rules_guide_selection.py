@@ -225,3 +225,29 @@ def test_dnsmos_on_another_scale_without_training_clips_has_no_errors(tmp_path, 
     # The clean clip above the noisy one, as rated: the one pair is ordered right.
     assert saved["utt"]["pair_acc"] == 1.0
     assert json.loads((run_dir / "run_info.json").read_text())["scale_map"] is None
+
+
+@pytest.mark.parametrize(
+    ("split", "as_test", "as_valid"),
+    [("train", True, True), ("valid", False, True), ("test", False, False), (None, False, False)],
+)
+def test_a_reused_split_names_training_clips_for_test_and_training_or_validation_clips_for_valid(
+    split, as_test, as_valid, tmp_path
+):
+    # selection.md, data keys: test_split_csv must name training clips; valid_split_csv training or
+    # validation clips. Each split on both lists (None: an ID the corpus does not hold).
+    from sqa.data.corpus import Corpus, CorpusError
+
+    clips = [Clip(f"{s}-1", tmp_path / f"{s}.wav", 3.0, "A", "d", s) for s in ("train", "valid", "test")]
+    corpus = Corpus(clips, ["d"])
+    wanted = f"{split}-1" if split else "absent"
+    for move, accepted, kind in (
+        (corpus.with_test, as_test, "test"),
+        (corpus.with_valid, as_valid, "validation"),
+    ):
+        if accepted:
+            moved = {c.sample_id: c.split for c in move([wanted], "s.csv").clips}
+            assert moved[wanted] == ("test" if kind == "test" else "valid")
+        else:
+            with pytest.raises(CorpusError, match=rf"^s.csv: 1 listed {kind} clip\(s\) are not .*'{wanted}'"):
+                move([wanted], "s.csv")
