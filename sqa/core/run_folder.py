@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -241,22 +241,18 @@ def claimed(
 
     The block calls `discard_previous` once its configuration has been checked whole (a training
     run: when training starts); a block that ends before, however it ends, or a kill and the
-    next claim, restores it. A directory the claim created is removed again if the block wrote
-    nothing into it. `options` names the command's settings in the messages.
+    next claim, restores it. The folders the claim created are removed again if the block wrote
+    nothing into them (`remove_unused`). `options` names the command's settings in the messages.
     """
-    run_dir = Path(run_dir)
-    created = not os.path.lexists(run_dir)
+    made = missing_folders(run_dir)
     with lock(run_dir, options):
         prepare(run_dir, resume, overwrite, inputs=inputs, options=options)
         try:
             yield
         finally:
             restore_previous(run_dir)
-            if created and ownership.entries(run_dir) <= {LOCK_NAME, ownership.MANIFEST}:
-                # A command that wrote nothing leaves no folder it made only to claim it.
-                for name in (ownership.MANIFEST, LOCK_NAME):
-                    (run_dir / name).unlink(missing_ok=True)
-                run_dir.rmdir()
+            # A command that wrote nothing leaves no folder it made only to claim it.
+            remove_unused(made, (LOCK_NAME, ownership.MANIFEST))
 
 
 def restore_previous(run_dir: str | Path) -> bool:
@@ -290,3 +286,39 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     elif os.path.lexists(path):
         path.unlink()
+
+
+def missing_folders(run_dir: str | Path) -> list[Path]:
+    """`run_dir` and each folder above it that does not exist yet, deepest first (before making it)."""
+    missing: list[Path] = []
+    path = Path(os.path.abspath(run_dir))
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def remove_unused(folders: Sequence[Path], unused: Collection[str]) -> None:
+    """Remove the run directory `folders[0]`, and the `folders` above it left empty, if it holds nothing.
+
+    Nothing of a command's own: only names of `unused` and empty folders. A folder above that holds
+    anything else (another run's directory) stays.
+    """
+    run_dir = folders[0] if folders else None
+    if run_dir is None or run_dir.is_symlink() or not run_dir.is_dir():
+        return
+    entries = list(run_dir.iterdir())
+    for entry in entries:
+        empty = entry.is_dir() and not entry.is_symlink() and not any(entry.iterdir())
+        if entry.name not in unused and not empty:
+            return
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.prediction import OVERALL
 from sqa.core.renames import rename_targets
-from sqa.core.run_folder import RunDirError, claimed, restore_previous
+from sqa.core.run_folder import RunDirError, claimed, missing_folders, remove_unused, restore_previous
 from sqa.data.corpus import Clip, CorpusError, count_labels, format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
@@ -30,14 +30,7 @@ from sqa.reports.plots import CurveNames, write_curves
 from sqa.training.callbacks import AtomicCheckpointIO, StartedOver, checkpoint_step, instantiate_callbacks
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
-from sqa.training.run_dir import (
-    is_leader,
-    log_to_file,
-    made_for_run,
-    missing_folders,
-    remove_unused,
-    run_inputs,
-)
+from sqa.training.run_dir import UNUSED, is_leader, log_to_file, made_for_run, run_inputs
 from sqa.training.run_outputs import (
     curve_set_names,
     describe_objective,
@@ -264,7 +257,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
             return _fit_test_export(cfg, Path(run_dir))
     except BaseException:
         # A run that stopped before writing anything of its own leaves no folder behind.
-        remove_unused(made)
+        remove_unused(made, UNUSED)
         raise
 
 

@@ -12,9 +12,8 @@ import logging
 import math
 import os
 import shlex
-import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,17 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sqa.core import ownership
-from sqa.core.run_folder import LINK_REFUSED, LOCK_NAME, LOG_NAME, RunDirError, lock, open_no_follow, prepare
+from sqa.core.run_folder import (
+    LINK_REFUSED,
+    LOCK_NAME,
+    LOG_NAME,
+    RunDirError,
+    lock,
+    missing_folders,
+    open_no_follow,
+    prepare,
+    remove_unused,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +119,8 @@ def log_to_file(run_dir: str | Path) -> Iterator[None]:
 
 
 # What a run writes before training, all of which the next run writes again (Hydra's `.hydra/`
-# included): a folder made for a run that stopped holding only these, or empty folders, goes.
+# included): a folder made for a run that stopped holding only these, or empty folders, goes
+# (`sqa.core.run_folder.remove_unused`).
 UNUSED = (
     ".hydra",
     LOG_NAME,
@@ -125,45 +135,9 @@ UNUSED = (
 _made: dict[Path, list[Path]] = {}
 
 
-def missing_folders(run_dir: str | Path) -> list[Path]:
-    """`run_dir` and each folder above it that does not exist yet, deepest first (before making it)."""
-    missing: list[Path] = []
-    path = Path(os.path.abspath(run_dir))
-    while not os.path.lexists(path) and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    return missing
-
-
 def made_for_run(run_dir: str | Path) -> list[Path]:
     """The folders `ClaimRunDirectory` made for the run into `run_dir` ([] when it made none)."""
     return _made.get(Path(run_dir).resolve(), [])
-
-
-def remove_unused(folders: Sequence[Path]) -> None:
-    """Remove the run directory `folders[0]`, and the `folders` above it left empty, if it holds nothing.
-
-    Nothing of a run's own: only names of `UNUSED` and empty folders. A folder above that holds
-    anything else (another run's directory) stays.
-    """
-    run_dir = folders[0] if folders else None
-    if run_dir is None or run_dir.is_symlink() or not run_dir.is_dir():
-        return
-    entries = list(run_dir.iterdir())
-    for entry in entries:
-        empty = entry.is_dir() and not entry.is_symlink() and not any(entry.iterdir())
-        if entry.name not in UNUSED and not empty:
-            return
-    for entry in entries:
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
 
 
 def is_leader() -> bool:
@@ -208,7 +182,7 @@ class ClaimRunDirectory(Callback):
                 raise RunDirError(f"{run_dir / LOG_NAME}: {LINK_REFUSED}")
         except RunDirError as err:
             self.on_run_end()
-            remove_unused(made)
+            remove_unused(made, UNUSED)
             # Hydra turns a callback's exceptions into warnings and runs the job anyway; only an
             # exit stops it before it writes into the directory.
             raise SystemExit(f"Error: {err}") from None
