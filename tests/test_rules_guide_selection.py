@@ -205,17 +205,13 @@ def test_dnsmos_on_another_scale_without_training_clips_has_no_errors(tmp_path, 
     # guide.md (DNSMOS, other scales): the errors use a line fitted on the training clips; "A
     # corpus without training clips gets no errors (NaN)", while its correlations stay DNSMOS's own.
     from sqa.baselines.cli import main
-    from tests.baselines.test_dnsmos import write_corpus
+    from tests.baselines.test_dnsmos import write_corpus, write_rows
 
     with write_corpus(tmp_path).open(newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["test_set"] == "setB"]
     for r in rows:
         r["score"] = repr(25.0 * (float(r["score"]) - 1.0))
-    wide = tmp_path / "wide.csv"
-    with wide.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    wide = write_rows(tmp_path / "wide.csv", rows)
     run_dir = tmp_path / "run"
     argv = ["--corpus", "csv", "--manifest", str(wide), "--score-range", "0", "100", "--bootstrap", "0"]
     assert main([*argv, "--run-dir", str(run_dir)]) == 0

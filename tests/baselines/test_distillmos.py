@@ -22,7 +22,7 @@ from sqa.baselines.distillmos import SAMPLE_RATE, DistillMOS
 from sqa.core.atomic import json_text
 from sqa.reports.results import build_table
 
-from .test_dnsmos import speech_like, write_corpus
+from .test_dnsmos import speech_like, write_corpus, write_rows
 
 distillmos = pytest.importorskip(
     "distillmos", reason="the distillmos extra is not installed (pip install 'sqa[distillmos]')"
@@ -120,11 +120,7 @@ def test_on_another_scale_distillmos_scores_follow_the_line_of_the_training_clip
         r["score"] = repr(25.0 * (float(r["score"]) - 1.0))
         if r["test_set"] == "setB":
             r["split"], r["test_set"] = "train", ""
-    wide = tmp_path / "wide.csv"
-    with wide.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    wide = write_rows(tmp_path / "wide.csv", rows)
     run_dir = tmp_path / "run"
     argv = ["--model", "distillmos", "--corpus", "csv", "--manifest", str(wide), "--score-range", "0", "100"]
     assert main([*argv, "--run-dir", str(run_dir), "--bootstrap", "0"]) == 0

@@ -123,6 +123,15 @@ def test_rejects_bad_input(scorer):
         scorer.score(np.full(100, np.nan, dtype=np.float32))
 
 
+def write_rows(path: Path, rows: list[dict[str, str]]) -> Path:
+    """`rows` as a CSV manifest at `path` (their keys as the header)."""
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 def write_corpus(root: Path, bad: bool = False) -> Path:
     """A CSV manifest: systems clean and noisy in test sets setA (2 clips each) and setB (1 clip each).
 
@@ -201,11 +210,7 @@ def test_on_another_scale_errors_follow_a_line_fitted_on_the_training_clips(tmp_
         r["score"] = repr(25.0 * (float(r["score"]) - 1.0))
         if r["test_set"] == "setB":
             r["split"], r["test_set"] = "train", ""
-    wide = tmp_path / "wide.csv"
-    with wide.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    wide = write_rows(tmp_path / "wide.csv", rows)
     run_dir = tmp_path / "run"
     argv = [
         "--corpus",
