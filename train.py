@@ -29,7 +29,8 @@ from sqa.training.run import run
 def main(cfg: DictConfig) -> float:
     """Train one configuration; returns the objective of sweeps (the best selection score, errors negated)."""
     try:
-        return run(cfg, HydraConfig.get().runtime.output_dir).objective
+        hydra_cfg = HydraConfig.get()
+        return run(cfg, hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task)).objective
     except (CorpusError, RunDirError, ExportError) as err:
         # The report is the message: print it as text on stderr, not inside a traceback.
         sys.exit("\n".join(["Error: " + str(err), *getattr(err, "__notes__", [])]))

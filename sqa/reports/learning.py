@@ -22,21 +22,6 @@ import numpy as np
 from sqa import metrics
 
 VERDICTS = ("better", "no_better", "uncertain")
-# On the small tables the log-mel model trained from scratch beat the constant predictor in 3 of
-# 3 seeds from 84 training clips (tables of 120) and in 2 of 5 at 42 (tables of 60), where the
-# frozen pretrained Distill-MOS beat it in 3 of 5 (docs/results.md#small-tables-the-learning-curve).
-SMALL_CORPUS_CLIPS = 80
-
-
-def small_corpus_note(train_clips: int) -> str | None:
-    """One line before training a model from scratch on fewer than SMALL_CORPUS_CLIPS clips, else None."""
-    if train_clips >= SMALL_CORPUS_CLIPS:
-        return None
-    return (
-        f"small corpus: {train_clips} training clips; on corpora this small a model trained from scratch "
-        "often predicts no better than the training mean (docs/results.md); experiment=small_corpus "
-        "starts from a pretrained backbone, and the run ends by saying which it beat"
-    )
 
 
 def constant_rmse(labels: Sequence[float], constant: float) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -27,6 +28,7 @@ from sqa.exports.format import export_predictor, read_architecture, read_weights
 from sqa.models.backbone import LogMelBackbone
 from sqa.reports import learning
 from sqa.reports.plots import CurveNames, write_curves
+from sqa.training import size_rule
 from sqa.training.callbacks import AtomicCheckpointIO, StartedOver, checkpoint_step, instantiate_callbacks
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
@@ -69,6 +71,8 @@ class RunSettings:
     head_init: str = "random"
     # Test and export the selected checkpoint after fitting; false validates only (sweep trials).
     test_after_fit: bool = True
+    # Compose a small corpus's default run again with the small-corpus preset (sqa.training.size_rule).
+    size_rule: bool = False
 
     @classmethod
     def of(cls, cfg: DictConfig) -> RunSettings:
@@ -85,6 +89,7 @@ class RunSettings:
             init_from=OmegaConf.to_container(init, resolve=True) if init else None,
             head_init=str(cfg.get("head_init") or "random"),
             test_after_fit=bool(cfg.get("test_after_fit", True)),
+            size_rule=bool(cfg.get("size_rule", False)),
         )
 
 
@@ -237,7 +242,7 @@ class RunResult(NamedTuple):
         return self.val_selection if self.selection_mode == "max" else -self.val_selection
 
 
-def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
+def run(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] | None = None) -> RunResult:
     """Fit, select the best validation checkpoint, test it, write metrics and export it.
 
     The run owns `run_dir` while it runs (see `sqa.training.run_dir`): a directory in use by another run,
@@ -249,19 +254,19 @@ def run(cfg: DictConfig, run_dir: str | Path) -> RunResult:
     """
     rename_targets(cfg)
     if not is_leader():
-        return _fit_test_export(cfg, Path(run_dir))
+        return _fit_test_export(cfg, Path(run_dir), overrides)
     settings = RunSettings.of(cfg)
     made = missing_folders(run_dir) or made_for_run(run_dir)
     try:
         with claimed(run_dir, settings.resume, settings.overwrite, run_inputs(cfg)), log_to_file(run_dir):
-            return _fit_test_export(cfg, Path(run_dir))
+            return _fit_test_export(cfg, Path(run_dir), overrides)
     except BaseException:
         # A run that stopped before writing anything of its own leaves no folder behind.
         remove_unused(made, UNUSED)
         raise
 
 
-def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
+def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None) -> RunResult:
     """The body of `run` in a claimed run directory.
 
     With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written after
@@ -290,6 +295,16 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     try:
         datamodule, module = build(cfg)
+        from_scratch = isinstance(module.predictor.backbone, LogMelBackbone) and not settings.init_from
+        size = size_rule.decide(settings.size_rule, len(datamodule.train_clips), from_scratch, overrides)
+        if size.overrides:
+            # The same command line with the small-corpus preset: every setting it gave still wins.
+            cfg = size_rule.compose_train(size.overrides)
+            rename_targets(cfg)
+            settings = RunSettings.of(cfg)
+            if leader:
+                atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+            datamodule, module = build(cfg)
     except CorpusProblems as err:
         if leader:
             # The previous run set aside by overwrite=true comes back first, whole: its own
@@ -307,10 +322,9 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path) -> RunResult:
     if leader:
         counts = datamodule.label_counts()
         log.info("Corpus:\n%s", format_counts(counts))
-        from_scratch = isinstance(module.predictor.backbone, LogMelBackbone) and not settings.init_from
-        note = learning.small_corpus_note(len(datamodule.train_clips)) if from_scratch else None
-        if note:
-            log.warning("%s", note)
+        if size.line:
+            log.warning("%s", size.line)
+        info["size_rule"] = size.record()
         if rule.warning:
             log.warning("selection: %s", rule.warning)
         log.info("Selecting checkpoints on %s", rule.describe())

@@ -114,10 +114,3 @@ def test_the_sentence_never_repeats_stored_text():
     assert "\x1b" not in text
     assert "n/a" in text
     assert learning.verdict(hostile) == "uncertain"
-
-
-def test_the_small_corpus_note_on_both_sides_of_its_threshold():
-    below = learning.small_corpus_note(learning.SMALL_CORPUS_CLIPS - 1)
-    assert below.startswith(f"small corpus: {learning.SMALL_CORPUS_CLIPS - 1} training clips;")
-    assert "experiment=small_corpus" in below
-    assert learning.small_corpus_note(learning.SMALL_CORPUS_CLIPS) is None
