@@ -4,6 +4,7 @@
     predictor = sqa.load("runs/my-run")          # an export dir, a run dir or a model.pt
     predictor.score("song.wav")                  # one float per clip
     predictor.score(audio, sample_rate)          # arrays need their rate; lists give lists in order
+    predictor.score_with_spread("song.wav")      # (score, spread, (lo90, hi90)); None spread without one
 
 `import sqa` stays light: torch and the scoring code load on the first `sqa.load`; it registers
 the `${sqa_precision:}` config resolver (`sqa.core.resolvers`) where omegaconf is installed.
@@ -32,14 +33,17 @@ def load(
     chunk_seconds: float | None = None,
     max_samples: int | None = None,
     pooling: str | None = None,
+    vocal_only: bool | None = None,
 ) -> Scorer:
     """Load an export (its directory, a run directory holding export/, or its model.pt) for scoring.
 
     The result's `.score` scores paths, numpy arrays or torch tensors (`.score(audio, sample_rate)`)
     and lists of them, in input order; see `sqa.scoring.scorer.Scorer` for `domain`,
-    `chunk_seconds`, `max_samples` (None: the default limit, `sqa.data.audio.MAX_AUDIO_SAMPLES`)
-    and `pooling`. An export is read as data only: a hostile
-    one raises `sqa.exports.format.ExportError` before anything is built.
+    `chunk_seconds`, `max_samples` (None: the default limit, `sqa.data.audio.MAX_AUDIO_SAMPLES`),
+    `pooling` and `vocal_only` (trim each clip to its singing; None for a clip without any; the
+    default follows the export's training). An
+    export is read as data only: a hostile one raises `sqa.exports.format.ExportError` before
+    anything is built.
     """
     from sqa.data.audio import MAX_AUDIO_SAMPLES
     from sqa.scoring.scorer import Scorer
@@ -53,6 +57,7 @@ def load(
         chunk_seconds=chunk_seconds,
         max_samples=limit,
         pooling=pooling,
+        vocal_only=vocal_only,
     )
 
 

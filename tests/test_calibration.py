@@ -9,6 +9,7 @@ the population Pearson correlation is sd(true) / sqrt(sd(true)² + sd(error)²).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from sqa import metrics
 from sqa.reports import compare
@@ -36,6 +37,8 @@ def simulated(rng: np.random.Generator, runs: int) -> tuple[list[np.ndarray], np
     return preds, true.ravel(), systems, sets
 
 
+# Thousands of bootstrap intervals each: with the slow tests, as the default run is at its budget.
+@pytest.mark.slow
 def test_95_percent_intervals_cover_the_population_value_95_percent_of_the_time():
     (pred,), true, systems, sets = simulated(np.random.default_rng(0), 1)
     results = metrics.evaluate_sets(list(pred), list(true), systems, sets, bootstrap=500, seed=1)
@@ -48,6 +51,7 @@ def test_95_percent_intervals_cover_the_population_value_95_percent_of_the_time(
         assert abs(np.mean(covered) - 0.95) <= COVERAGE_TOLERANCE, (key, np.mean(covered))
 
 
+@pytest.mark.slow
 def test_two_equally_good_runs_differ_significantly_at_about_the_nominal_rate():
     (pred_a, pred_b), true, systems, sets = simulated(np.random.default_rng(1), 2)
     result = compare.compare(list(pred_a), list(pred_b), list(true), systems, sets, resamples=500, seed=2)

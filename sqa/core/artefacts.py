@@ -3,7 +3,11 @@
 Training, `eval.py`, `sqa-baseline` write them here; `sqa-table`, `sqa-compare` and the recipes
 read them here, so the file names and the `predictions.csv` schema are defined once:
 
-    sample_id, system_id, test_set, mos, pred[, mos_<dim>, pred_<dim> for each other dimension][, wav_path]
+    sample_id, system_id, test_set, mos, pred[, spread, lo50, hi50, lo90, hi90]
+        [, mos_<dim>, pred_<dim> for each other dimension][, wav_path]
+
+`spread` and the intervals of a listener's rating come from a predictor with a spread
+(`sqa.models.uncertainty`) and are absent otherwise.
 
 `mos_<dim>` is empty where a clip has no label of that dimension; `wav_path` is the clip's audio
 file, written where the rows name one (last, so that the columns before it keep their places;
@@ -24,12 +28,16 @@ from typing import Any
 
 from sqa.core import reading
 from sqa.core.atomic import atomic_write_json, atomic_write_text
+from sqa.core.spread import INTERVAL_LEVELS
 
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "predictions.csv"
 PREDICTION_COLUMNS = ("sample_id", "system_id", "test_set", "mos", "pred")
 # The clip's audio file: text, and optional, so that earlier predictions.csv files still read.
 PATH_COLUMN = "wav_path"
+# A predictor with a spread (sqa.models.uncertainty) adds its spread and the 50 % and 90 %
+# intervals of a listener's rating after `pred`.
+SPREAD_COLUMNS = ("spread", *(f"{end}{suffix}" for suffix in INTERVAL_LEVELS for end in ("lo", "hi")))
 # Columns holding numbers; the others (and the per-dimension ones' names) are text.
 SCORE_PREFIXES = ("mos", "pred")
 
@@ -103,7 +111,8 @@ def write_predictions(
     `wav_path` is written where the rows have one (every row then).
     """
     paths = [PATH_COLUMN] if any(PATH_COLUMN in row for row in rows) else []
-    columns = [*PREDICTION_COLUMNS, *dimension_columns(dimensions), *paths]
+    spreads = list(SPREAD_COLUMNS) if rows and "spread" in rows[0] else []
+    columns = [*PREDICTION_COLUMNS, *spreads, *dimension_columns(dimensions), *paths]
     buffer = io.StringIO(newline="")
     writer = csv.DictWriter(buffer, fieldnames=columns)
     writer.writeheader()

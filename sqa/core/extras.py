@@ -72,3 +72,8 @@ def run_main(module: str, command: str) -> Any:
 def sqa_eval() -> Any:
     """The `sqa-eval` command: `sqa.training.evaluation.main`, or one line naming the extra it needs."""
     return run_main("sqa.training.evaluation", "sqa-eval")
+
+
+def sqa_ensemble() -> Any:
+    """The `sqa-ensemble` command: `sqa.training.ensemble.main`, or one line naming the extra it needs."""
+    return run_main("sqa.training.ensemble", "sqa-ensemble")

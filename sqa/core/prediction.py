@@ -15,6 +15,9 @@ class Prediction(NamedTuple):
 
     `scores` (B, K) and `dim_frame_scores` (B, T, K) hold the K score dimensions in the
     predictor's `dimensions` order; `score` and `frame_scores` are their first (overall) column.
+    `spread` (B,) is the predicted spread of a listener's overall rating about `score` (a
+    Gaussian's standard deviation or a Laplace scale, on the same scale), from predictors that
+    predict one (`sqa.models.uncertainty`); None for the others.
     """
 
     score: torch.Tensor
@@ -22,3 +25,4 @@ class Prediction(NamedTuple):
     frame_lengths: torch.Tensor
     scores: torch.Tensor
     dim_frame_scores: torch.Tensor
+    spread: torch.Tensor | None = None

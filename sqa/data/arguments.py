@@ -40,6 +40,7 @@ _ARGUMENTS = {
     "num_workers": "an integer >= 0",
     "max_train_seconds": "a positive number of seconds or null",
     "preload": "true or false",
+    "vocal_only": "true or false",
     "seed": "an integer",
     "train_domains": "a list of names or null",
     "on_error": "'raise' or 'skip'",

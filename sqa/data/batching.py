@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
 
     Also target (B, K) (NaN where a label is missing), the same labels unrounded as B lists of K
     floats (`labels`, for evaluation), mask (B, K) bool and judge (B,) IDs (None for datasets
-    without judges).
+    without judges), and ratings (B, R): each clip's per-listener overall ratings, NaN-padded.
     """
     wav, lengths = pad_batch([it["wav"] for it in items])
     f0 = pad_batch([it["f0"] for it in items])[0] if items[0].get("f0") is not None else None
@@ -34,6 +35,7 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
         # The labels as read (Python floats): float32 would turn 4.4 into 4.400000095367432.
         "labels": [list(it["target"]) for it in items],
         "mask": torch.tensor([it["mask"] for it in items], dtype=torch.bool),
+        "ratings": _ratings([it["ratings"] for it in items]),
         "judge": torch.tensor([it["judge"] for it in items]) if items[0]["judge"] is not None else None,
         "domain": torch.tensor([it["domain"] for it in items]),
         "sample_id": [it["sample_id"] for it in items],
@@ -41,3 +43,9 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
         "system_id": [it["system_id"] for it in items],
         "test_set": [it["test_set"] for it in items],
     }
+
+
+def _ratings(per_clip: list[list[float]]) -> torch.Tensor:
+    """Per-listener ratings of B clips as (B, R), R the most any clip has, NaN past a clip's own."""
+    width = max((len(r) for r in per_clip), default=0)
+    return torch.tensor([list(r) + [math.nan] * (width - len(r)) for r in per_clip], dtype=torch.float32)

@@ -14,6 +14,7 @@ from sqa.core.prediction import OVERALL
 from sqa.data.audio import audio_info, crop_start, load_audio, pad_to
 from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.pitch import F0Extractor
+from sqa.data.vocal import vocal_part
 
 # Receptive field of the wav2vec2 and log-mel front ends: shorter clips are zero-padded to it.
 MIN_SAMPLES = 400
@@ -47,8 +48,10 @@ class ClipDataset(Dataset):
         dimensions: Sequence[str] = (OVERALL,),
         judges: Mapping[str, int] | None = None,
         crop_from_start: bool = False,
+        vocal_only: bool = False,
     ) -> None:
         self.clips = list(clips)
+        self.vocal_only = vocal_only
         self.crop_from_start = crop_from_start
         self.dimensions = list(dimensions)
         self.mean_judge = len(judges) if judges is not None else None
@@ -95,7 +98,12 @@ class ClipDataset(Dataset):
         return values, [not math.isnan(v) for v in values]
 
     def _read(self, index: int) -> tuple[np.ndarray, np.ndarray | None]:
-        wav = pad_to(load_audio(self.clips[index].path, self.sample_rate), MIN_SAMPLES)
+        wav = load_audio(self.clips[index].path, self.sample_rate)
+        if self.vocal_only:
+            # As scoring trims it; a clip without a vocal frame stays whole, so its label still counts.
+            part, _ = vocal_part(wav, self.sample_rate)
+            wav = wav if part is None else part
+        wav = pad_to(wav, MIN_SAMPLES)
         f0 = self.f0_extractor(wav, self.sample_rate) if self.f0_extractor else None
         return wav, f0
 
@@ -119,6 +127,8 @@ class ClipDataset(Dataset):
             "mos": clip.mos,
             "target": target,
             "mask": mask,
+            # Every listener's overall rating (by judge name), for the likelihood losses.
+            "ratings": [clip.ratings[name] for name in sorted(clip.ratings)],
             "judge": self.mean_judge if judge is None else judge,
             "domain": self.domain_ids[clip_index],
             "sample_id": clip.sample_id,

@@ -18,13 +18,26 @@ import torch
 from sqa.core.atomic import atomic_write
 from sqa.core.extras import require
 
+# torchcrepe's network takes 16 kHz audio; the extractor resamples to it (with resampy, as
+# torchcrepe.predict does) so that the hop is a whole number of samples at any input rate.
+CREPE_RATE = 16000
+# Frames per network batch: bounds memory on long clips (the full model holds about 1 MB of
+# activations a frame). torchcrepe's Viterbi decoder runs within each batch.
+CREPE_BATCH_FRAMES = 512
+# torchcrepe dithers each f0 by up to one 20-cent bin with numpy's global RNG; a fixed seed makes
+# the track (and so the cache and the MIDI notes) reproducible.
+CREPE_DITHER_SEED = 0
+
 
 class F0Extractor:
-    """f0 (Hz, 0 = unvoiced) at a fixed frame period by WORLD DIO + StoneMask or torchfcpe.
+    """f0 (Hz, 0 = unvoiced) at a fixed frame period by WORLD DIO + StoneMask, torchfcpe or CREPE.
 
     `method="dio"` is the paper's extractor; `method="fcpe"` uses torchfcpe's bundled network,
-    more robust for low voices where DIO can lock onto a harmonic. Voiced values above `f0_ceil`
-    are clipped to it. With `cache_dir`, results are stored on disk and never recomputed.
+    more robust for low voices where DIO can lock onto a harmonic; `method="crepe"` uses the CREPE
+    network shipped in torchcrepe (`crepe_model` "tiny" or "full"), Viterbi-decoded, with frames
+    whose periodicity (the network's confidence) is below `crepe_threshold` unvoiced; 0.21 is the
+    threshold torchcrepe's README uses. Voiced values above `f0_ceil` are clipped to it. With
+    `cache_dir`, results are stored on disk and never recomputed.
     """
 
     def __init__(
@@ -34,25 +47,40 @@ class F0Extractor:
         f0_floor: float = 40.0,
         f0_ceil: float = 799.0,
         cache_dir: str | None = None,
+        crepe_model: str = "tiny",
+        crepe_threshold: float = 0.21,
     ) -> None:
-        if method not in ("dio", "fcpe"):
-            raise ValueError(f"f0 method must be 'dio' or 'fcpe', got {method!r}")
+        if method not in ("dio", "fcpe", "crepe"):
+            raise ValueError(f"f0 method must be 'dio', 'fcpe' or 'crepe', got {method!r}")
+        if crepe_model not in ("tiny", "full"):
+            raise ValueError(f"crepe_model must be 'tiny' or 'full', got {crepe_model!r}")
+        if method == "crepe" and (CREPE_RATE * frame_period_ms / 1000) % 1:
+            raise ValueError(
+                f"f0.method=crepe needs a frame period of whole 16 kHz samples (a multiple of "
+                f"0.0625 ms), got {frame_period_ms} ms"
+            )
         self.method = method
         self.frame_period_ms = frame_period_ms
         self.f0_floor = f0_floor
         self.f0_ceil = f0_ceil
+        self.crepe_model = crepe_model
+        self.crepe_threshold = crepe_threshold
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self._fcpe = None
         self.computed = 0  # number of f0 computations (cache misses), for tests and benchmarks
 
     def settings(self) -> dict:
         """The settings that determine the f0 track (part of the cache key and of exports)."""
-        return {
+        settings = {
             "method": self.method,
             "frame_period_ms": self.frame_period_ms,
             "f0_floor": self.f0_floor,
             "f0_ceil": self.f0_ceil,
         }
+        if self.method == "crepe":
+            # Only CREPE's: dio and fcpe keys (and exports) stay those written before CREPE existed.
+            settings.update(crepe_model=self.crepe_model, crepe_threshold=self.crepe_threshold)
+        return settings
 
     def export_config(self) -> dict:
         """Hydra config rebuilding this extractor (without a cache)."""
@@ -78,7 +106,8 @@ class F0Extractor:
     def compute(self, wav: np.ndarray, sample_rate: int) -> np.ndarray:
         """Extract f0 (T,) without the cache; T = N / hop + 1 frames centred on multiples of hop."""
         self.computed += 1
-        f0 = self._dio(wav, sample_rate) if self.method == "dio" else self._fcpe_f0(wav, sample_rate)
+        extract = {"dio": self._dio, "fcpe": self._fcpe_f0, "crepe": self._crepe_f0}[self.method]
+        f0 = extract(wav, sample_rate)
         f0 = np.where(f0 > 0, np.minimum(f0, self.f0_ceil), 0.0)
         return f0.astype(np.float32)
 
@@ -106,3 +135,28 @@ class F0Extractor:
             )
         f0 = f0[0, :, 0].numpy().astype(np.float64)
         return np.where(f0 >= self.f0_floor, f0, 0.0)
+
+    def _crepe_f0(self, wav: np.ndarray, sample_rate: int) -> np.ndarray:
+        torchcrepe = require("torchcrepe", "pitch", "f0 extraction (f0.method=crepe)")
+        frames = int(len(wav) / (sample_rate * self.frame_period_ms / 1000)) + 1
+        audio = torch.from_numpy(wav.astype(np.float32))[None]
+        if sample_rate != CREPE_RATE:
+            audio = torchcrepe.resample(audio, sample_rate)
+        state = np.random.get_state()
+        np.random.seed(CREPE_DITHER_SEED)
+        try:
+            f0, periodicity = torchcrepe.predict(
+                audio,
+                CREPE_RATE,
+                hop_length=round(CREPE_RATE * self.frame_period_ms / 1000),
+                fmin=self.f0_floor,
+                fmax=self.f0_ceil,
+                model=self.crepe_model,
+                return_periodicity=True,
+                batch_size=CREPE_BATCH_FRAMES,
+            )
+        finally:
+            np.random.set_state(state)  # the caller's numpy random stream is left as it was
+        f0 = torch.where(periodicity >= self.crepe_threshold, f0, 0.0)[0].numpy().astype(np.float64)
+        # Resampling may round the length by a sample: pad (unvoiced) or cut to DIO's frame count.
+        return np.pad(f0, (0, max(0, frames - len(f0))))[:frames]

@@ -4,6 +4,9 @@ An export is data, never code: config.yaml is read with `yaml.safe_load` rules (
 aliases), any interpolation (`${`), Hydra special key or `_target_` outside `ALLOWED_TARGETS` or
 outside its place (`model`, `model.backbone`, `f0`, `data.corpus`) is refused, and every argument
 is checked against its constructor before `build_node` constructs it with sqa's own classes.
+An ensemble's `model` holds its members as a list (`model.members`), each checked as a `model`
+node of its own; a member is never an ensemble. A fusion backbone holds two plain backbones
+(`model.backbone.first`, `.second`), each checked as a backbone node; they are never fusions.
 """
 
 from __future__ import annotations
@@ -21,29 +24,48 @@ from sqa.core.renames import rename_targets
 from sqa.data.audio import MAX_SAMPLE_RATE
 from sqa.data.pitch import F0Extractor
 from sqa.data.readers import CORPUS_READERS
+from sqa.models.aligner import AlignedPredictor
 from sqa.models.backbone import LogMelBackbone
+from sqa.models.crepe import CrepeBackbone
 from sqa.models.distillmos import DistillMosBackbone, DistillMosZeroShot
+from sqa.models.ensemble import EnsemblePredictor
+from sqa.models.fusion import FusionBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.models.ssl import SSL_BACKBONES, TransformersWav2Vec2
+from sqa.models.uncertainty import UncertainMOSPredictor
 
 FORMAT_VERSION = 1
 # The classes an export may build, by the `_target_` each writes (see sqa.models.config).
-BACKBONE_CLASSES = (LogMelBackbone, DistillMosBackbone, *SSL_BACKBONES)
-# MOSPredictor, and Distill-MOS with its own head (its zero-shot scores).
-PREDICTOR_CLASSES = (MOSPredictor, DistillMosZeroShot)
+BACKBONE_CLASSES = (LogMelBackbone, DistillMosBackbone, CrepeBackbone, *SSL_BACKBONES)
+# MOSPredictor, its uncertainty and aligner families, and Distill-MOS with its own head (zero-shot).
+PREDICTOR_CLASSES = (MOSPredictor, UncertainMOSPredictor, AlignedPredictor, DistillMosZeroShot)
 PREDICTOR_TARGETS = frozenset(cls.export_target() for cls in PREDICTOR_CLASSES)
+ENSEMBLE_TARGET = EnsemblePredictor.export_target()
 BACKBONE_TARGETS = frozenset(cls.export_target() for cls in BACKBONE_CLASSES)
+# A fusion stands where a backbone does; its two parts are plain backbones, so nesting stops there.
+FUSION_TARGET = FusionBackbone.export_target()
 F0_TARGET = "sqa.data.pitch.F0Extractor"
 CONSTRUCTORS: dict[str, type] = {
     **{cls.export_target(): cls for cls in PREDICTOR_CLASSES},
+    ENSEMBLE_TARGET: EnsemblePredictor,
+    FUSION_TARGET: FusionBackbone,
     F0_TARGET: F0Extractor,
     **{cls.export_target(): cls for cls in BACKBONE_CLASSES},
 }
 ALLOWED_TARGETS = frozenset(CONSTRUCTORS)
+# Stands for any index of an ensemble's `model.members` list in TARGET_PLACES.
+MEMBER = "*"
 # Where a `_target_` may stand in config.yaml, and which classes it may name there.
 TARGET_PLACES = {
-    ("model",): PREDICTOR_TARGETS,
-    ("model", "backbone"): BACKBONE_TARGETS,
+    ("model",): PREDICTOR_TARGETS | {ENSEMBLE_TARGET},
+    ("model", "backbone"): BACKBONE_TARGETS | {FUSION_TARGET},
+    **{("model", "backbone", part): BACKBONE_TARGETS for part in FusionBackbone.exported_children},
+    ("model", "members", MEMBER): PREDICTOR_TARGETS,
+    ("model", "members", MEMBER, "backbone"): BACKBONE_TARGETS | {FUSION_TARGET},
+    **{
+        ("model", "members", MEMBER, "backbone", part): BACKBONE_TARGETS
+        for part in FusionBackbone.exported_children
+    },
     ("f0",): frozenset({F0_TARGET}),
     # The corpus a run was tested on, for `eval.py`; never built by `load_export`, and
     # `sqa.data.readers.recorded_corpus` checks it again before reading it.
@@ -219,13 +241,20 @@ def _check_plain(node: Any, keys: tuple[str | int, ...], where: Path) -> None:
         raise ExportError(f"{where}: {_key_path(keys)}: unsupported value of type {type(node).__name__}")
 
 
+def _place(keys: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """`keys` with the index of an ensemble member (`model.members[2]`) as MEMBER: its TARGET_PLACES key."""
+    if keys[:2] == ("model", "members") and len(keys) > 2 and isinstance(keys[2], int):
+        return (*keys[:2], MEMBER, *keys[3:])
+    return keys
+
+
 def _check_key(key: str, value: Any, keys: tuple[str | int, ...], where: Path) -> None:
     """Refuse an interpolated key, a Hydra special key, and a `_target_` out of place or allow-list."""
     here = _key_path((*keys, key))
     if "${" in key:
         raise ExportError(f"{where}: key {here} holds an interpolation; exports are plain data")
     if key == "_target_":
-        allowed = TARGET_PLACES.get(keys)
+        allowed = TARGET_PLACES.get(_place(keys))
         if allowed is None:
             raise ExportError(
                 f"{where}: {here}: a _target_ is only allowed at "
@@ -249,12 +278,24 @@ def _check_top_level(config: dict[str, Any], where: Path) -> None:
     domains = config.get("domains", [])
     if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
         raise ExportError(f"{where}: domains must be a list of names, got {domains!r}")
+    if not isinstance(config.get("vocal_only", False), bool):
+        raise ExportError(f"{where}: vocal_only must be true or false, got {config['vocal_only']!r}")
     for key in ("model", "f0"):
         node = config.get(key)
         if (key == "model" or node is not None) and not (isinstance(node, dict) and "_target_" in node):
             raise ExportError(f"{where}: {key} must be a mapping with a _target_, got {node!r}")
-    if not isinstance(config["model"].get("backbone"), dict) or "_target_" not in config["model"]["backbone"]:
-        raise ExportError(f"{where}: model.backbone must be a mapping with a _target_")
+    if config["model"]["_target_"] == ENSEMBLE_TARGET:
+        members = config["model"].get("members")
+        if not isinstance(members, list) or not members:
+            raise ExportError(f"{where}: model.members must be a list of predictors, got {members!r}")
+        models = {f"model.members[{i}]": member for i, member in enumerate(members)}
+    else:
+        models = {"model": config["model"]}
+    for here, model in models.items():
+        if not isinstance(model, dict) or "_target_" not in model:
+            raise ExportError(f"{where}: {here} must be a mapping with a _target_")
+        if not isinstance(model.get("backbone"), dict) or "_target_" not in model["backbone"]:
+            raise ExportError(f"{where}: {here}.backbone must be a mapping with a _target_")
     bounds = {
         ("test", "bootstrap"): MAX_BOOTSTRAP,
         ("test", "seed"): None,
@@ -299,8 +340,8 @@ def _accepted_types(annotation: str) -> tuple[type, ...] | None:
     return tuple(types)
 
 
-def _check_arguments(node: dict[str, Any], keys: tuple[str, ...], where: Path) -> None:
-    """Check each argument of `node` against its class's constructor; recurse into the backbone."""
+def _check_arguments(node: dict[str, Any], keys: tuple[str | int, ...], where: Path) -> None:
+    """Check each argument of `node` against its constructor; recurse into nested nodes and members."""
     target = node["_target_"]
     parameters = inspect.signature(_constructor(target).__init__).parameters
     for key, value in node.items():
@@ -313,8 +354,16 @@ def _check_arguments(node: dict[str, Any], keys: tuple[str, ...], where: Path) -
             )
         if key not in parameters or key == "self":
             raise ExportError(f"{where}: {here}: {target} has no argument {key!r}")
-        if key == "backbone":
+        if _place((*keys, key)) in TARGET_PLACES:
+            # A node of its own (a predictor's backbone, a fusion's parts): checked as one.
+            if not isinstance(value, dict) or "_target_" not in value:
+                raise ExportError(f"{where}: {here} must be a mapping with a _target_")
             _check_arguments(value, (*keys, key), where)
+            continue
+        if key == "members":
+            # `_check_top_level` has checked the list and its entries' targets.
+            for i, member in enumerate(value):
+                _check_arguments(member, (*keys, key, i), where)
             continue
         annotation = parameters[key].annotation
         accepted = _accepted_types(annotation) if isinstance(annotation, str) else None
@@ -331,11 +380,17 @@ def _check_arguments(node: dict[str, Any], keys: tuple[str, ...], where: Path) -
             )
 
 
-def build_node(node: dict[str, Any], keys: tuple[str, ...], where: Path) -> Any:
+def build_node(node: dict[str, Any], keys: tuple[str | int, ...], where: Path) -> Any:
     """Construct a checked config node with sqa's own class for its `_target_`."""
-    kwargs = {k: v for k, v in node.items() if k != "_target_"}
-    if "backbone" in kwargs:
-        kwargs["backbone"] = build_node(kwargs["backbone"], (*keys, "backbone"), where)
+    kwargs = {
+        k: build_node(v, (*keys, k), where) if _place((*keys, k)) in TARGET_PLACES else v
+        for k, v in node.items()
+        if k != "_target_"
+    }
+    if "members" in kwargs:
+        kwargs["members"] = [
+            build_node(member, (*keys, "members", i), where) for i, member in enumerate(kwargs["members"])
+        ]
     try:
         return _constructor(node["_target_"])(**kwargs)
     except Exception as err:  # a constructor rejecting the export's arguments, of any type

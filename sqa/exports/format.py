@@ -6,7 +6,8 @@ with `torch.load(weights_only=True)` and checked against the architecture, and e
 must be a regular file inside the folder (no links) of bounded size. The model is first built on
 the meta device (no memory) to learn its parameters' names, shapes and count; the weights
 archive's declared sizes and then its tensors' names, shapes, types and values are checked
-against them before the real model is built.
+against them before the real model is built. An ensemble (`sqa.models.ensemble`) is one such
+export: its members' configs in config.yaml's `model.members`, their weights in its one model.pt.
 """
 
 from __future__ import annotations
@@ -23,8 +24,16 @@ import torch
 from sqa.core import ownership
 from sqa.core.atomic import atomic_dir, json_text
 from sqa.data.pitch import F0Extractor
-from sqa.exports.config import FORMAT_VERSION, ExportError, build_node, read_bounded, read_export_config
+from sqa.exports.config import (
+    ENSEMBLE_TARGET,
+    FORMAT_VERSION,
+    ExportError,
+    build_node,
+    read_bounded,
+    read_export_config,
+)
 from sqa.models.predictor import MOSPredictor
+from sqa.models.retrieval import Datastore
 from sqa.reports import learning
 
 # The largest model an export may hold (4 GB of float32 weights; wav2vec2 large has 317M).
@@ -51,6 +60,8 @@ def export_predictor(
     training: Mapping[str, Any] | None = None,
     files: Sequence[Path] = (),
     inputs: Sequence[str | Path] = (),
+    vocal_only: bool = False,
+    datastore: Datastore | None = None,
 ) -> Path:
     """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`.
 
@@ -63,7 +74,9 @@ def export_predictor(
     `test` (seed and bootstrap of the test metrics) let `eval.py` recompute those metrics.
     README.md is the model card (`sqa.exports.model_card`), drawn also from the run's `run_info` (copied
     to run_info.json) and resolved `training` configuration. `files` (a run's split CSVs) are
-    copied in by name.
+    copied in by name. `vocal_only` (the run trained on clips cut to their vocal span) is recorded
+    so that scoring trims clips alike unless told otherwise. A `datastore` (the training clips'
+    embeddings and labels, `sqa.models.retrieval`) goes to datastore.pt for kNN and fusion scoring.
     """
     # Here, not at the top: loading an export needs only the core install (no omegaconf).
     from omegaconf import OmegaConf
@@ -79,6 +92,7 @@ def export_predictor(
         "format": FORMAT_VERSION,
         "sample_rate": sample_rate,
         "domains": list(domains),
+        "vocal_only": bool(vocal_only),
         "model": predictor.export_config(),
         "f0": f0_extractor.export_config() if f0_extractor is not None else None,
         "data": dict(data) if data is not None else None,
@@ -95,14 +109,20 @@ def export_predictor(
         (tmp / "README.md").write_text(card, encoding="utf-8")
         for path in files:
             shutil.copyfile(path, tmp / path.name)
+        if datastore is not None:
+            tensors = {name: t.detach().cpu().contiguous() for name, t in datastore.as_state().items()}
+            torch.save(tensors, tmp / DATASTORE_FILE)
         ownership.record_all(tmp)
     return directory
 
 
+# The training clips' embeddings and labels of an export that has them (read by `sqa.exports.datastore`).
+DATASTORE_FILE = "datastore.pt"
 # The files an export holds (`export_predictor`): what a folder written before sqa kept records may hold.
 EXPORT_FILES = (
     "config.yaml",
     "model.pt",
+    DATASTORE_FILE,
     "README.md",
     "run_info.json",
     "metrics*.json",
@@ -348,17 +368,28 @@ def read_architecture(path: str | Path) -> Architecture:
     """The architecture of the export at `path`, checked as for scoring (see `load_export`)."""
     config_path, _ = resolve_export(path)
     config = read_export_config(config_path)
+    if config["model"]["_target_"] == ENSEMBLE_TARGET:
+        # Its members may differ in architecture: there is no one architecture to start from.
+        raise ExportError(
+            f"{config_path}: is an ensemble (model.members); a run starts from one predictor: name the "
+            "export of one of its members"
+        )
     f0_extractor = build_node(config["f0"], ("f0",), config_path) if config.get("f0") else None
     return Architecture(dict(config["model"]), f0_extractor, config_path)
 
 
+def export_json(path: str | Path, name: str) -> Any:
+    """The JSON data file `name` (run_info.json, metrics.json) of the export at `path`; None if absent."""
+    config_path, _ = resolve_export(path)
+    json_path = config_path.parent / name
+    if not json_path.is_file() or json_path.is_symlink():
+        return None
+    return _read_json(json_path)
+
+
 def run_record(path: str | Path, key: str) -> dict[str, Any] | None:
     """The `key` record of the run_info.json of the export at `path` (None where there is none)."""
-    config_path, _ = resolve_export(path)
-    info_path = config_path.parent / "run_info.json"
-    if not info_path.is_file() or info_path.is_symlink():
-        return None
-    info = _read_json(info_path)
+    info = export_json(path, "run_info.json")
     record = info.get(key) if isinstance(info, dict) else None
     return record if isinstance(record, dict) else None
 

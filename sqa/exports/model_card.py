@@ -3,7 +3,8 @@
 Rendered from what the export and its run recorded (config.yaml's model, metrics.json, the run's
 run_info.json and training configuration); a section whose source is missing says so. An export
 of a released predictor (`sqa-import`, whose run_info.json holds a `release` record) is named
-after that release, with what it was trained on as far as known and its authors.
+after that release, with what it was trained on as far as known and its authors. An ensemble
+(`sqa-ensemble`, whose run_info.json holds an `ensemble` record) lists its members and weights.
 """
 
 from __future__ import annotations
@@ -165,15 +166,67 @@ def _scale_note(model: Mapping[str, Any]) -> list[str]:
 
 def _domain_note(config: Mapping[str, Any]) -> list[str]:
     """For a model with domain embeddings, the domains it scores as (none for one without)."""
-    if not config["model"].get("domain_dim"):
+    if not any(model.get("domain_dim") for model in _predictors(config["model"])):
         return []
     domains = [str(d) for d in config.get("domains") or []]
     return [
         "",
         "It scores every clip as coming from one of the domains (annotation batches) it was trained"
         f" on: {', '.join(f'`{d}`' for d in domains)}; the first unless `--domain` (or"
-        " `sqa.load(..., domain=...)`) names another.",
+        " `sqa.load(..., domain=...)`) names another, and `sqa-score` says so in one line when none"
+        ' is named. `--domain mean` (`domain="mean"`) scores a clip as the mean of its scores as'
+        " every domain.",
     ]
+
+
+def _predictors(model: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The predictor configs of a `model` node: an ensemble's members, else the node itself."""
+    return list(model.get("members") or [model])
+
+
+def _backbone_name(model: Mapping[str, Any]) -> str:
+    """The class name of a predictor config's backbone ('?' if none; a fusion's with its parts)."""
+    node = model.get("backbone", {})
+    name = str(node.get("_target_", "?")).rsplit(".", 1)[-1]
+    parts = [node[p] for p in ("first", "second") if isinstance(node.get(p), Mapping)]
+    if parts:
+        inner = " + ".join(str(p.get("_target_", "?")).rsplit(".", 1)[-1] for p in parts)
+        name = f"{name} ({inner})"
+    return name
+
+
+def members_section(ensemble: Mapping[str, Any], model: Mapping[str, Any]) -> list[str]:
+    """An ensemble's members: where each came from, its backbone, seed, weight and own test SRCC."""
+    method = ensemble.get("method", "?")
+    if method == "ridge":
+        how = (
+            f"weights and intercept fitted by ridge regression (alpha {ensemble.get('alpha')}, on the 1–5"
+            f" scale) on the members' predictions of {ensemble.get('validation_clips')} validation clips"
+        )
+    else:
+        how = "the mean of the members' scores"
+    intercept = model.get("intercept") or [0.0]
+    lines = [
+        "## Members",
+        "",
+        f"Its score is {how}: intercept {intercept[0]:.4g} + the weighted sum of the members' overall"
+        " scores on the 1–5 scale (config.yaml's `model.weights` holds every dimension's).",
+        "",
+        "| member | backbone | seed | weight | its own test utterance SRCC | system SRCC |",
+        "|---|---|---|---|---|---|",
+    ]
+    weights = (model.get("weights") or [[]])[0]
+    for i, member in enumerate(ensemble.get("members") or []):
+        weight = f"{weights[i]:.4g}" if i < len(weights) else "?"
+        cells = [member.get(key) for key in ("utt_srcc", "sys_srcc")]
+        srcc = ["n/a" if value is None else f"{value:.3f}" for value in cells]
+        seed = member.get("seed")
+        lines.append(
+            f"| `{member.get('name', i)}` | {member.get('backbone', '?')} | {'?' if seed is None else seed} |"
+            f" {weight} | {srcc[0]} | {srcc[1]} |"
+        )
+    lines += ["", "Each member's weights are stored inside this export (model.pt, `members.<i>.`)."]
+    return lines
 
 
 def checkpoint_section(run_info: Mapping[str, Any] | None) -> list[str]:
@@ -222,12 +275,14 @@ def render(
 ) -> str:
     """The card's Markdown from an export's `config` (config.yaml), its metrics and its run's records."""
     model = config["model"]
-    backbone = str(model.get("backbone", {}).get("_target_", "?")).rsplit(".", 1)[-1]
+    predictors = _predictors(model)
+    backbone = ", ".join(dict.fromkeys(_backbone_name(p) for p in predictors))
+    ensemble = (run_info or {}).get("ensemble")
     corpus = dict((run_info or {}).get("corpus") or {})
     reader = corpus.get("reader", "an unrecorded corpus")
     low, high = corpus.get("score_range", (1, 5))
-    dimensions = list(model.get("dimensions") or ["mos"])
-    pooling = str(model.get("pooling", "masked_mean"))
+    dimensions = list(predictors[0].get("dimensions") or ["mos"])
+    poolings = list(dict.fromkeys(str(p.get("pooling", "masked_mean")) for p in predictors))
     version = (run_info or {}).get("sqa")
     check = (run_info or {}).get("learning_check")
     release = dict((run_info or {}).get("release") or {})
@@ -241,6 +296,10 @@ def render(
         title = f"# {known.name} predictor (s3prl `{release.get('upstream', '?')}`), imported into sqa"
         about = f"The {known.name} predictor of the mean opinion score (MOS) by {known.authors},"
         about += " converted into an sqa export by `sqa-import`"
+    elif "members" in model:
+        title = f"# MOS predictor for singing: an ensemble of {len(predictors)} ({backbone})"
+        title += f", built with sqa {version}" if version else ""
+        about = "An ensemble of sqa predictors of the mean opinion score (MOS) of singing clips"
     else:
         title = f"# MOS predictor for singing: {backbone}" + (
             f", trained with sqa {version}" if version else ""
@@ -252,9 +311,12 @@ def render(
         "",
         f"{about}, on the {low:g}–{high:g} scale of its training ratings."
         f" Score dimensions: {', '.join(dimensions)}.",
-        *_scale_note(model),
+        *_scale_note(predictors[0]),
         "",
-        f"A clip's score pools its frame scores by `{pooling}`: {POOLING_TEXT.get(pooling, pooling)}.",
+        ("Each member's" if "members" in model else "A clip's")
+        + " score pools its frame scores by "
+        + "; ".join(f"`{p}`: {POOLING_TEXT.get(p, p)}" for p in poolings)
+        + ".",
         "",
         "```sh",
         "sqa-score --checkpoint <this folder> --output scores.csv clip.wav more/clips/",
@@ -302,7 +364,12 @@ def render(
     lines += [f"- sample rate of the model: {config.get('sample_rate')} Hz", ""]
     if check:
         lines += ["## Against the constant predictor", "", learning.sentence(check), ""]
-    source = source_section(release, known) if known else checkpoint_section(run_info)
+    if known:
+        source = source_section(release, known)
+    elif ensemble:
+        source = members_section(ensemble, model)
+    else:
+        source = checkpoint_section(run_info)
     lines += [*source, "", "## Test results", ""]
     if known is not None and not metrics:
         lines.append("None recorded by sqa; for its authors' results, see the release.")

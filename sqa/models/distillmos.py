@@ -357,6 +357,7 @@ class DistillMosZeroShot(Exportable, nn.Module):
     exported_children = ("backbone",)
     dimensions = (OVERALL,)
     domain = None
+    domain_count = None
     pitch = None
     judge = None
     num_judges = 0

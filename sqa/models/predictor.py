@@ -147,6 +147,11 @@ class MOSPredictor(Exportable, nn.Module):
         low, high = self.config.score_range
         return low, high
 
+    @property
+    def domain_count(self) -> int | None:
+        """How many domains the model scores differently (its domain embedding's); None: no domain IDs."""
+        return None if self.domain is None else self.domain.embedding.num_embeddings
+
     @torch.no_grad()
     def start_at(self, scores: Sequence[float]) -> None:
         """Make every clip score `scores` (one per dimension, on `score_range`) until training moves it.
@@ -210,6 +215,18 @@ class MOSPredictor(Exportable, nn.Module):
         `forward` after the backbone: a frozen backbone's frames can be computed once and reused
         (`sqa.training.frame_cache`). Frames past a clip's frame length are ignored.
         """
+        features = self.head_input(frames, frame_lengths, domain, f0, judge)
+        return self.score_features(features, frame_lengths, lengths)
+
+    def head_input(
+        self,
+        frames: torch.Tensor,
+        frame_lengths: torch.Tensor,
+        domain: torch.Tensor | None = None,
+        f0: torch.Tensor | None = None,
+        judge: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Backbone frames (B, T, D) with the branches' embeddings appended: the head's input (B, T, D')."""
         parts = [frames]
         if self.domain is not None:
             if domain is None:
@@ -223,7 +240,13 @@ class MOSPredictor(Exportable, nn.Module):
             if judge is None:
                 judge = torch.full((frames.shape[0],), self.num_judges, device=frames.device)
             parts.append(self.judge(judge, frames.shape[1]).to(frames.dtype))
-        frame_scores = self.head(torch.cat(parts, dim=-1))
+        return torch.cat(parts, dim=-1)
+
+    def score_features(
+        self, features: torch.Tensor, frame_lengths: torch.Tensor, lengths: torch.Tensor
+    ) -> Prediction:
+        """The head over `head_input` features (B, T, D'), pooled per clip into a `Prediction`."""
+        frame_scores = self.head(features)
         if self.range_clip:
             # Keeps every frame inside the internal 1..5 scale (`score_range` once mapped back).
             frame_scores = 2.0 * torch.tanh(frame_scores) + 3.0

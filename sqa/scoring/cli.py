@@ -5,18 +5,32 @@
 INPUT is an audio file, a folder (searched recursively for audio files), a CSV manifest with a
 `wav_path` column (relative paths resolve against the CSV's folder; its other columns are passed
 through to the output, renamed `manifest_<name>` where they clash with an output column) or a
-.txt list of paths. Output columns: `path, score` (the overall MOS), `score_<dim>` for each other
-score dimension of the model, then the manifest columns. The output is checked before anything is
+.txt list of paths. Output columns: `path, score` (the overall MOS), `spread, lo90, hi90` for a
+model with a spread (that of a listener's rating, and its 90 % interval), `score_<dim>` for each
+other score dimension of the model, `reason` where a clip has a null score (with `--vocal-only`, no
+vocal activity: a warning, not a failure), then the manifest columns. The output is checked before anything is
 scored and written atomically at the end; an existing file is replaced only with `--overwrite`,
 an input never. Every input that cannot be scored is reported on stderr and the exit code is 1;
 the rest is still scored and written. With `--by-system`, clips whose system cannot be told
 (no system_id, no <sys>-<utt> name) leave the systems table unwritten, said in one line, exit
 code 1; the clips' scores are written. Exit code 2: bad arguments, output path or export.
+
+    sqa-score --checkpoint E --timeline DIR [--window-seconds 1] [--hop-seconds 0.5] INPUT...
+
+also writes each clip's score over time to DIR: `<name>.csv` (start_s, end_s, score, vocal) and
+`<name>.png` (`sqa.scoring.timeline`); a file in DIR that sqa did not write is never replaced.
+
+    sqa-score --checkpoint E --pairs pairs.csv [--output preferences.csv]
+
+scores the pairs of audio paths in columns `a`, `b` of pairs.csv and writes per pair: line, a, b,
+score_a, score_b, difference (a - b) and p_a_better (`sqa.scoring.preferences`: for a model with
+a spread, the probability that a listener rates a above b; else that a's MOS is above b's).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import warnings
@@ -24,12 +38,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sqa.core.extras import MissingExtraError
 from sqa.data.audio import MAX_AUDIO_SAMPLES, chunk_seconds_problem
 from sqa.scoring.inputs import Inputs, expand_inputs
 from sqa.scoring.outputs import check_output, clip_rows, emit, system_of, system_rows, systems_output
+from sqa.scoring.timeline import check_timeline_folder, safe_stems
 
 if TYPE_CHECKING:
-    from sqa.scoring.scorer import ScoreResult
+    from sqa.scoring.scorer import Scorer, ScoreResult
 
 
 def default_workers() -> int:
@@ -62,8 +78,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--domain",
-        help="domain name or index for models trained with domain IDs (default: the first domain); "
-        "refused for a model without",
+        help="domain name or index for models trained with domain IDs (default: the first domain, said "
+        "in one line), 'mean': the mean of the scores as every domain, or 'neighbours': each clip's "
+        "domain looked up from its nearest training clips (the export's datastore); refused for a "
+        "model without",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("parametric", "knn", "fusion"),
+        default="parametric",
+        help="the overall score: the model's head (parametric, the default), the labels of the nearest "
+        "training clips (knn), or their mix with the weight chosen on validation (fusion); knn and "
+        "fusion need an export with a datastore (docs/scoring.md#retrieval)",
     )
     parser.add_argument(
         "--chunk-seconds",
@@ -74,6 +100,14 @@ def _parser() -> argparse.ArgumentParser:
         "--pooling",
         help="masked_mean or s3prl_padded_mean: how frame scores become a clip's score (default: the "
         "export's own; imports record their authors' s3prl_padded_mean; masked_mean: a clip's frames)",
+    )
+    parser.add_argument(
+        "--vocal-only",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="trim each clip to its vocal span (leading and trailing silence, noise floor and unpitched "
+        "sound left out) before scoring; a clip without vocal activity gets a null score and a reason "
+        "(docs/scoring.md#vocal-activity); default: as the export was trained (its vocal_only)",
     )
     parser.add_argument(
         "--by-system",
@@ -89,7 +123,25 @@ def _parser() -> argparse.ArgumentParser:
         help="refuse a file whose header declares more samples (frames x channels, or resampled to "
         "the model's rate) before decoding it (default: %(default)s)",
     )
-    parser.add_argument("inputs", nargs="+", help="audio files, folders, CSV manifests or .txt lists")
+    parser.add_argument(
+        "--timeline",
+        metavar="DIR",
+        help="also write each clip's score over time to DIR: <name>.csv (start_s, end_s, score, vocal) "
+        "and <name>.png (docs/scoring.md#timelines)",
+    )
+    parser.add_argument(
+        "--window-seconds", type=float, help="timeline window length (default: 50 frames, 1 s at 20 ms)"
+    )
+    parser.add_argument(
+        "--hop-seconds", type=float, help="timeline window hop (default: 25 frames, 0.5 s at 20 ms)"
+    )
+    parser.add_argument(
+        "--pairs",
+        metavar="CSV",
+        help="score pairs of audio paths (columns a, b; relative to the CSV's folder) instead of INPUTs: "
+        "per pair the difference a - b and the probability that a is better (docs/scoring.md#preferences)",
+    )
+    parser.add_argument("inputs", nargs="*", help="audio files, folders, CSV manifests or .txt lists")
     return parser
 
 
@@ -105,6 +157,18 @@ def _argument_problems(args: argparse.Namespace) -> list[str]:
         problems.append(f"--chunk-seconds {problem}")
     if args.by_system and not args.output:
         problems.append("--by-system writes a second table beside --output: give --output")
+    if args.pairs is None and not args.inputs:
+        problems.append("give INPUTs to score, or --pairs CSV")
+    if args.pairs is not None and (args.inputs or args.by_system or args.timeline):
+        problems.append(
+            "--pairs scores the pairs of its CSV only: leave out INPUTs, --by-system and --timeline"
+        )
+    for name in ("window_seconds", "hop_seconds"):
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            problems.append(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value}")
+        elif value is not None and args.timeline is None:
+            problems.append(f"--{name.replace('_', '-')} sets the windows of --timeline: give --timeline DIR")
     return problems
 
 
@@ -125,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = _argument_problems(args)
     if problems:
         return _fail(problems, 2)
+    if args.pairs is not None:
+        return _score_pairs(args)
     inputs = expand_inputs(args.inputs)
     output = Path(args.output) if args.output else None
     # Without a system for every clip, the clips are still scored and written; only the
@@ -134,31 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     outputs = [] if output is None else [output, systems_output(output)] if by_system else [output]
     named = [*args.inputs, *inputs.paths]
     problems = [p for p in (check_output(o, args.overwrite, named) for o in outputs) if p is not None]
+    stems = safe_stems(inputs.paths)
+    if args.timeline is not None:
+        problems.append(check_timeline_folder(Path(args.timeline), stems, args.overwrite))
+    problems = [p for p in problems if p is not None]
     if problems:
         return _fail(problems, 2)
 
-    # Imported only now, so that --help and argument errors come back without loading torch.
-    from sqa.core.extras import MissingExtraError
-    from sqa.exports.format import ExportError
-    from sqa.scoring.scorer import LearningWarning, Scorer
-
-    try:
-        with warnings.catch_warnings():
-            # Printed below as one line, not as Python's warning with its source line.
-            warnings.simplefilter("ignore", LearningWarning)
-            scorer = Scorer(
-                args.checkpoint,
-                args.device,
-                args.batch_size,
-                args.domain,
-                args.chunk_seconds,
-                max_samples=args.max_samples,
-                pooling=args.pooling,
-            )
-    except (ExportError, ValueError, MissingExtraError) as err:
-        return _fail([str(err)], 2)
-    if scorer.learning_warning is not None:
-        _fail([f"warning: {scorer.learning_warning}"], 0)
+    scorer = _load_scorer(args)
+    if isinstance(scorer, str):
+        return _fail([scorer], 2)
     if not inputs.paths:
         return _fail([*inputs.problems, "nothing to score; no output written"], 1)
     results: list[ScoreResult | None] = [None] * len(inputs.paths)
@@ -182,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         if bar is not None:
             bar.close()
     done = [r for r in results if r is not None]
-    rows = clip_rows(done, inputs, scorer.dimensions[1:], by_system)
+    rows = clip_rows(done, inputs, scorer.dimensions[1:], by_system, scorer.distribution)
     messages = [*inputs.problems, *(r.error for r in done if r.error is not None)]
     messages += [f"warning: {r.path}: {r.warning}" for r in done if r.warning is not None]
     unwritten = 0
@@ -201,7 +252,118 @@ def main(argv: list[str] | None = None) -> int:
         messages.append(f"{failed} input(s) could not be scored; {len(rows)} clip(s) scored")
     if skipped is not None:
         messages.append(skipped)
+    if args.timeline is not None:
+        lost = _write_timelines(scorer, args, [(stems[r.index], r.path) for r in done if r.score is not None])
+        messages += lost
+        unwritten += len(lost)
     return _fail(messages, 1 if failed or unwritten or skipped else 0)
+
+
+def _load_scorer(args: argparse.Namespace) -> Scorer | str:
+    """The export of `args` loaded for scoring, its notes printed as one line each; or why it failed."""
+    # Imported only now, so that --help and argument errors come back without loading torch.
+    from sqa.exports.format import ExportError
+    from sqa.scoring.scorer import DomainWarning, LearningWarning, Scorer
+
+    try:
+        with warnings.catch_warnings():
+            # Printed below as one line, not as Python's warning with its source line.
+            warnings.simplefilter("ignore", LearningWarning)
+            warnings.simplefilter("ignore", DomainWarning)
+            scorer = Scorer(
+                args.checkpoint,
+                args.device,
+                args.batch_size,
+                args.domain,
+                args.chunk_seconds,
+                max_samples=args.max_samples,
+                pooling=args.pooling,
+                vocal_only=args.vocal_only,
+                mode=args.mode,
+            )
+    except (ExportError, ValueError, MissingExtraError) as err:
+        return str(err)
+    if scorer.learning_warning is not None:
+        _fail([f"warning: {scorer.learning_warning}"], 0)
+    if scorer.domain_note is not None:
+        _fail([scorer.domain_note], 0)
+    return scorer
+
+
+def _write_timelines(scorer: Scorer, args: argparse.Namespace, clips: list[tuple[str, str]]) -> list[str]:
+    """Write the timeline of each (stem, path) of `clips` into --timeline; what could not be written."""
+    from sqa.scoring.timeline import write_timeline
+
+    folder = Path(args.timeline)
+    lost = []
+    for stem, path in clips:
+        try:
+            timeline = scorer.timeline(path, window_seconds=args.window_seconds, hop_seconds=args.hop_seconds)
+            write_timeline(folder, stem, timeline, path, scorer.predictor.score_range, args.overwrite)
+        except (OSError, ValueError, MissingExtraError) as err:
+            lost.append(f"{path}: timeline not written ({err})")
+    return lost
+
+
+def _score_pairs(args: argparse.Namespace) -> int:
+    """`sqa-score --pairs`: the preference of each pair of the CSV; returns the exit code."""
+    from sqa.scoring.preferences import preference, read_pairs
+
+    output = Path(args.output) if args.output else None
+    try:
+        pairs = read_pairs(Path(args.pairs))
+    except ValueError as err:
+        return _fail([str(err)], 2)
+    paths = list(dict.fromkeys(path for pair in pairs.pairs for path in pair))
+    if output is not None and (problem := check_output(output, args.overwrite, [args.pairs, *paths])):
+        return _fail([problem], 2)
+    scorer = _load_scorer(args)
+    if isinstance(scorer, str):
+        return _fail([scorer], 2)
+    if scorer.sigma_note is not None and scorer.distribution is None:
+        _fail([f"warning: {scorer.sigma_note}"], 0)
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_line
+        results = {r.path: r for r in scorer.score_files(paths, args.num_workers)}
+    messages = list(pairs.problems)
+    warned = [
+        f"warning: {r.path}: {r.warning}" for r in results.values() if r.score is not None and r.warning
+    ]
+    rows = []
+    for line, (a, b) in zip(pairs.lines, pairs.pairs, strict=True):
+        unscored = [
+            f"{args.pairs}, line {line}: column {column}: {results[path].error or results[path].warning}"
+            for column, path in zip("ab", (a, b), strict=True)
+            if results[path].score is None
+        ]
+        if unscored:
+            messages += unscored
+            continue
+        spreads = None
+        if scorer.distribution is not None:
+            spreads = (results[a].spread, results[b].spread, scorer.distribution)
+        pref = preference(results[a].score, results[b].score, scorer.sigma, spreads)
+        rows.append(
+            {
+                "line": line,
+                "a": a,
+                "b": b,
+                "score_a": pref.score_a,
+                "score_b": pref.score_b,
+                "difference": pref.difference,
+                "p_a_better": pref.p_a_better,
+            }
+        )
+    failed = len(messages)
+    if rows:
+        lost = emit(rows, output, args.overwrite)
+        if lost is not None:
+            messages.append(lost)
+    elif output is not None:
+        messages.append(f"no pair could be scored; {output} was not written")
+    if failed:
+        messages.append(f"{failed} problem(s) in {args.pairs}; {len(rows)} pair(s) scored")
+    return _fail([*warned, *messages], 1 if messages else 0)
 
 
 def _systems_skipped(inputs: Inputs, output: Path) -> str | None:

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from sqa.data.audio import MAX_AUDIO_SAMPLES, AudioError, audio_info, check_audio_size, load_audio, pad_to
 from sqa.data.pitch import F0Extractor
+from sqa.data.vocal import vocal_part
 from sqa.models.backbone import W2V_HOP, W2V_WINDOW, conv_frame_lengths
 
 # Peak amplitude below which a clip counts as silent (-80 dBFS).
@@ -152,13 +153,24 @@ class ClipPreparer:
     A clip longer than `chunk_samples` (None: never) is cut into overlapping windows of that
     length (a multiple of the 20 ms frame hop, at least 4 hops), and each window's centre frames
     count (`windows`); each piece is padded to `min_samples` and carries its f0 track when the
-    model has a pitch branch.
+    model has a pitch branch. With `vocal_only`, `clip` first trims the waveform to its vocal
+    span (`sqa.data.vocal`), and a clip without one gets no pieces and the reason.
     """
 
     sample_rate: int
     min_samples: int
     chunk_samples: int | None
     f0_extractor: F0Extractor | None
+    vocal_only: bool = False
+
+    def clip(self, index: int, wav: np.ndarray) -> PreparedClip:
+        """Input `index`'s waveform (N,) prepared: its pieces and warning, or why it has no score."""
+        if self.vocal_only:
+            part, reason = vocal_part(wav, self.sample_rate)
+            if part is None:
+                return PreparedClip(index, [], reason=reason)
+            wav = part
+        return PreparedClip(index, self(wav), warning=clip_warning(wav, self.sample_rate, self.min_samples))
 
     def __call__(self, wav: np.ndarray) -> list[Piece]:
         """Pieces [(waveform (n,), f0 (T',) or None, kept frames or None)] of `wav`, in time order."""
@@ -174,12 +186,14 @@ class ClipPreparer:
 
 @dataclass(frozen=True)
 class PreparedClip:
-    """One input after decoding: its pieces, or why it could not be read, and any warning."""
+    """One input after decoding: its pieces, or why it could not be read or has no score, and any warning."""
 
     index: int
     pieces: list[Piece]
     error: str | None = None
     warning: str | None = None
+    # Why a readable clip gets no score (no vocal activity under `vocal_only`); it has no pieces.
+    reason: str | None = None
 
 
 class FileClips(Dataset):
@@ -201,8 +215,7 @@ class FileClips(Dataset):
             wav = load_audio(self.paths[index], self.prepare.sample_rate, self.max_samples)
         except AudioError as err:
             return PreparedClip(index, [], str(err))
-        warning = clip_warning(wav, self.prepare.sample_rate, self.prepare.min_samples)
-        return PreparedClip(index, self.prepare(wav), warning=warning)
+        return self.prepare.clip(index, wav)
 
 
 def as_list(items: list[PreparedClip]) -> list[PreparedClip]:

@@ -56,14 +56,21 @@ def _resolve_against(base: Path, entry: str) -> Path:
     return path if path.is_absolute() else base / path
 
 
+def csv_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """The columns of the CSV at `path` and its rows, each with its line in the file.
+
+    A row's line is its last (for a quoted cell over several lines): blank lines are skipped, so
+    rows are not counted from the header. Raises UnicodeDecodeError, csv.Error or OSError.
+    """
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        rows = [(reader.line_num, row) for row in reader]
+        return list(reader.fieldnames or []), rows
+
+
 def _read_manifest(path: Path, inputs: Inputs) -> None:
     try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            # Each row with its line in the file (its last, for a quoted cell over several lines):
-            # blank lines are skipped, so rows are not counted from the header.
-            rows = [(reader.line_num, row) for row in reader]
-            columns = list(reader.fieldnames or [])
+        columns, rows = csv_rows(path)
     except UnicodeDecodeError as err:
         inputs.problems.append(f"{path}: not UTF-8 text ({err}); save the manifest as UTF-8")
         return

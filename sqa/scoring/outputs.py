@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING, Any
 from sqa.core import ownership
 from sqa.core.artefacts import spreadsheet_safe
 from sqa.core.atomic import atomic_write_text, json_text
+from sqa.core.spread import INTERVAL_LEVELS, interval
 from sqa.scoring.inputs import Inputs
 
 if TYPE_CHECKING:
     from sqa.scoring.scorer import ScoreResult
 
 OUTPUT_SUFFIXES = (".csv", ".json")
+# After `score`, for an export with a spread: that of a listener's rating and its 90 % interval.
+SPREAD_COLUMNS = ("spread", "lo90", "hi90")
 
 
 def check_output(output: Path, overwrite: bool, inputs: Sequence[str]) -> str | None:
@@ -130,10 +133,25 @@ def _save_in_temp(text: str, output: Path | None) -> str:
 
 
 def clip_rows(
-    results: Sequence[ScoreResult], inputs: Inputs, dimensions: Sequence[str], by_system: bool
+    results: Sequence[ScoreResult],
+    inputs: Inputs,
+    dimensions: Sequence[str],
+    by_system: bool,
+    distribution: str | None = None,
 ) -> list[dict[str, Any]]:
-    """One output row per scored clip, in input order: path, scores, [system_id], manifest columns."""
-    reserved = ["path", "score", *(f"score_{d}" for d in dimensions)]
+    """One row per readable clip, in input order: path, score, [spread, lo90, hi90], score_<dim>, ...
+
+    ... then [reason], [system_id] and the manifest columns. `distribution` (an export with a spread, see
+    `Scorer.distribution`) adds the spread of a listener's rating and its 90 % interval, as
+    predictions.csv has them (`sqa.core.spread.interval`). A clip without a score (no vocal
+    activity) has null scores (an empty CSV cell, JSON null); where there is one, a `reason`
+    column says why for it and is empty for the others.
+    """
+    unscored = any(r.error is None and r.score is None for r in results)
+    spreads = list(SPREAD_COLUMNS) if distribution is not None else []
+    reserved = ["path", "score", *spreads, *(f"score_{d}" for d in dimensions)]
+    if unscored:
+        reserved.append("reason")
     if by_system:
         reserved.append("system_id")
     rows = []
@@ -141,7 +159,14 @@ def clip_rows(
         if r.error is not None:
             continue
         row: dict[str, Any] = {"path": r.path, "score": r.score}
+        if distribution is not None:
+            row.update(dict.fromkeys(SPREAD_COLUMNS))
+        if distribution is not None and r.spread is not None:
+            low, high = interval(r.score, r.spread, INTERVAL_LEVELS["90"], distribution)
+            row.update(spread=r.spread, lo90=float(low), hi90=float(high))
         row.update({f"score_{d}": r.dimension_scores[d] for d in dimensions})
+        if unscored:
+            row["reason"] = r.warning if r.score is None else ""
         if by_system:
             row["system_id"] = system_of(r.path, inputs.columns[r.index])
         for key, value in inputs.columns[r.index].items():
@@ -154,16 +179,21 @@ def clip_rows(
 
 
 def system_rows(rows: list[dict[str, Any]], dimensions: Sequence[str]) -> list[dict[str, Any]]:
-    """Per-system means of every score column over that system's clips, sorted by system."""
+    """Per-system means of every score column over that system's scored clips (n), sorted by system.
+
+    Clips without a score (no vocal activity) are left out; a system without a scored clip has null means.
+    """
     columns = ["score", *(f"score_{d}" for d in dimensions)]
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(row["system_id"], []).append(row)
+        groups.setdefault(row["system_id"], [])
+        if row["score"] is not None:
+            groups[row["system_id"]].append(row)
     return [
         {
             "system_id": system,
             "n": len(members),
-            **{c: sum(m[c] for m in members) / len(members) for c in columns},
+            **{c: sum(m[c] for m in members) / len(members) if members else None for c in columns},
         }
         for system, members in sorted(groups.items())
     ]

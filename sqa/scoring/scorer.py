@@ -13,15 +13,17 @@ when the export uses it.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from sqa.core.spread import INTERVAL_LEVELS, interval, pooled
 from sqa.data.audio import (
     MAX_AUDIO_SAMPLES,
     MAX_SAMPLE_RATE,
@@ -29,21 +31,26 @@ from sqa.data.audio import (
     check_audio_size,
     chunk_seconds_problem,
     downmix_resample,
+    load_audio,
 )
 from sqa.data.batching import pad_batch
+from sqa.data.vocal import vocal_activity
 from sqa.exports.format import learning_warning, load_export
 from sqa.models.backbone import W2V_HOP
 from sqa.models.predictor import POOLINGS
+from sqa.models.uncertainty import UncertainMOSPredictor
 from sqa.scoring.clips import (
     ClipPreparer,
     ClipWarning,
     Piece,
     PreparedClip,
     as_samples,
-    clip_warning,
     file_batches,
     warn_at_caller,
 )
+from sqa.scoring.preferences import Preference, preference, residual_sigma
+from sqa.scoring.retrieval import neighbours_note, retrieval_for
+from sqa.scoring.timeline import HOP_FRAMES, WINDOW_FRAMES, Timeline, build_timeline, window_frames
 
 # The shortest window (seconds) whose chunked scores stayed within 0.02 MOS of whole-clip scores
 # on 3-minute varied songs, by backbone class (benchmarks/chunking.py; docs/scoring.md). Shorter
@@ -62,6 +69,10 @@ def chunk_warning(backbone: str, chunk_seconds: float) -> str | None:
             "against whole-clip scoring (docs/scoring.md); use longer windows where memory allows"
         )
     return None
+
+
+# The `domain` that averages a clip's scores over every domain the model embeds.
+MEAN_DOMAIN = "mean"
 
 
 def resolve_domain(domain: str | int | None, domains: list[str], embedded: int | None = None) -> int:
@@ -118,24 +129,62 @@ class ChunkWarning(UserWarning):
     """Chunked scores of this backbone and window length may differ from whole-clip scores."""
 
 
+class PreferenceWarning(UserWarning):
+    """Preference probabilities use the export's test RMSE (no validation RMSE recorded) or are missing."""
+
+
+class DomainWarning(UserWarning):
+    """A model trained with domain IDs scores as its first domain, because no domain was given."""
+
+
+def default_domain_note(domains: list[str], embedded: int) -> str:
+    """The one line saying that a model with `embedded` domains scores as its first, and why."""
+    name = f"{domains[0]!r}" if domains else "0"
+    return (
+        f"scoring as domain {name} (index 0), the first of the {embedded} this model was trained with "
+        "(domain IDs), because no domain was given; --domain NAME|INDEX (domain=) picks one, "
+        f"--domain {MEAN_DOMAIN} averages over all"
+    )
+
+
 @dataclass(frozen=True)
 class ScoreResult:
-    """The overall score of input `index` and its other dimensions' scores, or why it failed."""
+    """The overall score of input `index` and its other dimensions' scores, or why it failed.
+
+    A readable clip without a score (no vocal activity under `vocal_only`) has `score` and its
+    dimension scores None, no `error`, and the reason as its `warning`. `spread` is the spread
+    of a listener's overall rating about `score` (`Scorer.distribution`), None without one.
+    """
 
     path: str
     score: float | None
     error: str | None = None
-    dimension_scores: Mapping[str, float] = field(default_factory=dict)
+    dimension_scores: Mapping[str, float | None] = field(default_factory=dict)
     warning: str | None = None
     index: int = 0
+    spread: float | None = None
+
+
+class SpreadScore(NamedTuple):
+    """A clip's overall score, the spread of a listener's rating about it, and that rating's 90 % interval.
+
+    `spread` and `interval90` (low, high) are None for an export without a spread; all three for a
+    clip without a score (no vocal activity under `vocal_only`).
+    """
+
+    score: float | None
+    spread: float | None
+    interval90: tuple[float, float] | None
 
 
 class Scorer:
     """An export loaded for scoring paths and arrays (`score`) and many files (`score_files`); see `sqa.load`.
 
     A predictor trained with domain IDs scores every clip as coming from `domain` (a domain name
-    or index of the export's `domains` list); the default is the first domain of that list
-    (annotation batch p1 for SingMOS-Pro); a `domain` for a predictor without domain IDs is a
+    or index of the export's `domains` list), or with `domain="mean"` as the mean of its scores
+    as each domain the model embeds (one forward pass per domain); the default is the first
+    domain of that list (annotation batch p1 for SingMOS-Pro), said once per load by a
+    `DomainWarning` (and `domain_note`); a `domain` for a predictor without domain IDs is a
     ValueError. A predictor trained with judges scores as its mean judge. `dimensions` are the
     export's score dimensions, the overall "mos" first. With `chunk_seconds`, longer clips are
     scored in windows of about that length and their scores averaged weighted by frames, which
@@ -145,6 +194,19 @@ class Scorer:
     `pooling` (one of `sqa.models.predictor.POOLINGS`; None: the export's own) chooses how frame
     scores become a clip's score, e.g. "masked_mean" for an imported predictor that records
     its authors' "s3prl_padded_mean".
+    With `vocal_only`, every clip is trimmed to its vocal span (`sqa.data.vocal`: leading and
+    trailing silence, noise floor and unpitched sound left out) before it is scored, whatever
+    the export; a clip without vocal activity gets no score (None) and a `ClipWarning` saying why.
+    None (the default) follows the export: its config.yaml's `vocal_only`, true when it was trained
+    on clips cut so (`data.vocal_only`), false otherwise and for imports.
+    `mode` ("parametric", "knn" or "fusion") and `domain="neighbours"` use the export's
+    datastore.pt (`sqa.scoring.retrieval`; refused for an export without one).
+    A predictor with a spread (`sqa.models.uncertainty`) also gives each clip the spread of a
+    listener's rating (`score_with_spread`, `ScoreResult.spread`; `distribution` names it, None
+    for other exports and in the knn and fusion modes, whose scores the spread was never
+    calibrated about). A chunked clip's spread pools its windows' by kept frames, and
+    `domain="mean"`'s pools the domains' (`sqa.core.spread.pooled`: the root of the weighted mean
+    of the variances).
     """
 
     def __init__(
@@ -156,6 +218,8 @@ class Scorer:
         chunk_seconds: float | None = None,
         max_samples: int = MAX_AUDIO_SAMPLES,
         pooling: str | None = None,
+        vocal_only: bool | None = None,
+        mode: str = "parametric",
     ) -> None:
         if max_samples < 1:
             raise ValueError(f"max_samples must be at least 1, got {max_samples}")
@@ -175,14 +239,37 @@ class Scorer:
             self.predictor.pooling = pooling
         self.predictor.to(self.device)
         self.dimensions = list(self.predictor.dimensions)
-        if domain is not None and self.predictor.domain is None:
+        embedded = self.predictor.domain_count
+        if domain is not None and embedded is None:
             # Scoring "as a domain" would change nothing: refused rather than silently ignored.
             raise ValueError(
                 f"domain {domain!r}: this model has no domain embedding (it was trained without domain "
                 "IDs), so it scores every clip alike; leave the domain out"
             )
-        embedded = None if self.predictor.domain is None else self.predictor.domain.embedding.num_embeddings
-        self.domain = resolve_domain(domain, self.config.get("domains", []), embedded)
+        # The datastore, where the mode or the domain lookup needs it (None: the head alone).
+        self.retrieval = retrieval_for(export, self.predictor, self.config, mode, domain)
+        # The spread was trained and calibrated about the head's own score, never a kNN or fused one.
+        parametric = self.retrieval is None or self.retrieval.mode == "parametric"
+        self.distribution: str | None = None
+        if parametric and isinstance(self.predictor, UncertainMOSPredictor):
+            self.distribution = self.predictor.distribution
+        domains = list(self.config.get("domains", []))
+        # Why the model scores as its first domain, when it has several and none was asked for.
+        self.domain_note = None
+        if embedded is not None and domain == MEAN_DOMAIN:
+            # The domains both listed and embedded (an empty list names none: all embedded ones).
+            self.domains = list(range(min(len(domains) or embedded, embedded)))
+        elif self.retrieval is not None and self.retrieval.neighbour_domains:
+            # Looked up per clip in `_forward`: no fixed domain.
+            self.domains = []
+            self.domain_note = neighbours_note(self.retrieval.store)
+        else:
+            self.domains = [resolve_domain(domain, domains, embedded)]
+            if domain is None and embedded is not None and embedded > 1:
+                self.domain_note = default_domain_note(domains, embedded)
+                warn_at_caller(self.domain_note, DomainWarning)
+        # The index scored as (None: the mean over several).
+        self.domain = self.domains[0] if len(self.domains) == 1 else None
         self.sample_rate = int(self.config["sample_rate"])
         self.min_samples = int(self.predictor.backbone.min_samples)
         self.batch_size = batch_size
@@ -193,7 +280,13 @@ class Scorer:
             self.chunk_warning = chunk_warning(type(self.predictor.backbone).__name__, chunk_seconds)
             hops = max(4, round(chunk_seconds * self.sample_rate / W2V_HOP))
             chunk = max(self.min_samples, hops * W2V_HOP)
-        self.prepare = ClipPreparer(self.sample_rate, self.min_samples, chunk, self.f0_extractor)
+        if vocal_only is None:
+            vocal_only = bool(self.config.get("vocal_only", False))
+        self.vocal_only = vocal_only
+        self.prepare = ClipPreparer(self.sample_rate, self.min_samples, chunk, self.f0_extractor, vocal_only)
+        # The residual spread behind `prefer`'s probabilities (None: none recorded), and why it is not
+        # the validation RMSE where it is not; said at the first `prefer`, not on every load.
+        self.sigma, self.sigma_note = residual_sigma(export)
 
     def to(self, device: str | torch.device) -> Scorer:
         """Move the predictor to `device` ("auto", "cpu", "cuda:1", ...); returns self."""
@@ -203,7 +296,7 @@ class Scorer:
 
     def score(
         self, audio: Any, sample_rate: int | None = None
-    ) -> float | dict[str, float] | list[float] | list[dict[str, float]]:
+    ) -> float | dict[str, float] | None | list[float | dict[str, float] | None]:
         """Score a clip, or a list (or tuple) of clips in input order: paths, arrays, or both mixed.
 
         A path (str or os.PathLike) is read as `sqa-score` reads it, at its header's rate. An
@@ -214,10 +307,42 @@ class Scorer:
         dimension at most 8 (e.g. (4, 4), or (16, 16000), which may be a batch) is refused.
         `sample_rate` applies to arrays only: needed where the input holds an array, refused
         where it holds paths only (their rates are their headers'). Returns one float per clip,
-        or a dict {dimension: score} per clip when the model has several score dimensions; a
-        list for a list of clips. An unreadable file raises `sqa.data.audio.AudioError` (a
-        ValueError) naming it.
+        or a dict {dimension: score} per clip when the model has several score dimensions, or
+        None for a clip without vocal activity under `vocal_only`; a list for a list of clips.
+        An unreadable file raises `sqa.data.audio.AudioError` (a ValueError) naming it.
+        `score_with_spread` adds the spread of a listener's rating, where the export has one.
         """
+        single, rows = self._scored(audio, sample_rate)
+        out = [
+            row[0] if len(row) == 1 or row[0] is None else dict(zip(self.dimensions, row, strict=True))
+            for row, _ in rows
+        ]
+        return out[0] if single else out
+
+    def score_with_spread(
+        self, audio: Any, sample_rate: int | None = None
+    ) -> SpreadScore | list[SpreadScore]:
+        """Each clip's `SpreadScore`: overall score, spread of a listener's rating, its 90 % interval.
+
+        Takes what `score` takes, and returns one `SpreadScore` (score, spread, (lo90, hi90)) per
+        clip, a list for a list: the columns `score`, `spread`, `lo90`, `hi90` of `sqa-score`,
+        intervals as in predictions.csv (`sqa.core.spread.interval`). An export without a spread
+        gives None spread and interval, so callers can pass any export.
+        """
+        single, rows = self._scored(audio, sample_rate)
+        out = []
+        for row, spread in rows:
+            if spread is None or self.distribution is None:
+                out.append(SpreadScore(row[0], None, None))
+                continue
+            low, high = interval(row[0], spread, INTERVAL_LEVELS["90"], self.distribution)
+            out.append(SpreadScore(row[0], spread, (float(low), float(high))))
+        return out[0] if single else out
+
+    def _scored(
+        self, audio: Any, sample_rate: int | None
+    ) -> tuple[bool, list[tuple[list[float | None], float | None]]]:
+        """Whether `audio` is one clip, and per clip in input order its scores (K,) and spread (or None)."""
         single = not isinstance(audio, list | tuple)
         clips = [audio] if single else list(audio)
         names = ["audio"] if single else [f"audio[{i}]" for i in range(len(clips))]
@@ -230,7 +355,12 @@ class Scorer:
                 "rate: leave sample_rate out"
             )
         wavs = self._waveforms([clips[i] for i in arrays], [names[i] for i in arrays], sample_rate)
-        rows = dict(zip(arrays, self.score_dimensions(wavs), strict=True))
+        prepared = [self.prepare.clip(i, wav) for i, wav in zip(arrays, wavs, strict=True)]
+        rows = {}
+        for clip, row, spread in self._score_prepared(prepared):
+            if clip.warning or clip.reason:
+                warn_at_caller(f"{names[clip.index]}: {clip.warning or clip.reason}", ClipWarning)
+            rows[clip.index] = (row, spread)
         positions = list(files)
         # As batches finish: an unreadable file (its header is read first) stops the call at once.
         for result in self._file_results(list(files.values()), 0):
@@ -238,15 +368,74 @@ class Scorer:
                 raise AudioError(result.error)
             if result.warning is not None:
                 warn_at_caller(f"{result.path}: {result.warning}", ClipWarning)
-            rows[positions[result.index]] = [result.score, *result.dimension_scores.values()]
-        out = [
-            rows[i][0] if len(rows[i]) == 1 else dict(zip(self.dimensions, rows[i], strict=True))
-            for i in range(len(clips))
-        ]
-        return out[0] if single else out
+            rows[positions[result.index]] = ([result.score, *result.dimension_scores.values()], result.spread)
+        return single, [rows[i] for i in range(len(clips))]
+
+    def timeline(
+        self,
+        audio: Any,
+        sample_rate: int | None = None,
+        window_seconds: float | None = None,
+        hop_seconds: float | None = None,
+    ) -> Timeline:
+        """The score of one clip (a path, or an array at `sample_rate`) over time: see `sqa.scoring.timeline`.
+
+        The frame scores (T,) are those the predictor pools (overall score, on the export's
+        scale), so with `masked_mean` pooling and no `vocal_only` the clip's score is their mean;
+        windows of `window_seconds` (default 50 frames: 1 s) every `hop_seconds` (25 frames: 0.5
+        s) average them, rounded to whole frames. The whole clip is laid out, `vocal_only` or
+        not; each window says whether it is vocal. With `chunk_seconds`, the frames are those of
+        the chunked scoring.
+        """
+        hop = int(self.predictor.backbone.hop_length)
+        frame_seconds = hop / self.sample_rate
+        window = window_frames(window_seconds, frame_seconds, WINDOW_FRAMES, "window_seconds")
+        step = window_frames(hop_seconds, frame_seconds, HOP_FRAMES, "hop_seconds")
+        if isinstance(audio, str | os.PathLike):
+            if sample_rate is not None:
+                raise ValueError("sample_rate applies to arrays only; a file is read at its header's rate")
+            wav = load_audio(audio, self.sample_rate, self.max_samples)
+        else:
+            wav = self._waveforms([audio], ["audio"], sample_rate)[0]
+        _, frames, _ = self._forward(self.prepare(wav))
+        internal = torch.from_numpy(np.concatenate(frames)[:, 0])
+        frame_scores = self.predictor.to_scale(internal).numpy()
+        activity = vocal_activity(wav, self.sample_rate)
+        # Each backbone frame takes the vocal flag of the 20 ms activity frame it starts in.
+        at = np.minimum(np.arange(frame_scores.shape[0]) * hop // activity.hop, activity.vocal.shape[0] - 1)
+        return build_timeline(frame_scores, activity.vocal[at], frame_seconds, window, step)
+
+    def prefer(
+        self, a: Any, b: Any, sample_rate: int | None = None, sigma: float | None = None
+    ) -> Preference:
+        """Whether clip `a` beats clip `b` (paths or arrays at `sample_rate`): see `sqa.scoring.preferences`.
+
+        Returns both overall scores, their difference a - b and P(a better). For an export with a
+        spread, the probability that a listener rates a above b, Φ(diff / √(sd_a² + sd_b²)) of
+        the clips' predicted rating spreads (`basis` "listener"). Otherwise, or with `sigma`,
+        the probability that a's MOS is above b's, Φ(diff / (√2·σ)), σ the export's validation
+        RMSE (or `sigma`; `basis` "mos"); a `PreferenceWarning` says once when σ is the test
+        RMSE instead, or when there is none (then the probability is None). A clip without a
+        score (no vocal activity under `vocal_only`) is a ValueError.
+        """
+        if sigma is not None and not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
+            raise ValueError(f"sigma must be a positive number, got {sigma!r}")
+        if sigma is None and self.distribution is None and self.sigma_note is not None:
+            warn_at_caller(self.sigma_note, PreferenceWarning)
+            self.sigma_note = None  # once per Scorer
+        _, rows = self._scored([a, b], sample_rate)
+        for name, (row, _) in zip("ab", rows, strict=True):
+            if row[0] is None:
+                raise ValueError(f"clip {name} has no score (no vocal activity); no preference can be given")
+        (row_a, spread_a), (row_b, spread_b) = rows
+        if sigma is not None:
+            # A σ given by hand asks the MOS question, whatever the export.
+            return preference(row_a[0], row_b[0], sigma)
+        spreads = None if self.distribution is None else (spread_a, spread_b, self.distribution)
+        return preference(row_a[0], row_b[0], self.sigma, spreads)
 
     def _waveforms(self, arrays: list[Any], names: list[str], sample_rate: int | None) -> list[np.ndarray]:
-        """Mono waveforms (N,) at the export's rate of `arrays` at `sample_rate`, checked and warned of."""
+        """Mono waveforms (N,) at the export's rate of `arrays` at `sample_rate`, checked."""
         if not arrays:
             return []
         if sample_rate is None:
@@ -264,24 +453,22 @@ class Scorer:
         samples = [as_samples(array, name) for array, name in zip(arrays, names, strict=True)]
         for array, name in zip(samples, names, strict=True):
             check_audio_size(name, int(sample_rate), *array.shape, self.sample_rate, self.max_samples)
-        wavs = [
+        return [
             downmix_resample(array, int(sample_rate), self.sample_rate, name)
             for array, name in zip(samples, names, strict=True)
         ]
-        for wav, name in zip(wavs, names, strict=True):
-            warning = clip_warning(wav, self.sample_rate, self.min_samples)
-            if warning is not None:
-                warn_at_caller(f"{name}: {warning}", ClipWarning)
-        return wavs
 
-    def score_waveforms(self, wavs: list[np.ndarray]) -> list[float]:
+    def score_waveforms(self, wavs: list[np.ndarray]) -> list[float | None]:
         """Overall scores of mono float32 waveforms (N,) at the export's `sample_rate`, in order."""
         return [row[0] for row in self.score_dimensions(wavs)]
 
-    def score_dimensions(self, wavs: list[np.ndarray]) -> list[list[float]]:
-        """Scores of every dimension (one list of K per waveform (N,) at `sample_rate`), in order."""
-        clips = [PreparedClip(i, self.prepare(wav)) for i, wav in enumerate(wavs)]
-        return [row for _, row in self._score_prepared(clips)]
+    def score_dimensions(self, wavs: list[np.ndarray]) -> list[list[float | None]]:
+        """Scores of every dimension (one list of K per waveform (N,) at `sample_rate`), in order.
+
+        A waveform without vocal activity under `vocal_only` gets K Nones.
+        """
+        clips = [self.prepare.clip(i, wav) for i, wav in enumerate(wavs)]
+        return [row for _, row, _ in self._score_prepared(clips)]
 
     def score_files(
         self, paths: Iterable[str | os.PathLike], num_workers: int = 0, ordered: bool = True
@@ -313,51 +500,107 @@ class Scorer:
                 if item.error is not None:
                     yield ScoreResult(paths[item.index], None, item.error, index=item.index)
             readable = [item for item in items if item.error is None]
-            for item, row in self._score_prepared(readable):
+            for item, row, spread in self._score_prepared(readable):
                 extra = dict(zip(self.dimensions[1:], row[1:], strict=True))
-                yield ScoreResult(paths[item.index], row[0], None, extra, item.warning, item.index)
+                warning = item.reason or item.warning
+                yield ScoreResult(paths[item.index], row[0], None, extra, warning, item.index, spread)
 
-    def _score_prepared(self, clips: list[PreparedClip]) -> list[tuple[PreparedClip, list[float]]]:
-        """Each clip's scores (K,): the mean over its pieces' kept frames (a whole clip: its score)."""
+    def _score_prepared(
+        self, clips: list[PreparedClip]
+    ) -> list[tuple[PreparedClip, list[float | None], float | None]]:
+        """Each clip's scores (K,), the mean over its pieces' kept frames (a whole clip: its own), and spread.
+
+        The spread (None without `distribution`) is a whole clip's own, or its windows' pooled by
+        their kept frames (`sqa.core.spread.pooled`). A clip without pieces (no vocal activity)
+        gets K Nones and None.
+        """
         if self.chunk_warning and any(len(clip.pieces) > 1 for clip in clips):
             warn_at_caller(self.chunk_warning, ChunkWarning)
             self.chunk_warning = None  # once per Scorer
-        scores, sums, counts = self._forward([piece for clip in clips for piece in clip.pieces])
-        out = []
+        # Each piece's sum of kept frame embeddings (D,), for kNN and fusion scores.
+        embeddings: list[np.ndarray] | None = None
+        if self.retrieval is not None and self.retrieval.mode != "parametric":
+            embeddings = []
+        pieces = [piece for clip in clips for piece in clip.pieces]
+        scores, frames, spreads = self._forward(pieces, embeddings)
+        out: list[tuple[PreparedClip, list[float | None], float | None]] = []
         start = 0
         for clip in clips:
             rows = slice(start, start + len(clip.pieces))
             start = rows.stop
-            if len(clip.pieces) == 1:
-                out.append((clip, scores[rows.start].tolist()))
-                continue
-            # Frame scores are on the head's 1-5 scale; the map to the user's scale is linear.
-            mean = torch.from_numpy(sums[rows].sum(axis=0) / counts[rows].sum())
-            out.append((clip, self.predictor.to_scale(mean).tolist()))
+            spread = None
+            if spreads is not None and len(clip.pieces) == 1:
+                spread = float(spreads[rows.start])
+            elif spreads is not None and clip.pieces:
+                # Each window's spread is of its rating; it weighs as much as the frames it keeps.
+                spread = pooled(spreads[rows], [kept.shape[0] for kept in frames[rows]])
+            if not clip.pieces:
+                out.append((clip, [None] * len(self.dimensions), None))
+            elif len(clip.pieces) == 1:
+                out.append((clip, scores[rows.start].tolist(), spread))
+            else:
+                sums = np.sum([kept.sum(axis=0) for kept in frames[rows]], axis=0)
+                counts = sum(kept.shape[0] for kept in frames[rows])
+                # Frame scores are on the head's 1-5 scale; the map to the user's scale is linear.
+                out.append((clip, self.predictor.to_scale(torch.from_numpy(sums / counts)).tolist(), spread))
+            if embeddings is not None and clip.pieces:
+                # The clip's embedding is the mean of its kept frames, as the datastore's are.
+                mean = np.sum(embeddings[rows], axis=0) / sum(kept.shape[0] for kept in frames[rows])
+                row = out[-1][1]
+                row[0] = self.retrieval.overall(row[0], torch.from_numpy(mean))
         return out
 
     @torch.inference_mode()
-    def _forward(self, pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Scores (P, K), sums of kept frame scores (P, K) and kept frame counts (P,) of pieces.
+    def _forward(
+        self, pieces: list[Piece], embeddings: list[np.ndarray] | None = None
+    ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
+        """Scores (P, K), each piece's kept frame scores (n_p, K) on the 1-5 scale, and spreads (P,).
 
-        Pieces go in length-sorted batches of `batch_size`.
+        Scores and spreads are on the export's scale; spreads are None without a `distribution`.
+        `embeddings`, where given, is filled with each piece's sum of kept backbone frames (D,).
+
+        Pieces go in length-sorted batches of `batch_size`, on the CPU one piece per forward
+        pass: CPU kernels sum in an order that depends on the batch's shape (a clip's score moved
+        by 2e-7 between a batch of 1 and of 4, padded or not), and a score must not depend on
+        its batch mates. With several `domains` (the mean over domains), scores and frame scores are the
+        means of one forward pass per domain, and spreads their root mean square (`sqa.core.spread.pooled`).
         """
         scores = np.zeros((len(pieces), len(self.dimensions)), dtype=np.float32)
-        sums = np.zeros((len(pieces), len(self.dimensions)), dtype=np.float64)
-        counts = np.zeros(len(pieces), dtype=np.int64)
+        spreads = None if self.distribution is None else np.zeros(len(pieces))
+        frames: list[np.ndarray] = [np.zeros((0, len(self.dimensions)))] * len(pieces)
+        if embeddings is not None:
+            embeddings[:] = [np.zeros(0)] * len(pieces)
         order = sorted(range(len(pieces)), key=lambda i: pieces[i][0].shape[0])
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
+        step = 1 if self.device.type == "cpu" else self.batch_size
+        for start in range(0, len(order), step):
+            idx = order[start : start + step]
             wav, lengths = pad_batch([torch.from_numpy(pieces[i][0]) for i in idx])
             f0 = None
             if self.f0_extractor is not None:
                 f0 = pad_batch([torch.from_numpy(pieces[i][1]) for i in idx])[0].to(self.device)
-            domain = torch.full((len(idx),), self.domain, device=self.device)
-            out = self.predictor(wav.to(self.device), lengths.to(self.device), domain, f0)
-            scores[idx] = self.predictor.to_scale(out.scores.float()).cpu().numpy()
-            frame_scores = out.dim_frame_scores.double().cpu().numpy()
+            wav, lengths = wav.to(self.device), lengths.to(self.device)
+            backbone_frames = None
+            if self.retrieval is not None:
+                outs, backbone_frames = self.retrieval.forward(self.predictor, wav, lengths, f0, self.domains)
+            else:
+                outs = [
+                    self.predictor(wav, lengths, torch.full((len(idx),), index, device=self.device), f0)
+                    for index in self.domains
+                ]
+            # The mean of one array is that array exactly: a single domain scores as before.
+            scores[idx] = np.mean(
+                [self.predictor.to_scale(o.scores.float()).cpu().numpy() for o in outs], axis=0
+            )
+            frame_scores = np.mean([o.dim_frame_scores.double().cpu().numpy() for o in outs], axis=0)
+            if spreads is not None:
+                # Float32 spreads squared are exact in float64: one domain's spread comes back as it was.
+                per_domain = [
+                    self.predictor.spread_to_scale(o.spread.float()).double().cpu().numpy() for o in outs
+                ]
+                spreads[idx] = np.sqrt(np.mean(np.square(per_domain), axis=0))
             for row, i in enumerate(idx):
-                lo, hi = pieces[i][2] or (0, int(out.frame_lengths[row]))
-                sums[i] = frame_scores[row, lo:hi].sum(axis=0)
-                counts[i] = hi - lo
-        return scores, sums, counts
+                lo, hi = pieces[i][2] or (0, int(outs[0].frame_lengths[row]))
+                frames[i] = frame_scores[row, lo:hi]
+                if embeddings is not None and backbone_frames is not None:
+                    embeddings[i] = backbone_frames[row, lo:hi].double().sum(dim=0).cpu().numpy()
+        return scores, frames, spreads

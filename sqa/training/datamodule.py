@@ -81,6 +81,7 @@ class MOSDataModule(L.LightningDataModule):
         test_split_csv: str | None = None,
         split_by: str = "clip",
         required_splits: Sequence[str] = SPLITS,
+        vocal_only: bool = False,
     ) -> None:
         super().__init__()
         # Arguments first: a typo in the config must not wait for every clip to be decoded.
@@ -123,6 +124,8 @@ class MOSDataModule(L.LightningDataModule):
         # Validation and test clips keep their first eval_max_seconds (None: whole clips).
         self.eval_max_seconds = eval_max_seconds
         self.preload = preload
+        # Every clip cut to its vocal span (sqa.data.vocal), as the export then scores it.
+        self.vocal_only = vocal_only
         self.seed = seed
         self.f0_extractor = f0_extractor
         self.train_domains = list(train_domains) if train_domains else None
@@ -221,6 +224,7 @@ class MOSDataModule(L.LightningDataModule):
                 self.dimensions,
                 judges,
                 crop_from_start,
+                self.vocal_only,
             )
         return self._datasets[key]
 

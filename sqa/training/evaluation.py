@@ -153,7 +153,7 @@ def _evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     corpus = clips_to_test(corpus, split_csv, user_corpus, export_dir / "config.yaml")
     domains = list(config.get("domains") or [DEFAULT_DOMAIN])
     datamodule = MOSDataModule(
-        evaluation_corpus(corpus, domains, predictor.domain is not None),
+        evaluation_corpus(corpus, domains, predictor.domain_count is not None),
         sample_rate=int(config["sample_rate"]),
         eval_batch_size=int(_choice(cfg.eval_batch_size, batch_size, DEFAULT_EVAL_BATCH_SIZE)),
         num_workers=cfg.num_workers,
@@ -161,6 +161,7 @@ def _evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         dimensions=list(predictor.dimensions),
         on_error=cfg.on_error,
         required_splits=("test",),
+        vocal_only=bool(config.get("vocal_only", False)),
     )
     seed = int(_choice(cfg.seed, test.get("seed"), DEFAULT_SEED))
     bootstrap = int(_choice(cfg.bootstrap, test.get("bootstrap"), DEFAULT_BOOTSTRAP))

@@ -13,9 +13,11 @@ import torch.distributed as dist
 from sqa import metrics
 from sqa.core.artefacts import score_columns
 from sqa.core.prediction import OVERALL, Prediction
+from sqa.core.spread import INTERVAL_LEVELS, interval
 from sqa.data.corpus import ROLES
 from sqa.models.predictor import MOSPredictor
 from sqa.training.frame_cache import FrameCache
+from sqa.training.losses import NLL_LOSSES
 from sqa.training.selection import TIEBREAK_KEY, SelectionRule
 
 LossFn = Callable[..., torch.Tensor]
@@ -61,6 +63,14 @@ class MOSModule(L.LightningModule):
             raise ValueError(f"freeze_backbone_steps must be 0 or more, got {freeze_backbone_steps}")
         if not 0 < backbone_lr_scale <= 1:
             raise ValueError(f"backbone_lr_scale must be in (0, 1], got {backbone_lr_scale}")
+        distribution = getattr(predictor, "distribution", None)
+        if loss is not None and distribution is not None:
+            # The loss's likelihood is what makes the spread a standard deviation or a Laplace scale.
+            expected = NLL_LOSSES[distribution]
+            if getattr(loss, "func", loss) is not expected:
+                raise ValueError(
+                    f"a predictor with a {distribution} spread trains with loss={expected.__name__}"
+                )
         self.freeze_backbone_steps = int(freeze_backbone_steps)
         self.backbone_lr_scale = float(backbone_lr_scale)
         self._backbone_trainable: list[torch.nn.Parameter] = []
@@ -136,13 +146,21 @@ class MOSModule(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         """One optimisation step on a padded batch."""
         out = self(batch)
-        loss = self.loss(out, self.predictor.to_internal(batch["target"]), mask=batch["mask"])
+        loss = self._loss(out, batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["mos"]))
         if self.selection.metric == "train_loss":
             # Read (a device sync) only when selecting on it.
             self._train_loss[0] += float(loss.detach())
             self._train_loss[1] += 1
         return loss
+
+    def _loss(self, out: Prediction, batch: dict[str, Any]) -> torch.Tensor:
+        """The loss of a batch on the internal scale; a predictor with a spread also gets the ratings."""
+        target = self.predictor.to_internal(batch["target"])
+        if out.spread is None:
+            return self.loss(out, target, mask=batch["mask"])
+        ratings = self.predictor.to_internal(batch["ratings"].to(target))
+        return self.loss(out, target, mask=batch["mask"], ratings=ratings)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep the training loss since the last validation: a resumed run selects alike."""
@@ -156,6 +174,7 @@ class MOSModule(L.LightningModule):
         out = self(batch)
         # Predictions leave the model on the corpus's scale, as its labels are.
         scores = self.predictor.to_scale(out.scores.float()).cpu()
+        spread = None if out.spread is None else self.predictor.spread_to_scale(out.spread.float()).cpu()
         rows = self._outputs.setdefault(dataloader_idx, [])
         for i, sample_id in enumerate(batch["sample_id"]):
             # Labels as read, not their float32 copies: metrics and predictions.csv use the
@@ -172,6 +191,13 @@ class MOSModule(L.LightningModule):
             for k, dim in enumerate(self.extra_dimensions, start=1):
                 true_key, pred_key = score_columns(dim)
                 row[true_key], row[pred_key] = labels[k], float(scores[i, k])
+            if spread is not None:
+                row["spread"] = float(spread[i])
+                for suffix, level in INTERVAL_LEVELS.items():
+                    low, high = interval(row["pred"], row["spread"], level, self.predictor.distribution)
+                    row[f"lo{suffix}"], row[f"hi{suffix}"] = float(low), float(high)
+                # The listeners' own ratings, for the coverage of single ratings (calibration.json).
+                row["ratings"] = [v for v in batch["ratings"][i].tolist() if not math.isnan(v)]
             rows.append(row)
         return out
 
@@ -180,8 +206,7 @@ class MOSModule(L.LightningModule):
         out = self._collect(batch, dataloader_idx)
         if self.loss is not None:
             size = len(batch["mos"])
-            target = self.predictor.to_internal(batch["target"])
-            self._val_loss[0] += float(self.loss(out, target, mask=batch["mask"])) * size
+            self._val_loss[0] += float(self._loss(out, batch)) * size
             self._val_loss[1] += size
 
     def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:

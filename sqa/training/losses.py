@@ -6,9 +6,14 @@ overall scores (B,), compared with `out.score`, or one column per score dimensio
 compared with `out.scores`; `mask` (bool, same shape as the targets, None: all labelled) marks the
 labels that exist. A missing label contributes nothing to the loss or its gradient; the loss is
 averaged over the labelled entries (pairs, for `contrastive`).
+
+`gaussian_nll` and `laplace_nll` train a predictor with a spread (`sqa.models.uncertainty`):
+they also take the clips' per-listener ratings of the overall score.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -76,3 +81,87 @@ def contrastive(
     d_true = target[:, None] - target[None, :]
     pairs = mask[:, None] * mask[None, :]
     return _masked_mean(((d_pred - d_true).abs() - margin).clamp_min(0.0), pairs) / 2
+
+
+def weighted_sum(
+    out: Prediction,
+    target: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    losses: Sequence[Callable[..., torch.Tensor]] = (),
+    weights: Sequence[float] = (),
+) -> torch.Tensor:
+    """Σ_k weights[k] · losses[k](out, target, mask): several losses trained as one (a scalar).
+
+    Each term averages over its own labels (or pairs), as it does alone; conf/loss/utmosv2.yaml
+    composes UTMOSv2's 0.7 × pairwise difference + 0.2 × MSE from `contrastive` and `clipped_mse`.
+    """
+    if not losses or len(losses) != len(weights):
+        raise ValueError(
+            f"weighted_sum needs one weight per loss, got {len(losses)} loss(es), {len(weights)} weight(s)"
+        )
+    return sum(
+        (w * loss(out, target, mask) for loss, w in zip(losses, weights, strict=True)), target.new_zeros(())
+    )
+
+
+def _ratings_or_mean(
+    out: Prediction, target: torch.Tensor, mask: torch.Tensor | None, ratings: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each clip's per-listener ratings (B, R), its overall label alone where it has none; their mask.
+
+    `ratings` (B, R) are NaN-padded (R may be 0); a clip with no rating falls back to its overall
+    target (the clip mean), one without that label either counts for nothing.
+    """
+    if out.spread is None:
+        raise ValueError("a likelihood loss needs a predictor with a spread (sqa.models.uncertainty)")
+    mean = target[:, 0] if target.dim() == 2 else target
+    labelled = (
+        torch.ones_like(mean, dtype=torch.bool) if mask is None else (mask[:, 0] if mask.dim() == 2 else mask)
+    )
+    if ratings is None:
+        ratings = mean.new_empty((mean.shape[0], 0))
+    rated = ~torch.isnan(ratings)
+    fallback = labelled & ~rated.any(dim=1)
+    values = torch.cat([ratings, mean[:, None]], dim=1)
+    valid = torch.cat([rated, fallback[:, None]], dim=1)
+    # A missing value becomes the prediction itself: no NaN that the mask could not cancel.
+    values = torch.where(valid, values, out.score.detach()[:, None])
+    return values, valid.to(values.dtype)
+
+
+def _per_clip_mean(nll: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Mean over clips of each clip's mean NLL over its ratings: every clip weighs the same."""
+    counts = valid.sum(dim=1)
+    per_clip = (nll * valid).sum(dim=1) / counts.clamp_min(1.0)
+    return _masked_mean(per_clip, (counts > 0).to(per_clip.dtype))
+
+
+def gaussian_nll(
+    out: Prediction,
+    target: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    ratings: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Gaussian NLL ½(log σ² + (r − ŷ)²/σ²) of each rating r (B, R) given the clip's ŷ and σ = spread.
+
+    The constant ½ log 2π is left out, as `torch.nn.functional.gaussian_nll_loss` does by default.
+    """
+    values, valid = _ratings_or_mean(out, target, mask, ratings)
+    var = out.spread[:, None] ** 2
+    return _per_clip_mean(0.5 * (torch.log(var) + (values - out.score[:, None]) ** 2 / var), valid)
+
+
+def laplace_nll(
+    out: Prediction,
+    target: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    ratings: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Laplace NLL log(2b) + |r − ŷ|/b of each rating r (B, R) given the clip's ŷ and scale b = spread."""
+    values, valid = _ratings_or_mean(out, target, mask, ratings)
+    scale = out.spread[:, None]
+    return _per_clip_mean(torch.log(2 * scale) + (values - out.score[:, None]).abs() / scale, valid)
+
+
+# The likelihood loss of each distribution an uncertain predictor may predict.
+NLL_LOSSES = {"gaussian": gaussian_nll, "laplace": laplace_nll}

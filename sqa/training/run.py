@@ -32,6 +32,7 @@ from sqa.training import size_rule
 from sqa.training.callbacks import AtomicCheckpointIO, StartedOver, checkpoint_step, instantiate_callbacks
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
+from sqa.training.retrieval import build_datastore
 from sqa.training.run_dir import UNUSED, is_leader, log_to_file, made_for_run, run_inputs
 from sqa.training.run_outputs import (
     curve_set_names,
@@ -109,7 +110,12 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         f0_extractor = recorded.f0_extractor if recorded else instantiate(cfg.f0)
     dimensions = list(model.get("dimensions") or [OVERALL])
     # Before the data module decodes every clip: a missing weights file is found at once.
-    paths = {f"model.backbone.{k}": cfg.model.get("backbone", {}).get(k) for k in ("checkpoint", "path")}
+    # A fusion backbone's two parts name their own weights (sqa.models.fusion).
+    paths = {
+        f"model.backbone{part}.{k}": OmegaConf.select(cfg, f"model.backbone{part}.{k}")
+        for part in ("", ".first", ".second")
+        for k in ("checkpoint", "path")
+    }
     paths["init_from.checkpoint"] = settings.init_from["checkpoint"] if settings.init_from else None
     for key, path in paths.items():
         if path and not Path(path).expanduser().exists():
@@ -390,6 +396,10 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
         return outcome
     info["scale_shift"] = scale_shift(datamodule)
     info["learning_check"] = learning_check(module, datamodule, history.history, selected_step)
+    datastore = None
+    if (cfg.get("retrieval") or {}).get("datastore"):
+        # The selected model's embeddings of the training clips, for kNN and fusion scoring.
+        datastore, info["retrieval"] = build_datastore(module.predictor, datamodule)
     report_selection(info, history.history.get("val/selection", []), best, selected_step, run_dir)
     figures = write_test_outputs(
         module,
@@ -417,6 +427,8 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
         training=OmegaConf.to_container(cfg, resolve=True),
         files=[run_dir / info[key] for key in ("valid_split_csv", "test_split_csv") if key in info],
         inputs=run_inputs(cfg),
+        vocal_only=datamodule.vocal_only,
+        datastore=datastore,
     )
     log.info("Exported the best model to %s", export_dir)
     # The run's last line: whether the model beats predicting the training mean.

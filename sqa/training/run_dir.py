@@ -55,6 +55,11 @@ INPUT_KEYS = (
     "init_from.checkpoint",
     "model.backbone.checkpoint",
     "model.backbone.path",
+    # A fusion backbone's two parts (sqa.models.fusion).
+    "model.backbone.first.checkpoint",
+    "model.backbone.first.path",
+    "model.backbone.second.checkpoint",
+    "model.backbone.second.path",
     "export",
 )
 

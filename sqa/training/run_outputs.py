@@ -26,7 +26,7 @@ from sqa.core.provenance import package_versions
 from sqa.data.corpus import ROLES
 from sqa.data.readers import CORPUS_READERS
 from sqa.metrics import count_text
-from sqa.reports import learning, plots, scale
+from sqa.reports import calibration, learning, plots, scale
 from sqa.reports.tables import format_table
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule, labelled
@@ -46,6 +46,7 @@ RECORDED_PACKAGES = (
     "soxr",
     "pyworld",
     "torchfcpe",
+    "torchcrepe",
     "fairseq2",
     "s3prl",
     "transformers",
@@ -105,6 +106,8 @@ def write_test_outputs(
 ) -> dict[str, Path]:
     """Write a test phase's metrics.json (metrics_<dim>.json), predictions.csv and plots; log them.
 
+    A predictor with a spread also gets calibration.json and plots/reliability.png.
+
     The one writer of test results: training runs and `eval.py` call it alike. With `history`,
     the training curves are drawn too (marking `selected_step`, naming things by `names`).
     Scatters span `score_range`. Returns the figures by tag.
@@ -118,6 +121,10 @@ def write_test_outputs(
     else:
         paths = plots.write_test_plots(rows, results, plot_dir, score_range)
         figures = {f"plots/{path.stem}": path for path in paths}
+    if rows and "spread" in rows[0]:
+        record = calibration.write_calibration(rows, module.predictor.distribution, out_dir)
+        figures["plots/reliability"] = out_dir / "plots" / "reliability.png"
+        log.info("Calibration of the spread (calibration.json): %s", calibration.summary(record))
     log.info("%s:\n%s", heading, format_table(results))
     for dim, dim_results in module.dimension_results.items():
         log.info("%s, %s (clips with a %s score):\n%s", heading, dim, dim, format_table(dim_results))

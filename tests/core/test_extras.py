@@ -22,7 +22,9 @@ def test_require_names_the_extra_for_a_missing_package():
         require("no_such_package", "pitch", "f0 extraction")
 
 
-@pytest.mark.parametrize(("method", "module"), [("dio", "pyworld"), ("fcpe", "torchfcpe")])
+@pytest.mark.parametrize(
+    ("method", "module"), [("dio", "pyworld"), ("fcpe", "torchfcpe"), ("crepe", "torchcrepe")]
+)
 def test_pitch_without_its_extra_says_which_to_install(monkeypatch, tmp_path, method, module):
     # A None entry in sys.modules makes `import module` raise ImportError, as if it were absent.
     monkeypatch.setitem(sys.modules, module, None)
@@ -47,6 +49,8 @@ EXTRAS_PACKAGES = (
     "transformers",
     "pyworld",
     "torchfcpe",
+    "torchcrepe",
+    "resampy",
     "wandb",
     "optuna",
     "submitit",
@@ -92,12 +96,19 @@ def test_every_console_script_is_run_by_this_test():
         "sqa-compare",
         "sqa-baseline",
         "sqa-import",
+        "sqa-ensemble",
     }
 
 
 @pytest.mark.parametrize(
     ("command", "extra"),
-    [("sqa-eval", "train"), ("sqa-baseline", "baseline"), ("train.py", "train"), ("eval.py", "train")],
+    [
+        ("sqa-eval", "train"),
+        ("sqa-ensemble", "train"),
+        ("sqa-baseline", "baseline"),
+        ("train.py", "train"),
+        ("eval.py", "train"),
+    ],
 )
 def test_a_command_of_an_extra_stops_with_one_line_naming_it(command, extra):
     target = REPO / command if command.endswith(".py") else console_scripts()[command]

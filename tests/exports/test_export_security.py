@@ -101,6 +101,19 @@ def torch_load_node(path: Path) -> dict:
     return {"_target_": "torch.load", "f": str(path), "weights_only": False}
 
 
+FUSION = "sqa.models.fusion.FusionBackbone"
+
+
+def fused(second: dict, **first: Any):
+    """A change making the export's backbone a fusion of its log-mel (updated by `first`) and `second`."""
+
+    def change(config: dict) -> None:
+        logmel = config["model"]["backbone"]
+        config["model"]["backbone"] = {"_target_": FUSION, "first": {**logmel, **first}, "second": second}
+
+    return change
+
+
 HOSTILE_CONFIGS = {
     # The hole this suite was written for: a resolver hiding a target from the allow-list.
     "oc_create_interpolation": (
@@ -159,6 +172,31 @@ HOSTILE_CONFIGS = {
     ),
     "newer_format": (lambda c, p: c.update(format=2), "format is 2"),
     "no_backbone": (lambda c, p: c["model"].pop("backbone"), "model.backbone must be a mapping"),
+    # A fusion's parts are checked as backbones are, and a fusion never holds a fusion.
+    "foreign_fusion_part_target": (
+        lambda c, p: fused(torch_load_node(p))(c),
+        "model.backbone.second._target_: refusing to build 'torch.load'",
+    ),
+    "fusion_inside_a_fusion": (
+        lambda c, p: fused({"_target_": FUSION, "first": {}, "second": {}})(c),
+        f"model.backbone.second._target_: refusing to build '{FUSION}'",
+    ),
+    "fusion_part_without_a_target": (
+        lambda c, p: fused({"n_mels": 16})(c),
+        "model.backbone.second must be a mapping with a _target_",
+    ),
+    "fusion_part_naming_a_file": (
+        lambda c, p: fused({"_target_": "sqa.models.ssl.TorchaudioWav2Vec2", "checkpoint": str(p)})(c),
+        "model.backbone.second.checkpoint: an export never names files",
+    ),
+    "fusion_part_unknown_argument": (
+        lambda c, p: fused({"_target_": "sqa.models.backbone.LogMelBackbone"}, nope=1)(c),
+        "model.backbone.first.nope: sqa.models.backbone.LogMelBackbone has no argument 'nope'",
+    ),
+    "fusion_part_huge_size": (
+        lambda c, p: fused({"_target_": "sqa.models.backbone.LogMelBackbone"}, n_mels=1_000_000)(c),
+        "model.backbone.first.n_mels is 1000000; an export's sizes are at most",
+    ),
 }
 
 
@@ -307,6 +345,7 @@ def test_allowed_targets_are_the_public_class_names():
     assert {
         "sqa.models.backbone.LogMelBackbone",
         "sqa.models.distillmos.DistillMosBackbone",
+        "sqa.models.crepe.CrepeBackbone",
         "sqa.models.ssl.TorchaudioWav2Vec2",
         "sqa.models.ssl.S3prlWav2Vec2",
         "sqa.models.ssl.Fairseq2Wav2Vec2",
@@ -316,12 +355,15 @@ def test_allowed_targets_are_the_public_class_names():
         BACKBONE_TARGETS
         | {
             "sqa.models.predictor.MOSPredictor",
+            "sqa.models.uncertainty.UncertainMOSPredictor",
             "sqa.models.distillmos.DistillMosZeroShot",
+            "sqa.models.ensemble.EnsemblePredictor",
+            FUSION,
             "sqa.data.pitch.F0Extractor",
         }
         == ALLOWED_TARGETS
     )
-    for target in BACKBONE_TARGETS:
+    for target in BACKBONE_TARGETS | {FUSION}:
         # The defining module may differ (sqa.models.ssl is a package); the public name resolves.
         module, name = target.rsplit(".", 1)
         assert getattr(importlib.import_module(module), name).export_target() == target
@@ -626,7 +668,7 @@ def test_values_are_plain_data(value, accepted, tmp_path):
         refused_config(tmp_path, lambda c: c.update(notes=[value]), "unsupported value of type")
 
 
-def test_a_target_is_allowed_in_its_four_places_only(tmp_path):
+def test_a_target_is_allowed_in_its_places_only(tmp_path):
     corpus = {"_target_": "sqa.data.readers.read_csv_manifest", "root": "corpus"}
     f0 = {"_target_": "sqa.data.pitch.F0Extractor", "method": "dio"}
     config = read_changed(tmp_path, lambda c: c.update(data={"corpus": corpus}, f0=f0))
@@ -639,7 +681,9 @@ def test_a_target_is_allowed_in_its_four_places_only(tmp_path):
     refused_config(
         tmp_path,
         lambda c: c.update(data={"reader": {"_target_": "sqa.data.readers.read_csv_manifest"}}),
-        "data.reader._target_: a _target_ is only allowed at model, model.backbone, f0, data.corpus",
+        "data.reader._target_: a _target_ is only allowed at model, model.backbone, model.backbone.first, "
+        "model.backbone.second, model.members.*, model.members.*.backbone, model.members.*.backbone.first, "
+        "model.members.*.backbone.second, f0, data.corpus",
     )
 
 
@@ -1219,7 +1263,8 @@ def test_a_refused_backbone_lists_every_allowed_one(tmp_path):
     message = refused_config(tmp_path, backbone(_target_="os.system"))
     assert message.endswith(
         "model.backbone._target_: refusing to build 'os.system'; allowed there: "
-        "sqa.models.backbone.LogMelBackbone, sqa.models.distillmos.DistillMosBackbone, "
-        "sqa.models.ssl.Fairseq2Wav2Vec2, sqa.models.ssl.S3prlWav2Vec2, "
+        "sqa.models.backbone.LogMelBackbone, sqa.models.crepe.CrepeBackbone, "
+        "sqa.models.distillmos.DistillMosBackbone, "
+        "sqa.models.fusion.FusionBackbone, sqa.models.ssl.Fairseq2Wav2Vec2, sqa.models.ssl.S3prlWav2Vec2, "
         "sqa.models.ssl.TorchaudioWav2Vec2, sqa.models.ssl.TransformersWav2Vec2"
     )

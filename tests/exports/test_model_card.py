@@ -149,6 +149,7 @@ def test_domains_are_listed_only_for_a_model_that_embeds_them():
     model = {**CONFIG["model"], "domain_dim": 4, "num_domains": 2}
     card = model_card.render({**CONFIG, "model": model, "domains": ["p1", "p2"]}, METRICS, run_info=RUN_INFO)
     assert "one of the domains (annotation batches) it was trained on: `p1`, `p2`; the first unless" in card
+    assert "`sqa-score` says so in one line when none is named. `--domain mean`" in card
 
 
 def test_the_python_example_runs_as_written(tmp_path):

@@ -228,11 +228,13 @@ def test_exports_from_before_the_ssl_package_load_score_and_reexport_the_same(na
     with torch.no_grad():
         scores = loaded(*golden_batch(), domain=domain).scores.flatten()
     torch.testing.assert_close(scores, torch.tensor(OLD_SCORES[name]), atol=1e-5, rtol=0)
-    # The same model exported again writes the same config.yaml, plus the rating scale and the
-    # pooling that exports record since (an old export's are the MOS scale and the masked mean).
+    # The same model exported again writes the same config.yaml, plus the rating scale, the
+    # pooling and vocal_only that exports record since (an old export's are the MOS scale, the
+    # masked mean and whole clips).
     export_predictor(loaded, tmp_path / "again", config["sample_rate"], config["domains"])
     old = yaml.safe_load((OLD_EXPORTS / name / "config.yaml").read_text())
-    assert "pooling" not in old["model"] and "score_range" not in old["model"]
+    assert "pooling" not in old["model"] and "score_range" not in old["model"] and "vocal_only" not in old
+    old["vocal_only"] = False
     old["model"]["score_range"] = [1.0, 5.0]
     old["model"]["pooling"] = "masked_mean"
     assert yaml.safe_load((tmp_path / "again" / "config.yaml").read_text()) == old

@@ -31,6 +31,8 @@ def test_batched_scores_equal_one_by_one(default_export):
     np.testing.assert_allclose(batched, single, atol=1e-5)
 
 
+# Ten minutes of eight-channel audio decoded and scored: with the slow tests.
+@pytest.mark.slow
 def test_ten_minute_multichannel_flac_is_scored_whole(default_export, tmp_path):
     sr, seconds = 48000, 600
     t = np.arange(sr * seconds) / sr
@@ -335,9 +337,9 @@ def test_chunked_scoring_of_a_long_clip_matches_whole_clip_scoring_with_bounded_
     score_whole = whole.score(wav, 16000)
     assert score_chunked == pytest.approx(score_whole, abs=CHUNK_TOLERANCE)
     # 10 s windows (500 frames) keep their centre 250 frames: 21 windows 5 s apart, and a last one
-    # ending with the clip, over its 5749 frames, 2 per forward.
+    # ending with the clip, over its 5749 frames, one per forward on the CPU (test_determinism.py).
     size = 160000
-    assert len(seen) == 11 and max(seen) <= 2 * size
+    assert len(seen) == 22 and max(seen) <= size
     # The combination is the mean over every frame of the song, each from the window that keeps it.
     kept = []
     for start in range(0, 21 * 80000, 80000):
@@ -414,6 +416,7 @@ print(peak_kib() - before)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads VmHWM from Linux's /proc")
 def test_chunked_scoring_bounds_peak_memory(default_export, tmp_path):
     # Peak resident memory a 10-minute clip adds while it is scored, in a fresh process each.

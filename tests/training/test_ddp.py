@@ -55,6 +55,8 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+# Two processes training side by side: a minute on 2 cores, so with the slow trainings.
+@pytest.mark.slow
 def test_two_process_ddp_reports_the_one_process_metrics(small_synthetic_root, tmp_path, one_thread):
     run_dir = tmp_path / "ddp"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -110,3 +112,25 @@ def test_gradient_of_a_head_without_labels_is_zero():
     last = model.head[-1]
     assert torch.all(last.weight.grad[2] == 0) and last.bias.grad[2] == 0
     assert last.weight.grad[:2].abs().sum() > 0
+
+
+def test_utmosv2_config_is_its_weighted_pairwise_and_mse_terms_by_hand():
+    """conf/loss/utmosv2.yaml against UTMOSv2's formula, 0.7·pairwise(margin 0.2, L1) + 0.2·MSE."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    loss = instantiate(OmegaConf.load(Path(__file__).parents[2] / "conf" / "loss" / "utmosv2.yaml"))
+    out = pred([3.0, 2.15, 4.5])
+    target = torch.tensor([3.2, 2.5, 4.0])
+    # Errors e = ŷ − y = -0.2, -0.35, 0.5; a pair's |(ŷi−ŷj)−(yi−yj)| = |ei − ej|: 0.15 (inside the
+    # margin 0.2: 0), 0.7 (0.5) and 0.85 (0.65), each pair twice, over all 3×3 ordered pairs
+    # (the diagonal counts, as in UTMOSv2's mean), halved.
+    pairwise = 2 * (0.0 + 0.5 + 0.65) / 9 / 2
+    mse = (0.2**2 + 0.35**2 + 0.5**2) / 3
+    assert losses.contrastive(out, target, margin=0.2).item() == pytest.approx(pairwise)
+    assert loss(out, target).item() == pytest.approx(0.7 * pairwise + 0.2 * mse)
+
+
+def test_weighted_sum_needs_one_weight_per_loss():
+    with pytest.raises(ValueError, match="one weight per loss"):
+        losses.weighted_sum(pred([3.0]), torch.tensor([3.0]), losses=[losses.margin_l1], weights=[])

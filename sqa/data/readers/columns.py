@@ -1,0 +1,152 @@
+"""A CSV manifest's columns: sqa's names, the spellings recognised for them and the rows as read.
+
+A manifest's columns are taken by sqa's names, a mapping (`data.corpus.columns`) or recognised
+spellings (`COLUMN_SPELLINGS`); whatever cannot be settled is a `CorpusError` naming the setting
+that settles it (`columns_override`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from sqa.data.corpus import CorpusError
+
+# sqa's columns of a CSV manifest: required (sample_id derived from the file name where absent),
+# then optional; `score_<name>` columns add score dimensions.
+REQUIRED_CSV_COLUMNS = ("wav_path", "score", "system_id", "sample_id")
+OPTIONAL_CSV_COLUMNS = ("listener_id", "domain_id", "split", "test_set", "role")
+# Other tables' names for sqa's columns, recognised where a table has no column of sqa's own name.
+# Names are compared in lower case with spaces and hyphens as underscores (so `System ID` is
+# system_id too); a table with two candidates for one column must name its own (`columns`).
+COLUMN_SPELLINGS = {
+    "wav_path": (
+        "filename",
+        "file_name",
+        "file",
+        "filepath",
+        "file_path",
+        "path",
+        "wav",
+        "wav_file",
+        "audio",
+        "audio_file",
+        "audio_path",
+    ),
+    "score": ("mos", "rating", "mean_score"),
+    "system_id": ("system", "sys", "sys_id", "system_name", "model", "model_id", "model_name"),
+    "sample_id": ("sample", "utt_id", "utterance_id", "clip_id"),
+    "listener_id": ("listener", "rater", "rater_id", "judge", "judge_id"),
+}
+
+
+def csv_rows(text: str, path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """The columns and rows of the CSV `text` of `path`; a CorpusError names the line of a bad field."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        return list(reader.fieldnames or []), list(reader)
+    except csv.Error as err:
+        # csv's error names neither the file nor the line. Its field limit stays as it is: no
+        # manifest cell is that long, but an unclosed quote makes the rest of the file one cell.
+        limit = csv.field_size_limit()
+        what = (
+            f"a field longer than {limit} characters (is a quote left open?)"
+            if "field limit" in str(err)
+            else f"not valid CSV ({err})"
+        )
+        # The underlying reader's count: DictReader's own counts only the rows it returned.
+        raise CorpusError(f"{path} line {reader.reader.line_num}: {what}") from None
+
+
+def _spelling(column: str) -> str:
+    """A column name as spellings are compared: lower case, spaces and hyphens as underscores."""
+    return re.sub(r"[\s-]+", "_", column.strip().lower())
+
+
+def columns_override(names: Mapping[str, str]) -> str:
+    """The setting `data.corpus.columns={sqa_name:table_column,...}` as typed in a shell."""
+
+    def value(text: str) -> str:
+        # Hydra reads a plain word as it is (and a <placeholder> is the user's to fill); anything
+        # else goes in single quotes.
+        return text if re.fullmatch(r"\w+|<\w+>", text) else "'" + text.replace("'", "\\'") + "'"
+
+    setting = "data.corpus.columns={" + ",".join(f"{k}:{value(v)}" for k, v in names.items()) + "}"
+    # A comma would make a shell expand the braces, and quotes would be the shell's own.
+    return f'"{setting}"' if "," in setting or "'" in setting else setting
+
+
+def csv_columns(
+    found: Sequence[str], given: Mapping[str, str] | None, path: Path
+) -> tuple[dict[str, str], list[str]]:
+    """The table's column (of `found`) for each of sqa's, `score_<name>` too; and what was recognised.
+
+    A column named in `given` (`data.corpus.columns`) is taken as named; else the column of sqa's
+    name; else the one column whose name is a recognised spelling (`COLUMN_SPELLINGS`). A name of
+    `given` that is not sqa's, a column the table lacks, two candidates for one column and a
+    missing required column (but sample_id) are CorpusErrors naming the setting that fixes them.
+    The recognised columns are described in words (`'mos' as score`).
+    """
+    known = (*REQUIRED_CSV_COLUMNS, *OPTIONAL_CSV_COLUMNS)
+    names: dict[str, str] = {}
+    for key, column in (given or {}).items():
+        if key not in known and not str(key).startswith("score_"):
+            raise CorpusError(
+                f"{path}: data.corpus.columns names {key!r}, which is not a column of sqa's "
+                f"({', '.join(known)}, score_<name>)"
+            )
+        if column not in found:
+            raise CorpusError(
+                f"{path}: data.corpus.columns maps {key} to {column!r}, which is not a column of the table; "
+                f"its columns: {list(found)}"
+            )
+        names[str(key)] = str(column)
+    taken = set(names.values())
+    recognised = []
+    for name in known:
+        if name in names:
+            continue
+        if name in found:
+            names[name] = name
+            taken.add(name)
+            continue
+        candidates = [
+            c for c in found if c not in taken and _spelling(c) in {name, *COLUMN_SPELLINGS.get(name, ())}
+        ]
+        if len(candidates) > 1:
+            raise CorpusError(
+                f"{path}: columns {candidates[0]!r} and {candidates[1]!r} could both be {name}; "
+                f"name the one to use: {columns_override({name: candidates[0]})}"
+            )
+        if candidates:
+            names[name] = candidates[0]
+            taken.add(candidates[0])
+            recognised.append(f"{candidates[0]!r} as {name}")
+    names.update({c: c for c in found if c.startswith("score_") and c not in names and c not in taken})
+    missing = [c for c in REQUIRED_CSV_COLUMNS if c not in names and c != "sample_id"]
+    if missing:
+        raise CorpusError(
+            f"{path}: missing column(s) {missing}; found {list(found)}; add them, or name the table's own: "
+            f"{columns_override({m: '<column>' for m in missing})}"
+        )
+    return names, recognised
+
+
+def derive_sample_ids(rows: list[dict[str, str]], path: Path) -> None:
+    """Give each row the sample_id of its file's name without its extension; they must be unique."""
+    files: dict[str, set[Path]] = {}
+    for row in rows:
+        row["sample_id"] = Path(row["wav_path"]).stem
+        files.setdefault(row["sample_id"], set()).add(Path(row["wav_path"]))
+    clashes = {i: sorted(str(f) for f in fs) for i, fs in files.items() if len(fs) > 1}
+    if clashes:
+        sample_id, (first, second, *_) = next(iter(clashes.items()))
+        more = f" ({len(clashes)} names clash in all)" if len(clashes) > 1 else ""
+        raise CorpusError(
+            f"{path}: the table has no sample_id column, and its file names do not tell its clips apart: "
+            f"{first!r} and {second!r} are both {sample_id!r}{more}; add a sample_id column, or name "
+            f"one: {columns_override({'sample_id': '<column>'})}"
+        )

@@ -1,0 +1,213 @@
+"""The CSV manifest reader (SHEET-style rows, one per rating): clips, their scores and roles.
+
+Which table column is which of sqa's is settled in `sqa.data.readers.columns`; a cell that is
+not a number is a problem of its clip (`Clip.problems`), reported with the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from sqa.data.corpus import (
+    DEFAULT_DOMAIN,
+    ROLE_ANCHOR,
+    ROLE_REFERENCE,
+    Clip,
+    Corpus,
+    CorpusError,
+    canonical_split,
+)
+from sqa.data.readers.columns import csv_columns, csv_rows, derive_sample_ids
+from sqa.data.readers.common import natural_key, rating_scale, read_text
+from sqa.metrics import AVERAGE_KEY
+
+log = logging.getLogger(__name__)
+
+# How a clip's replicate ratings (a listener's repeated rows) enter its score.
+REPLICATE_MODES = ("per_listener", "pooled")
+
+
+def _numbers(
+    group: list[tuple[int, dict[str, str]]], column: str, name: str, problems: list[str]
+) -> list[tuple[int, float]]:
+    """(line, value) of the rows of `group` with a number in `column`; the others' cells go to `problems`.
+
+    Empty cells of an extra score column are no label; an empty `score` cell is a problem.
+    """
+    values = []
+    for line, row in group:
+        cell = row[column]
+        if cell == "" and column != "score":
+            continue
+        try:
+            values.append((line, float(cell)))
+        except ValueError:
+            problems.append(f"line {line} of {name}: {column} is not a number ({cell!r})")
+    return values
+
+
+def _clip_score(ratings: list[tuple[str, float]], replicates: str) -> float:
+    """A clip's score from its (listener, rating) rows, per listener first or pooled; NaN without any."""
+    if not ratings:
+        return math.nan
+    if replicates == "pooled":
+        return sum(v for _, v in ratings) / len(ratings)
+    by_listener: dict[str, list[float]] = {}
+    for listener, value in ratings:
+        by_listener.setdefault(listener, []).append(value)
+    means = [sum(v) / len(v) for v in by_listener.values()]
+    return sum(means) / len(means)
+
+
+def read_csv_manifest(
+    path: str | Path,
+    default_split: str | None = None,
+    sample_rate_filter: int | None = None,
+    score_range: Sequence[float] = (1.0, 5.0),
+    encoding: str | None = None,
+    replicates: str = "per_listener",
+    reference_systems: Sequence[str] = (),
+    anchor_systems: Sequence[str] = (),
+    root: str | Path | None = None,
+    columns: Mapping[str, str] | None = None,
+) -> Corpus:
+    """Read a SHEET-style CSV manifest; rows of one sample from several listeners are averaged.
+
+    Required columns: wav_path, score, system_id; sample_id too, or each clip's ID is its file's
+    name without the extension (which must then tell the clips apart). Optional: listener_id,
+    domain_id, split (else `default_split`, by default "train", for every row; aliases such as
+    `dev` or `eval` accepted), test_set, role (`reference`, `anchor` or empty) and extra score
+    columns `score_<name>`. `columns` maps sqa's names to the table's (`{"score": "mos"}`);
+    without it, common spellings (`COLUMN_SPELLINGS`: filename, mos, model, ...) are recognised
+    where the table lacks sqa's name, and what was recognised or derived is logged in one line.
+    A manifest of training rows only gets its test and validation splits carved by the data module.
+    A relative `path` resolves against `root` where one is given (the corpus folder, which an
+    export records so that the corpus can move); relative audio paths against the CSV's folder.
+    The rows' scores by `listener_id` (where given; a listener's repeated rows averaged) are
+    kept in `Clip.ratings`. A clip's score is
+    the mean over its listeners of each listener's mean rating (`replicates="per_listener"`: a
+    listener who rated a clip twice counts once; rows without a listener count as one listener
+    each) or the mean of all its rows (`"pooled"`). The clips of `reference_systems` and
+    `anchor_systems` (or of rows whose `role` says so) are listening-test references and anchors.
+    A score cell that is not a number is a problem of its clip (`Clip.problems`), reported with
+    every other one before training; one audio file under several sample IDs is warned about.
+    The file is UTF-8 (a byte-order mark is fine) unless `encoding` names another (e.g.
+    "latin-1"); `score_range` is the rating scale that scores and ratings are checked against.
+    """
+    scale = rating_scale(score_range)
+    if replicates not in REPLICATE_MODES:
+        raise ValueError(f"replicates must be one of {list(REPLICATE_MODES)}, got {replicates!r}")
+    roles = {**{s: ROLE_ANCHOR for s in anchor_systems}, **{s: ROLE_REFERENCE for s in reference_systems}}
+    path = Path(root) / path if root is not None else Path(path)
+    text = read_text(path, encoding, " or set data.corpus.encoding (e.g. latin-1)")
+    found, table = csv_rows(text, path)
+    names, recognised = csv_columns(found, columns, path)
+    # Rows by sqa's names; a short row's missing cells are empty.
+    rows = [{k: row.get(c) or "" for k, c in names.items()} for row in table]
+    extra_cols = [k for k in names if k.startswith("score_")]
+    said = [f"recognised columns {', '.join(recognised)}"] if recognised else []
+    if "sample_id" not in names:
+        derive_sample_ids(rows, path)
+        said.append("sample_id derived from each file's name without its extension")
+    unread = [c for c in found if c not in names.values()]
+    if said and unread:
+        said.append(f"columns left unread: {', '.join(map(repr, unread))}")
+    if said:
+        # What was assumed, said once, with the setting that says otherwise.
+        log.info("%s: %s (data.corpus.columns names the columns otherwise)", path, "; ".join(said))
+    if "split" not in names and default_split is None:
+        default_split = "train"
+    grouped: dict[str, list[tuple[int, dict[str, str]]]] = {}
+    for lineno, row in enumerate(rows, start=2):
+        grouped.setdefault(row["sample_id"], []).append((lineno, row))
+    clips = []
+    for sample_id, group in grouped.items():
+        lineno, first = group[0]
+        for other_line, other in group[1:]:
+            for key in ("wav_path", "system_id", "domain_id", "split", "test_set", "role"):
+                if other.get(key) != first.get(key):
+                    raise CorpusError(
+                        f"{path}:{other_line}: {key} of sample {sample_id!r} differs from line {lineno}"
+                    )
+        problems: list[str] = []
+        scores = dict(_numbers(group, "score", path.name, problems))
+        listeners = {n: r.get("listener_id") for n, r in group}
+        mos = _clip_score([(listeners[n] or f"row {n}", v) for n, v in scores.items()], replicates)
+        extra = {}
+        for col in extra_cols:
+            values = [v for _, v in _numbers(group, col, path.name, problems)]
+            if values:
+                extra[col.removeprefix("score_")] = sum(values) / len(values)
+        by_listener: dict[str, list[float]] = {}
+        for n, value in scores.items():
+            if listeners[n]:
+                by_listener.setdefault(listeners[n], []).append(value)
+        wav = Path(first["wav_path"])
+        if not (first.get("split") or default_split):
+            raise CorpusError(
+                f"{path}:{lineno}: empty split of sample {sample_id!r}; fill it in or set "
+                "data.corpus.default_split=train"
+            )
+        split = canonical_split(str(first.get("split") or default_split), f"{path}:{lineno}")
+        role = (first.get("role") or "").strip().lower() or roles.get(first["system_id"])
+        if role not in (None, ROLE_REFERENCE, ROLE_ANCHOR):
+            raise CorpusError(
+                f"{path}:{lineno}: role {first['role']!r} of sample {sample_id!r} is not "
+                f"{ROLE_REFERENCE!r}, {ROLE_ANCHOR!r} or empty"
+            )
+        clips.append(
+            Clip(
+                sample_id=sample_id,
+                path=wav if wav.is_absolute() else path.parent / wav,
+                mos=mos,
+                system_id=first["system_id"],
+                domain=first.get("domain_id") or DEFAULT_DOMAIN,
+                split=split,
+                test_set=_test_set(first, split, f"{path}:{lineno}"),
+                extra_scores=extra,
+                ratings={k: sum(v) / len(v) for k, v in by_listener.items()},
+                role=role,
+                problems=tuple(problems),
+            )
+        )
+    _warn_shared_files(clips, path)
+    domains = sorted({c.domain for c in clips}, key=natural_key)
+    corpus = Corpus(clips, domains, scale)
+    return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
+
+
+def _warn_shared_files(clips: Sequence[Clip], path: Path) -> None:
+    """Warn of audio files that the manifest `path` names under more than one sample ID."""
+    ids: dict[Path, list[str]] = {}
+    for clip in clips:
+        ids.setdefault(clip.path, []).append(clip.sample_id)
+    shared = {f: i for f, i in ids.items() if len(i) > 1}
+    if not shared:
+        return
+    listed = "; ".join(f"{str(f)!r} as {', '.join(map(repr, i))}" for f, i in list(shared.items())[:3])
+    more = f"; and {len(shared) - 3} more" if len(shared) > 3 else ""
+    # Not an error: each row is readable, and a listening test may rate one file twice on purpose.
+    # But the copies' ratings stay apart, and carving can put one in training and one in test.
+    log.warning(
+        "%s: %d audio file(s) appear under more than one sample ID: %s%s; such a file is several clips, "
+        "rated apart, that can land in different splits (give it one sample_id to pool its ratings)",
+        path,
+        len(shared),
+        listed,
+        more,
+    )
+
+
+def _test_set(row: Mapping[str, str], split: str, where: str) -> str | None:
+    """A test clip's test set (`test` where the column is absent or empty); the average's name is reserved."""
+    if split != "test":
+        return None
+    name = row.get("test_set") or "test"
+    if name.strip().lower() == AVERAGE_KEY:
+        raise CorpusError(
+            f"{where}: test_set {name!r} is reserved for the average over the test sets; rename it"
+        )
+    return name

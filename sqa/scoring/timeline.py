@@ -1,0 +1,190 @@
+"""A clip's score over time: its frame scores averaged in sliding windows, with vocal activity.
+
+The SSL-MOS head scores every backbone frame (20 ms) before pooling; `Timeline` keeps those
+frame scores (on the export's scale) and averages them in windows of `window` frames every `hop`
+frames (defaults: 50 and 25 frames, 1 s and 0.5 s at the 20 ms frame rate). A window is *vocal*
+when at least half of its 20 ms frames are vocal (`sqa.data.vocal`). `sqa-score --timeline DIR`
+writes one CSV (`start_s, end_s, score, vocal`) and one PNG per clip (`write_timeline`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sqa.core import ownership
+from sqa.core.atomic import atomic_write, atomic_write_text
+
+# Default window and hop in backbone frames: 1 s and 0.5 s at the 20 ms frame rate.
+WINDOW_FRAMES = 50
+HOP_FRAMES = 25
+# A window counts as vocal when at least this share of its frames is vocal.
+VOCAL_SHARE = 0.5
+# File names in a timeline folder: safe characters only, and at most this long before the suffix.
+NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_NAME = 100
+SUFFIXES = (".csv", ".png")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Frame scores (T,) every `frame_seconds`; windows' [start_s, end_s), scores and vocal flags (W,)."""
+
+    frame_seconds: float
+    frame_scores: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    score: np.ndarray
+    vocal: np.ndarray
+
+    def rows(self) -> list[dict[str, float | bool]]:
+        """One dict per window: start_s, end_s, score, vocal."""
+        return [
+            {"start_s": float(s), "end_s": float(e), "score": float(v), "vocal": bool(m)}
+            for s, e, v, m in zip(self.start_s, self.end_s, self.score, self.vocal, strict=True)
+        ]
+
+    def lowest(self) -> tuple[float, float]:
+        """[start_s, end_s) of the window with the lowest score (the first of equals)."""
+        index = int(np.argmin(self.score))
+        return float(self.start_s[index]), float(self.end_s[index])
+
+
+def window_frames(seconds: float | None, frame_seconds: float, default: int, name: str) -> int:
+    """`seconds` as a whole number of frames (at least 1); None: `default` frames."""
+    if seconds is None:
+        return default
+    if not (isinstance(seconds, int | float) and np.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
+    return max(1, round(seconds / frame_seconds))
+
+
+def build_timeline(
+    frame_scores: np.ndarray, vocal: np.ndarray, frame_seconds: float, window: int, hop: int
+) -> Timeline:
+    """Windows of `window` frames every `hop` of frame_scores (T,), vocal flags from vocal (T',) frames.
+
+    Windows start at frame 0, hop, 2·hop, ... while they start inside the clip; the last one
+    that reaches the clip's end stops there (so a clip shorter than a window has one window).
+    `vocal` is indexed by 20 ms frame like `frame_scores`; a frame beyond it counts as not vocal.
+    """
+    total = frame_scores.shape[0]
+    starts = list(range(0, max(total - window, 0) + 1, hop))
+    if starts[-1] + window < total:
+        # The hop does not land on the end: one more window so that the last frames are covered.
+        starts.append(starts[-1] + hop)
+    ends = [min(start + window, total) for start in starts]
+    flags = np.zeros(total, dtype=bool)
+    flags[: min(total, vocal.shape[0])] = vocal[:total]
+    scores = np.array([frame_scores[s:e].mean() for s, e in zip(starts, ends, strict=True)])
+    shares = np.array([flags[s:e].mean() for s, e in zip(starts, ends, strict=True)])
+    return Timeline(
+        frame_seconds,
+        frame_scores,
+        np.array(starts) * frame_seconds,
+        np.array(ends) * frame_seconds,
+        scores,
+        shares >= VOCAL_SHARE,
+    )
+
+
+def csv_text(timeline: Timeline) -> str:
+    """The timeline's windows as CSV: start_s, end_s, score, vocal (true/false)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["start_s", "end_s", "score", "vocal"])
+    for row in timeline.rows():
+        vocal = "true" if row["vocal"] else "false"
+        writer.writerow([f"{row['start_s']:.2f}", f"{row['end_s']:.2f}", repr(row["score"]), vocal])
+    return buffer.getvalue()
+
+
+def safe_stems(paths: Sequence[str]) -> list[str]:
+    """A distinct file-name stem per input path: its stem in safe characters, `-2`, `-3`... on clashes."""
+    stems: list[str] = []
+    taken: set[str] = set()
+    for path in paths:
+        stem = NAME_CHARACTERS.sub("_", Path(path).stem).strip("._") or "clip"
+        stem = stem[:MAX_NAME]
+        candidate, n = stem, 1
+        while candidate.lower() in taken:
+            # Compared case-blind: on a case-insensitive file system A.wav and a.wav would collide.
+            n += 1
+            candidate = f"{stem}-{n}"
+        taken.add(candidate.lower())
+        stems.append(candidate)
+    return stems
+
+
+def check_timeline_folder(folder: Path, stems: Sequence[str], overwrite: bool) -> str | None:
+    """Why the timelines of `stems` must not be written into `folder` (None if they may).
+
+    The folder may exist or not (its parent must). A planned file that exists is replaced only if
+    sqa wrote it there (recorded in the folder's `.sqa-owned.json`) and `overwrite` is given: a
+    user's own file is never replaced.
+    """
+    if not folder.parent.is_dir():
+        return f"{folder}: the folder {folder.parent} does not exist"
+    if os.path.lexists(folder) and not folder.is_dir():
+        return f"{folder}: --timeline needs a folder, and this is a file"
+    if not folder.is_dir():
+        return None
+    mine = ownership.owned(folder)
+    for stem in stems:
+        for suffix in SUFFIXES:
+            name = stem + suffix
+            if not os.path.lexists(folder / name):
+                continue
+            if name not in mine:
+                return f"{folder / name}: exists and was not written by sqa; choose another --timeline folder"
+            if not overwrite:
+                return f"{folder / name}: already exists; pass --overwrite to replace it"
+    return None
+
+
+def plot_timeline(
+    timeline: Timeline, title: str, path: Path, score_range: tuple[float, float], exclusive: bool = False
+) -> None:
+    """Draw the window scores over time, non-vocal windows shaded, as a PNG at `path` (atomically).
+
+    `exclusive`: never replace an existing `path`.
+    """
+    from sqa.core.extras import require
+
+    require("matplotlib", "all", "sqa-score --timeline's plots")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8.0, 3.0), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for start, end, vocal in zip(timeline.start_s, timeline.end_s, timeline.vocal, strict=True):
+        if not vocal:
+            axes.axvspan(start, end, color="0.85", linewidth=0, zorder=0)
+    centres = (timeline.start_s + timeline.end_s) / 2
+    axes.plot(centres, timeline.score, marker=".", color="tab:blue", label="window score")
+    axes.set_ylim(*score_range)
+    axes.set_xlim(0.0, max(float(timeline.end_s[-1]), timeline.frame_seconds))
+    axes.set_xlabel("time (s)")
+    axes.set_ylabel("score")
+    axes.set_title(title, fontsize=9)
+    axes.text(0.99, 0.02, "shaded: not vocal", transform=axes.transAxes, ha="right", fontsize=8, color="0.4")
+    atomic_write(path, lambda fh: figure.savefig(fh, format="png"), exclusive)
+
+
+def write_timeline(
+    folder: Path, stem: str, timeline: Timeline, title: str, score_range: tuple[float, float], overwrite: bool
+) -> None:
+    """Write `stem`.csv and `stem`.png of `timeline` into `folder`, recorded there as sqa's."""
+    names = [stem + suffix for suffix in SUFFIXES]
+    # Claimed before writing: only names nothing holds yet are recorded (a user's file never is).
+    ownership.claim(folder, names)
+    atomic_write_text(folder / names[0], csv_text(timeline), exclusive=not overwrite)
+    plot_timeline(timeline, title, folder / names[1], score_range, exclusive=not overwrite)

@@ -1,0 +1,189 @@
+"""The uncertainty family: spread head, likelihood losses, calibration report, export round trip."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from sqa.core.prediction import Prediction
+from sqa.core.spread import interval, quantile_factor
+from sqa.data.batching import collate
+from sqa.exports.format import export_predictor, load_export
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.uncertainty import UncertainMOSPredictor
+from sqa.reports.calibration import calibration, coverage
+from sqa.training.lit_module import MOSModule
+from sqa.training.losses import gaussian_nll, laplace_nll, margin_l1
+from sqa.training.run import run
+from tests.conftest import small_corpus_overrides
+from tests.training.test_train import compose_train
+
+
+def tiny(distribution: str = "gaussian", **kwargs) -> UncertainMOSPredictor:
+    """A seeded log-mel uncertain predictor in eval mode."""
+    torch.manual_seed(0)
+    backbone = LogMelBackbone(n_mels=16, channels=8)
+    return UncertainMOSPredictor(backbone, head_dim=16, distribution=distribution, **kwargs).eval()
+
+
+def prediction(score: list[float], spread: list[float]) -> Prediction:
+    """A Prediction of clip scores (B,) and spreads (B,), one frame each."""
+    s = torch.tensor(score)
+    return Prediction(
+        s,
+        s[:, None],
+        torch.ones(len(score), dtype=torch.long),
+        s[:, None],
+        s[:, None, None],
+        torch.tensor(spread),
+    )
+
+
+def test_gaussian_nll_equals_torch_on_the_same_ratings():
+    out = prediction([3.0, 2.2, 4.1], [0.5, 0.9, 0.3])
+    ratings = torch.tensor([[3.0, 4.0, 2.0, 3.0], [1.0, 2.0, 2.0, 3.0], [5.0, 4.0, 4.0, 5.0]])
+    expected = F.gaussian_nll_loss(
+        out.score[:, None].expand_as(ratings), ratings, (out.spread**2)[:, None].expand_as(ratings)
+    )
+    assert torch.allclose(gaussian_nll(out, torch.zeros(3), ratings=ratings), expected, atol=1e-6)
+
+
+def test_laplace_nll_equals_a_hand_computation_with_unequal_rating_counts():
+    out = prediction([3.0, 2.0], [0.5, 1.0])
+    ratings = torch.tensor([[3.0, 4.0, math.nan], [1.0, 2.0, 4.0]])
+    # Clip 1: (log 1 + 0) and (log 1 + 2) over 2 ratings; clip 2: log 2 + |−1|, log 2, log 2 + 2.
+    clip1 = (math.log(1.0) + 0.0 + math.log(1.0) + 2.0) / 2
+    clip2 = (3 * math.log(2.0) + 1.0 + 0.0 + 2.0) / 3
+    assert laplace_nll(out, torch.zeros(2), ratings=ratings).item() == pytest.approx((clip1 + clip2) / 2)
+
+
+def test_a_clip_without_ratings_falls_back_to_its_mean_and_an_unlabelled_one_counts_for_nothing():
+    out = prediction([3.0, 2.0, 1.0], [0.5, 1.0, 2.0])
+    ratings = torch.tensor([[4.0], [math.nan], [math.nan]])
+    mask = torch.tensor([True, True, False])
+    got = gaussian_nll(out, torch.tensor([9.0, 3.0, math.nan]), mask=mask, ratings=ratings)
+    expected = F.gaussian_nll_loss(
+        torch.tensor([3.0, 2.0]), torch.tensor([4.0, 3.0]), torch.tensor([0.25, 1.0])
+    )
+    assert got.item() == pytest.approx(expected.item())
+
+
+def test_a_likelihood_loss_refuses_a_predictor_without_spread_and_a_mismatched_loss_is_refused():
+    out = prediction([3.0], [1.0])._replace(spread=None)
+    with pytest.raises(ValueError, match="spread"):
+        gaussian_nll(out, torch.tensor([3.0]))
+    with pytest.raises(ValueError, match="laplace_nll"):
+        MOSModule(tiny("laplace"), gaussian_nll, None)
+    with pytest.raises(ValueError, match="gaussian_nll"):
+        MOSModule(tiny(), margin_l1, None)
+
+
+def test_the_spread_is_positive_and_a_clip_alone_scores_as_in_a_padded_batch():
+    model = tiny()
+    torch.manual_seed(1)
+    lengths = torch.tensor([16000, 9000, 4000])
+    wav = torch.randn(3, 16000) * (torch.arange(16000)[None] < lengths[:, None])
+    with torch.no_grad():
+        batch = model(wav, lengths)
+        for i in range(3):
+            alone = model(wav[i : i + 1, : lengths[i]], lengths[i : i + 1])
+            assert torch.allclose(alone.spread, batch.spread[i : i + 1], atol=1e-5)
+            assert torch.allclose(alone.score, batch.score[i : i + 1], atol=1e-5)
+    assert (batch.spread > 0).all()
+
+
+def test_the_spread_maps_onto_the_rating_scale_as_a_width():
+    model = tiny(score_range=[0.0, 100.0])
+    assert model.spread_to_scale(torch.tensor([0.4])).item() == pytest.approx(10.0)
+
+
+def test_an_uncertain_predictor_refuses_judges_and_extra_dimensions():
+    with pytest.raises(ValueError, match="overall score only"):
+        tiny(dimensions=["mos", "lyrics"])
+    with pytest.raises(ValueError, match="overall score only"):
+        tiny(num_judges=3, judge_dim=4)
+
+
+def test_export_round_trip_gives_the_same_mean_and_spread(tmp_path):
+    model = tiny("laplace")
+    export_predictor(model, tmp_path / "export", sample_rate=16000, domains=["a"])
+    loaded, config, _ = load_export(tmp_path / "export")
+    assert type(loaded) is UncertainMOSPredictor and config["model"]["distribution"] == "laplace"
+    wav, lengths = torch.randn(2, 8000), torch.tensor([8000, 6000])
+    with torch.no_grad():
+        a, b = model(wav, lengths), loaded(wav, lengths)
+    assert torch.equal(a.score, b.score) and torch.equal(a.spread, b.spread)
+
+
+def test_collate_pads_ratings_with_nan():
+    item = {"index": 0, "wav": torch.zeros(400), "f0": None, "mos": 3.0, "target": [3.0], "mask": [True]}
+    items = [
+        {**item, "ratings": [3.0, 4.0], "judge": None, "domain": 0, "sample_id": "a"},
+        {**item, "ratings": [], "judge": None, "domain": 0, "sample_id": "b"},
+    ]
+    items = [{**it, "wav_path": "", "system_id": "s", "test_set": ""} for it in items]
+    ratings = collate(items)["ratings"]
+    assert ratings.shape == (2, 2) and ratings[0].tolist() == [3.0, 4.0] and ratings[1].isnan().all()
+
+
+def test_intervals_and_coverage_on_hand_made_numbers():
+    assert quantile_factor(0.9, "gaussian") == pytest.approx(1.6448536, abs=1e-6)
+    assert quantile_factor(0.5, "gaussian") == pytest.approx(0.6744898, abs=1e-6)
+    assert quantile_factor(0.9, "laplace") == pytest.approx(math.log(10.0))
+    low, high = interval(np.array([3.0]), np.array([1.0]), 0.5, "laplace")
+    assert (low[0], high[0]) == pytest.approx((3 - math.log(2.0), 3 + math.log(2.0)))
+    # Half-widths 0.674 (50 %) and 1.645 (90 %) about 0 with spread 1: errors 0.5, 1.0, 2.0, −0.1.
+    values, zeros, ones = np.array([0.5, 1.0, 2.0, -0.1]), np.zeros(4), np.ones(4)
+    assert coverage(values, zeros, ones, 0.5, "gaussian") == 0.5
+    assert coverage(values, zeros, ones, 0.9, "gaussian") == 0.75
+
+
+def test_calibration_counts_clips_and_single_ratings():
+    rows = [
+        {"mos": 3.0, "pred": 3.0, "spread": 1.0, "ratings": [2.0, 3.0, 4.0]},
+        {"mos": 4.0, "pred": 2.0, "spread": 1.0, "ratings": [5.0]},
+    ]
+    record = calibration(rows, "gaussian")
+    assert record["clip_mos"]["n"] == 2 and record["single_ratings"]["n"] == 4
+    assert record["clip_mos"]["coverage90"] == 0.5  # |1 − 0| inside, |4 − 2| = 2 outside 1.645
+    assert record["single_ratings"]["coverage50"] == 0.25  # only the rating at the mean
+    expected = np.mean([0.5 * math.log(2 * math.pi) + 0.5 * e**2 for e in (1.0, 0.0, 1.0, 3.0)])
+    assert record["single_ratings"]["nll"] == pytest.approx(expected)
+    json.dumps(record, allow_nan=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["gaussian_nll", "laplace_nll"])
+def test_a_tiny_uncertain_model_beats_the_constant_and_reports_calibration(
+    loss, small_synthetic_root, tmp_path
+):
+    """60 Adam steps on the small synthetic corpus (about 30 s on 2 cores)."""
+    overrides = [
+        *small_corpus_overrides(small_synthetic_root),
+        "model=uncertainty",
+        f"model.distribution={loss.removesuffix('_nll')}",
+        f"loss={loss}",
+        "optim=adam",
+        "optim.lr=3e-3",
+        # From the constant predictor: the Laplace NLL's gradient on the mean is only sign(r − ŷ)/b.
+        "head_init=train_mean",
+        "trainer.max_steps=60",
+        "trainer.val_check_interval=10",
+        "trainer.enable_progress_bar=false",
+        "early_stopping_patience=null",
+        "bootstrap=20",
+    ]
+    run(compose_train(overrides), tmp_path / "run")
+    check = json.loads((tmp_path / "run" / "run_info.json").read_text(encoding="utf-8"))["learning_check"]
+    assert check["test"]["rmse"] < check["test"]["constant_rmse"]
+    record = json.loads((tmp_path / "run" / "calibration.json").read_text(encoding="utf-8"))
+    assert record["single_ratings"]["n"] == 5 * record["clip_mos"]["n"] > 0
+    assert 0.5 <= record["clip_mos"]["coverage90"] <= 1.0
+    assert (tmp_path / "run" / "plots" / "reliability.png").is_file()
+    header = (tmp_path / "run" / "predictions.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert header.startswith("sample_id,system_id,test_set,mos,pred,spread,lo50,hi50,lo90,hi90")

@@ -1,0 +1,125 @@
+"""Timelines: frame scores over time, their windows, files written by `sqa-score --timeline`, localisation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import sqa
+from benchmarks.timeline import KINDS, localisation
+from sqa.scoring import cli as score
+from sqa.scoring.timeline import build_timeline, safe_stems
+from tests.conftest import small_corpus_overrides
+from tests.scoring.test_scoring import sung_phrase
+
+
+@pytest.mark.filterwarnings("ignore::sqa.scoring.scorer.ChunkWarning")
+def test_the_pooled_masked_mean_score_is_the_mean_of_the_timelines_frames(default_export):
+    model = sqa.load(default_export)
+    assert model.predictor.pooling == "masked_mean"
+    clip = sung_phrase(3.3)
+    timeline = model.timeline(clip, 16000)
+    # 3.3 s at 16 kHz: (52800 - 400) // 320 + 1 frames of 20 ms.
+    assert timeline.frame_scores.shape == (164,)
+    assert timeline.frame_scores.mean() == pytest.approx(model.score(clip, 16000), abs=1e-6)
+    # Chunked, the frames are those the chunked score averages.
+    chunked = sqa.load(default_export, chunk_seconds=1.0)
+    assert chunked.timeline(clip, 16000).frame_scores.mean() == pytest.approx(
+        chunked.score(clip, 16000), abs=1e-6
+    )
+
+
+def test_windows_average_their_frames_cover_the_clip_and_mark_non_vocal_ones():
+    frames = np.arange(10, dtype=np.float64)
+    vocal = np.array([True] * 6 + [False] * 4)
+    timeline = build_timeline(frames, vocal, 0.02, window=4, hop=4)
+    # Starts 0, 4, then 8 so that the last frames are covered; the last window stops at the end.
+    assert timeline.start_s.tolist() == pytest.approx([0.0, 0.08, 0.16])
+    assert timeline.end_s.tolist() == pytest.approx([0.08, 0.16, 0.2])
+    assert timeline.score.tolist() == [1.5, 5.5, 8.5]
+    # A window is vocal when at least half of its frames are.
+    assert timeline.vocal.tolist() == [True, True, False]
+    assert timeline.lowest() == pytest.approx((0.0, 0.08))
+    # A clip shorter than one window has one window over all of it.
+    short = build_timeline(frames[:3], vocal[:3], 0.02, window=50, hop=25)
+    assert short.score.tolist() == [1.0] and short.end_s.tolist() == pytest.approx([0.06])
+
+
+def test_window_and_hop_default_to_one_and_a_half_seconds_and_are_checked(default_export):
+    model = sqa.load(default_export)
+    timeline = model.timeline(sung_phrase(3.0), 16000)
+    assert (timeline.end_s[0], timeline.start_s[1]) == pytest.approx((1.0, 0.5))
+    custom = model.timeline(sung_phrase(3.0), 16000, window_seconds=2.0, hop_seconds=1.0)
+    assert (custom.end_s[0], custom.start_s[1]) == pytest.approx((2.0, 1.0))
+    with pytest.raises(ValueError, match="window_seconds must be a positive"):
+        model.timeline(sung_phrase(1.0), 16000, window_seconds=0)
+    # The silence after the phrase is shaded as not vocal.
+    padded = np.concatenate([sung_phrase(2.0), np.zeros(32000, dtype=np.float32)])
+    flags = model.timeline(padded, 16000).vocal
+    assert flags[0] and not flags[-1]
+
+
+def test_safe_stems_are_distinct_and_hold_no_path_characters():
+    stems = safe_stems(["a/song 1.wav", "b/song 1.wav", "c/SONG 1.flac", "../..wav", "x/évé$.wav"])
+    assert stems == ["song_1", "song_1-2", "SONG_1-3", "clip", "v"]
+
+
+def test_timeline_option_writes_a_csv_and_a_png_per_clip_and_never_a_users_file(
+    default_export, tmp_path, capsys
+):
+    for name in ("one", "two"):
+        sf.write(tmp_path / f"{name}.wav", sung_phrase(2.0), 16000)
+    folder = tmp_path / "timelines"
+    args = ["--checkpoint", str(default_export), "--num-workers", "0", "--timeline", str(folder)]
+    clips = [str(tmp_path / "one.wav"), str(tmp_path / "two.wav")]
+    assert score.main([*args, *clips]) == 0
+    lines = (folder / "one.csv").read_text().splitlines()
+    # 2 s: 99 frames, windows starting at 0, 0.5 and 1 s (the last ending with the clip at 1.98 s).
+    assert lines[0] == "start_s,end_s,score,vocal" and len(lines) == 1 + 3
+    assert lines[-1].startswith("1.00,1.98,")
+    assert (folder / "two.png").read_bytes()[:4] == b"\x89PNG"
+    # Written again only with --overwrite, and a file sqa did not write is never replaced.
+    assert score.main([*args, *clips]) == 2
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    assert score.main([*args, "--overwrite", *clips]) == 0
+    (folder / "three.csv").write_text("mine")
+    sf.write(tmp_path / "three.wav", sung_phrase(1.0), 16000)
+    assert score.main([*args, "--overwrite", str(tmp_path / "three.wav")]) == 2
+    assert "was not written by sqa" in capsys.readouterr().err
+    assert (folder / "three.csv").read_text() == "mine"
+    assert score.main([*args[:4], "--window-seconds", "0", *clips]) == 2
+
+
+# 50 songs of 10 s, a 1.5 s segment degraded (noise burst, detune, band limit in turn): the lowest
+# of the 1 s windows (0.5 s hop) should overlap it in at least 90 % of them; a window drawn at
+# random overlaps it in 26 % (the baseline, measured by `localisation` and checked here).
+HIT_RATE = 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    reason="measured below 90 %: this tiny run (300 steps on the small synthetic corpus) finds 50 % "
+    "(noise 12 %, detune 41 %, band limit 100 %); the demo export (925 steps, full corpus) 88 %; "
+    "the per-system tone run `tiny_run` 16 % (docs/scoring.md#timelines)",
+    strict=False,
+)
+def test_the_lowest_window_finds_an_injected_degradation(small_synthetic_root, tmp_path):
+    from sqa.training.run import run
+    from tests.training.test_selection import compose_train
+
+    overrides = [
+        "data=synthetic",
+        *small_corpus_overrides(small_synthetic_root),
+        "data.num_workers=0",
+        "trainer.max_steps=300",
+        "trainer.val_check_interval=50",
+        "trainer.enable_progress_bar=false",
+        "early_stopping_patience=null",
+        "bootstrap=20",
+    ]
+    run(compose_train(overrides), tmp_path / "run")
+    result = localisation(sqa.load(tmp_path / "run"), songs=50)
+    assert 0.2 < result["baseline"] < 0.35
+    assert set(result["by_kind"]) == set(KINDS)
+    assert result["rate"] >= HIT_RATE, result
