@@ -35,7 +35,8 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
         # The labels as read (Python floats): float32 would turn 4.4 into 4.400000095367432.
         "labels": [list(it["target"]) for it in items],
         "mask": torch.tensor([it["mask"] for it in items], dtype=torch.bool),
-        "ratings": _ratings([it["ratings"] for it in items]),
+        # An item without per-listener ratings (none published) has none: NaN padding only.
+        "ratings": _ratings([it.get("ratings", []) for it in items]),
         "judge": torch.tensor([it["judge"] for it in items]) if items[0]["judge"] is not None else None,
         "domain": torch.tensor([it["domain"] for it in items]),
         "sample_id": [it["sample_id"] for it in items],

@@ -356,6 +356,7 @@ def test_allowed_targets_are_the_public_class_names():
         | {
             "sqa.models.predictor.MOSPredictor",
             "sqa.models.uncertainty.UncertainMOSPredictor",
+            "sqa.models.aligner.AlignedPredictor",
             "sqa.models.distillmos.DistillMosZeroShot",
             "sqa.models.ensemble.EnsemblePredictor",
             FUSION,
