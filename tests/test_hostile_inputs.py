@@ -304,6 +304,8 @@ def test_a_recorded_corpus_path_must_be_a_csv_file(path):
     assert "root:" not in str(info.value)
 
 
+# 10-20 s of subprocesses or scoring: with the slow tests, as the default run is at its budget.
+@pytest.mark.slow
 def test_eval_py_ends_in_one_line_on_a_bad_export(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "eval.py", f"export={tmp_path / 'missing'}", f"hydra.run.dir={tmp_path / 'out'}"]

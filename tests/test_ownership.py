@@ -82,6 +82,8 @@ def test_train_py_overwrite_leaves_a_folder_made_by_hand_untouched(users_folder,
     assert snapshot(users_folder) == before
 
 
+# 10-20 s of subprocesses or scoring: with the slow tests, as the default run is at its budget.
+@pytest.mark.slow
 def test_eval_py_overwrite_leaves_a_folder_made_by_hand_untouched(users_folder, default_export):
     before = snapshot(users_folder)
     done = run_cli("eval.py", f"export={default_export}", f"hydra.run.dir={users_folder}", "overwrite=true")

@@ -248,6 +248,8 @@ def test_on_another_scale_errors_follow_a_line_fitted_on_the_training_clips(tmp_
     assert saved["utt"]["pair_acc"] == pytest.approx(metrics.pair_acc(np.array(raw), np.array(true)))
 
 
+# 10-20 s of subprocesses or scoring: with the slow tests, as the default run is at its budget.
+@pytest.mark.slow
 def test_batched_scores_are_the_clip_by_clip_scores(tmp_path, scorer, clean):
     wav, _ = clean
     rng = np.random.default_rng(3)

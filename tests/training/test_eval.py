@@ -118,6 +118,8 @@ def test_eval_refuses_a_recorded_reader_outside_sqa(tiny_run, tmp_path):
     assert not marker.exists()
 
 
+# 10-20 s of subprocesses or scoring: with the slow tests, as the default run is at its budget.
+@pytest.mark.slow
 def test_eval_py_command_line(tiny_run, tmp_path):
     _, run_dir = tiny_run
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

@@ -177,6 +177,8 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
+# 10-20 s of subprocesses or scoring: with the slow tests, as the default run is at its budget.
+@pytest.mark.slow
 def test_a_checkpoint_write_past_a_file_size_limit_ends_in_one_line(synthetic_root, tmp_path):
     run_dir = tmp_path / "run"
     command = train(run_dir, synthetic_root, "trainer.max_steps=4", "trainer.val_check_interval=2")
