@@ -56,7 +56,7 @@ def _resolve_against(base: Path, entry: str) -> Path:
     return path if path.is_absolute() else base / path
 
 
-def csv_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+def numbered_csv_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """The columns of the CSV at `path` and its rows, each with its line in the file.
 
     A row's line is its last (for a quoted cell over several lines): blank lines are skipped, so
@@ -70,7 +70,7 @@ def csv_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
 
 def _read_manifest(path: Path, inputs: Inputs) -> None:
     try:
-        columns, rows = csv_rows(path)
+        columns, rows = numbered_csv_rows(path)
     except UnicodeDecodeError as err:
         inputs.problems.append(f"{path}: not UTF-8 text ({err}); save the manifest as UTF-8")
         return

@@ -42,7 +42,7 @@ import numpy as np
 from sqa.core.spread import check_distribution
 from sqa.data.audio import AudioError, os_path
 from sqa.exports.format import export_json, run_record
-from sqa.scoring.inputs import csv_rows
+from sqa.scoring.inputs import numbered_csv_rows
 
 PAIR_COLUMNS = ("a", "b")
 # Calibration is read in this many equal-width bins of the stated probability.
@@ -150,7 +150,7 @@ def read_pairs(path: Path) -> Pairs:
     a path that is not a file is a problem naming the file, its line and the column.
     """
     try:
-        columns, rows = csv_rows(path)
+        columns, rows = numbered_csv_rows(path)
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text ({err}); save the pairs as UTF-8") from err
     except (csv.Error, OSError) as err:
