@@ -65,6 +65,8 @@ class Clip:
     `extra_scores` holds other score dimensions (e.g. lyrics, melody) where the corpus has them;
     `ratings` the individual ratings of the overall quality by judge (empty if not published);
     `role` is `reference` or `anchor` for a listening test's reference and anchor conditions;
+    `song` names the piece the clip sings where the corpus says (clips of one song by different
+    systems are the pairs of an A/B comparison); None where it does not;
     `problems` what the reader found wrong in the clip's rows (a score cell that is not a number),
     reported with the clip's other problems (`sqa.data.validate`) rather than stopping the reader.
     """
@@ -80,6 +82,7 @@ class Clip:
     ratings: Mapping[str, float] = field(default_factory=dict)
     role: str | None = None
     problems: tuple[str, ...] = ()
+    song: str | None = None
 
 
 @dataclass

@@ -3,6 +3,7 @@ import json
 import numpy as np
 import pytest
 import soundfile as sf
+from scipy import stats
 
 from sqa.data.corpus import CorpusError
 from sqa.data.synthetic import BATCHES, generate, load_synthetic
@@ -135,3 +136,96 @@ def test_lengths_clip_counts_and_set_sizes_reach_every_code_path(synthetic_root)
         clips_per_set[name], systems_per_set[name] = len(clips), len(per_system)
     assert len(set(systems_per_set.values())) > 1
     assert len({clips_per_set[n] / systems_per_set[n] for n in clips_per_set}) == len(clips_per_set)
+
+
+SMALL = {"seed": 7, "clips_per_system": 4, "systems_per_batch": (6, 6, 5, 4, 4)}
+
+
+@pytest.fixture(scope="module")
+def plain_and_options(tmp_path_factory):
+    """The same small corpus generated plainly and with per-recipe rater noise and shared songs."""
+    root = tmp_path_factory.mktemp("options")
+    plain = generate(root / "plain", **SMALL)
+    rich = generate(root / "rich", **SMALL, rater_spread=(0.2, 1.0), songs=True)
+    return plain, rich
+
+
+def test_rater_noise_differs_by_recipe_is_recorded_and_shows_in_the_ratings(plain_and_options):
+    plain, rich = plain_and_options
+    info = json.loads((rich / "info" / "sys_info.json").read_text())
+    plain_info = json.loads((plain / "info" / "sys_info.json").read_text())
+    assert all("rater_spread" not in v for v in plain_info.values())
+    by_recipe: dict[str, set[float]] = {}
+    for entry in info.values():
+        assert 0.2 <= entry["rater_spread"] <= 1.0
+        by_recipe.setdefault(entry["model"], set()).add(entry["rater_spread"])
+    # One noise per recipe: a recipe's systems in different batches share it.
+    assert all(len(v) == 1 for v in by_recipe.values())
+    assert len({next(iter(v)) for v in by_recipe.values()}) == len(by_recipe) > 5
+    # The within-clip SD of a system's ratings follows its recorded noise.
+    scores = json.loads((rich / "info" / "score.json").read_text())["utterance"]
+    observed: dict[str, list[float]] = {}
+    for entry in scores.values():
+        observed.setdefault(entry["sys_id"], []).append(float(np.std(entry["score"]["scores"], ddof=1)))
+    systems = sorted(observed)
+    true_sd = [info[s]["rater_spread"] for s in systems]
+    assert stats.spearmanr(true_sd, [np.mean(observed[s]) for s in systems])[0] > 0.6
+
+
+def test_shared_songs_have_one_melody_per_batch_position_and_options_keep_the_audio_of_unsung_ones(
+    plain_and_options,
+):
+    plain, rich = plain_and_options
+    utterances = json.loads((rich / "info" / "score.json").read_text())["utterance"]
+    corpus = load_synthetic(rich, **SMALL, rater_spread=(0.2, 1.0), songs=True)
+    by_song: dict[str, list] = {}
+    for clip in corpus.clips:
+        assert clip.song == utterances[clip.sample_id].get("song")
+        if clip.song is not None:
+            by_song.setdefault(clip.song, []).append(clip)
+    # Systems have 0.6-1.4 times 4 clips: the first songs of a batch are sung by all its systems.
+    shared = {song: clips for song, clips in by_song.items() if len(clips) >= 2}
+    assert len(shared) >= 3 * len(BATCHES)
+    durations = {}
+    for song, clips in shared.items():
+        assert len({c.system_id for c in clips}) == len(clips)
+        assert len({c.domain for c in clips}) == 1 and song.startswith(clips[0].domain)
+        seconds = [sf.info(str(c.path)).duration for c in clips]
+        # The melody sets a clip's length: one song, one length (to a sample of the slowest rate).
+        assert max(seconds) - min(seconds) < 1e-4
+        durations[song] = seconds[0]
+    assert len(set(np.round(list(durations.values()), 3))) > len(durations) // 2
+    # A corpus without songs has none; the rater noise option alone leaves the audio unchanged.
+    assert all(c.song is None for c in load_synthetic(plain, **SMALL).clips)
+
+
+def test_rater_noise_alone_changes_ratings_but_not_audio(tmp_path, plain_and_options):
+    plain, _ = plain_and_options
+    noisy = generate(tmp_path / "noisy", **SMALL, rater_spread=(0.2, 1.0))
+    wavs = sorted(p.name for p in (plain / "wav").iterdir())
+    assert wavs == sorted(p.name for p in (noisy / "wav").iterdir())
+    assert all((plain / "wav" / n).read_bytes() == (noisy / "wav" / n).read_bytes() for n in wavs[::7])
+    plain_mos = json.loads((plain / "info" / "score.json").read_text())["utterance"]
+    noisy_mos = json.loads((noisy / "info" / "score.json").read_text())["utterance"]
+    changed = sum(plain_mos[k]["score"]["mos"] != noisy_mos[k]["score"]["mos"] for k in plain_mos)
+    assert changed > len(plain_mos) // 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"songs": False, "rater_spread": (0.2, 1.0)}, "songs=False"),
+        ({"songs": True, "rater_spread": (0.5, 0.5)}, "rater_spread=\\[0.5, 0.5\\]"),
+    ],
+)
+def test_a_corpus_is_reused_only_with_the_options_it_was_made_with(plain_and_options, kwargs, message):
+    _, rich = plain_and_options
+    with pytest.raises(CorpusError, match=f"different corpus.*{message}"):
+        load_synthetic(rich, **SMALL, **kwargs)
+
+
+@pytest.mark.parametrize("spread", [(0.0, 1.0), (1.0, 0.5), (0.3,), (0.2, float("nan"))])
+def test_a_rater_spread_that_is_not_a_positive_range_is_refused(tmp_path, spread):
+    with pytest.raises(CorpusError, match="rater_spread must be"):
+        load_synthetic(tmp_path / "never", **SMALL, rater_spread=spread)
+    assert not (tmp_path / "never").exists()

@@ -122,6 +122,7 @@ def read_singmos_pro(
                         test_set=test_names[batch] if is_test else None,
                         extra_scores=extra,
                         ratings=ratings or {},
+                        song=_song(entry, score_path, ctx),
                     )
                 )
     if malformed:
@@ -137,6 +138,16 @@ def read_singmos_pro(
     systems = frozenset(_load_json(sys_info_path)) if sys_info_path.exists() else None
     corpus = Corpus(clips, sorted(splits, key=natural_key), scale, systems)
     return corpus.filter_sample_rate(sample_rate_filter) if sample_rate_filter else corpus
+
+
+def _song(entry: Mapping, where: Path, ctx: str) -> str | None:
+    """An utterance's optional `song` (a string naming the piece it sings); None where absent."""
+    song = entry.get("song")
+    if song is None:
+        return None
+    if not isinstance(song, str) or not song:
+        raise CorpusError(f"{where}: expected a non-empty string at {ctx}['song'], found {song!r}")
+    return song
 
 
 def _batch_parts(entry: object, where: Path, batch: str) -> dict[str, list]:

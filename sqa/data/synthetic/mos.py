@@ -13,11 +13,19 @@ of another system per test batch; systems have unequal clip counts (0.6-1.4 time
 `clips_per_system`). So training crops (and the f0 slice that follows them), whole-clip scoring
 of long clips and the clip- versus system-weighted averages over test sets are all exercised.
 The clip counts and long-clip lengths come from a random stream of their own.
+
+Two options make it a richer listening test, each leaving the default corpus as it was:
+`rater_spread` (low, high) gives each degradation recipe its own rating noise (SD, drawn
+uniformly in that range and recorded in `sys_info.json` as `rater_spread`), so systems differ
+in how much their listeners disagree; `songs=True` has the n-th clip of every system of a batch
+sing the same melody (its `song` in `score.json`), so the test sets hold same-song renditions by
+different systems. Long clips sing melodies of their own and have no song.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +44,7 @@ from sqa.data.synthetic.labels import (
     assign_judges,
     dimension_quality,
 )
-from sqa.data.synthetic.signature import FORMAT_VERSION, signature, signature_at
+from sqa.data.synthetic.signature import FORMAT_VERSION, RATER_SPREAD, signature, signature_at
 
 BATCHES = ("singmospro-p1", "singmospro-p2", "singmospro-p3", "singmospro-p4", "singmospro-p5")
 TEST_BATCHES = BATCHES[:3]
@@ -48,6 +56,8 @@ LAYOUT_STREAM = 3
 CLIP_COUNT_SPREAD = (0.6, 1.4)
 # Length range (seconds) of the long clips.
 LONG_SECONDS = (12.0, 20.0)
+# Keys of the random streams of the recipes' rating noise and of the shared songs' melodies.
+SPREAD_STREAM, SONG_STREAM = 5, 6
 
 
 def generate(
@@ -55,10 +65,13 @@ def generate(
     seed: int = 0,
     clips_per_system: int = 14,
     systems_per_batch: tuple[int, ...] = (12, 12, 10, 8, 8),
+    rater_spread: tuple[float, float] = RATER_SPREAD,
+    songs: bool = False,
 ) -> Path:
     """Write the synthetic corpus under `root` in the SingMOS-Pro layout; returns `root`.
 
-    Systems have about `clips_per_system` clips each (0.6-1.4 times as many).
+    Systems have about `clips_per_system` clips each (0.6-1.4 times as many); `rater_spread` and
+    `songs` as in the module's docstring.
 
     The corpus is written to a temporary folder and renamed into place, so an interrupted
     generation leaves nothing half-written. An existing folder is never overwritten.
@@ -68,7 +81,7 @@ def generate(
         raise CorpusError(f"{root}: already exists; refusing to overwrite it")
     try:
         with atomic_dir(root) as tmp:
-            _write(tmp, seed, clips_per_system, systems_per_batch)
+            _write(tmp, seed, clips_per_system, systems_per_batch, _checked_spread(rater_spread), songs)
     except OSError:
         # Another process (a parallel run) finished the same corpus first: use theirs.
         if not (root / "info" / "synthetic.json").is_file():
@@ -76,12 +89,30 @@ def generate(
     return root
 
 
-def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tuple[int, ...]) -> None:
+def _checked_spread(rater_spread: Sequence[float]) -> tuple[float, float]:
+    """`rater_spread` as (low, high); CorpusError unless 0 < low <= high, both finite."""
+    values = tuple(float(v) for v in rater_spread)
+    if len(values) != 2 or not all(np.isfinite(values)) or not 0 < values[0] <= values[1]:
+        found = list(rater_spread)
+        raise CorpusError(f"rater_spread must be [low, high] with 0 < low <= high, found {found}")
+    return values[0], values[1]
+
+
+def _write(
+    root: Path,
+    seed: int,
+    clips_per_system: int,
+    systems_per_batch: tuple[int, ...],
+    rater_spread: tuple[float, float],
+    songs: bool,
+) -> None:
     (root / "wav").mkdir(parents=True)
     (root / "info").mkdir()
     master = np.random.default_rng(seed)
     layout = np.random.default_rng([seed, LAYOUT_STREAM])
     pool = recipe_pool(master)
+    # One rating noise per recipe, so a recipe's systems in different batches share it.
+    noise_sd = np.random.default_rng([seed, SPREAD_STREAM]).uniform(*rater_spread, size=len(pool))
     split, utterances, systems, sys_info = {}, {}, {}, {}
     sys_counter = 0
     for b, (batch, n_sys) in enumerate(zip(BATCHES, systems_per_batch, strict=True)):
@@ -106,6 +137,7 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                 long_clips.add(0)
             sys_counter += 1
             sys_id = f"sys{sys_counter:04d}"
+            sd = float(noise_sd[pool.index(recipe)])
             sys_info[sys_id] = {
                 "sample_rate": recipe.sample_rate,
                 "tag": {"domain_id": b},
@@ -113,20 +145,25 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                 "model": f"{recipe.kind}-{recipe.param:g}",
                 "dataset": "synthetic",
             }
+            if rater_spread != RATER_SPREAD:
+                sys_info[sys_id]["rater_spread"] = sd
             sys_scores = []
             for u in range(n_clips):
                 utt_id = f"{sys_id}-utt{u + 1:04d}"
                 rng = np.random.default_rng([seed, sys_counter, u])
                 sr = recipe.sample_rate
                 seconds = long_seconds if u in long_clips else None
-                f0, voiced, _ = melody(rng, SYNTH_RATE, recipe.kind, recipe.param, seconds)
+                shared = songs and u not in long_clips
+                # A shared song's notes come first from its own stream, the same for every system.
+                tune = np.random.default_rng([seed, b, u, SONG_STREAM]) if shared else rng
+                f0, voiced, _ = melody(tune, SYNTH_RATE, recipe.kind, recipe.param, seconds)
                 wav = resample(sing(rng, f0, voiced), SYNTH_RATE, sr)
                 wav = degrade(rng, wav, sr, recipe)
                 wav = 0.5 * wav / (np.abs(wav).max() + 1e-9) * rng.uniform(0.5, 1.0)
                 path = os_path(root / "wav" / f"{utt_id}.wav")
                 sf.write(path, wav.astype(np.float32), sr, subtype="PCM_16")
                 quality = recipe.quality + rng.normal(0, 0.15)
-                raw = 3.0 + gain * (quality - 3.0) + bias + rng.normal(0, 0.5, size=5)
+                raw = 3.0 + gain * (quality - 3.0) + bias + rng.normal(0, sd, size=5)
                 ratings = np.clip(np.rint(raw), 1, 5).astype(int).tolist()
                 mos = float(np.mean(ratings))
                 sys_scores.append(mos)
@@ -139,6 +176,8 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
                         dim_ratings = np.clip(np.rint(dim_raw + labels.normal(0, 0.5, size=5)), 1, 5)
                         score[dim] = float(np.mean(dim_ratings))
                 utterances[utt_id] = {"sys_id": sys_id, "wav": f"wav/{utt_id}.wav", "score": score}
+                if shared:
+                    utterances[utt_id]["song"] = f"{batch}-song{u + 1:03d}"
                 part = _split_of(u, n_clips, has_test)
                 split[batch][part].append(utt_id)
             systems[sys_id] = {"mos": float(np.mean(sys_scores))}
@@ -148,9 +187,8 @@ def _write(root: Path, seed: int, clips_per_system: int, systems_per_batch: tupl
         json.dumps({"utterance": utterances, "system": systems}, indent=1, allow_nan=False), encoding="utf-8"
     )
     (info / "sys_info.json").write_text(json.dumps(sys_info, indent=1, allow_nan=False), encoding="utf-8")
-    (info / "synthetic.json").write_text(
-        json.dumps(signature(seed, clips_per_system, systems_per_batch), allow_nan=False), encoding="utf-8"
-    )
+    record = signature(seed, clips_per_system, systems_per_batch, rater_spread, songs)
+    (info / "synthetic.json").write_text(json.dumps(record, allow_nan=False), encoding="utf-8")
 
 
 def _split_of(index: int, n: int, has_test: bool) -> str:
@@ -171,20 +209,24 @@ def load_synthetic(
     systems_per_batch: tuple[int, ...] = (12, 12, 10, 8, 8),
     sample_rate_filter: int | None = None,
     allow_generate: bool = True,
+    rater_spread: Sequence[float] = RATER_SPREAD,
+    songs: bool = False,
 ) -> Corpus:
     """Read the synthetic corpus at `root`, generated first if the folder does not exist (and allowed)."""
     root = Path(root)
     systems_per_batch = tuple(systems_per_batch)
+    rater_spread = _checked_spread(rater_spread)
     if not root.exists():
         if not allow_generate:
             raise CorpusError(f"{root}: no synthetic corpus there (allow_generate is false)")
-        generate(root, seed, clips_per_system, systems_per_batch)
+        generate(root, seed, clips_per_system, systems_per_batch, rater_spread, songs)
     marker = root / "info" / "synthetic.json"
-    expected = signature(seed, clips_per_system, systems_per_batch)
+    expected = signature(seed, clips_per_system, systems_per_batch, rater_spread, songs)
     if signature_at(marker, root) != expected:
+        options = f", rater_spread={list(rater_spread)}, songs={songs}"
         raise CorpusError(
             f"{marker}: {root} holds a different corpus than seed={seed}, clips_per_system="
-            f"{clips_per_system}, systems_per_batch={list(systems_per_batch)} of format {FORMAT_VERSION}; "
-            "choose another root, or delete it to regenerate (a corpus of an older format)"
+            f"{clips_per_system}, systems_per_batch={list(systems_per_batch)}{options} of format "
+            f"{FORMAT_VERSION}; choose another root, or delete it to regenerate (a corpus of an older format)"
         )
     return read_singmos_pro(root, TEST_BATCHES, sample_rate_filter)
