@@ -99,9 +99,10 @@ HIT_RATE = 0.9
 
 @pytest.mark.slow
 @pytest.mark.xfail(
-    reason="measured below 90 %: this tiny run (300 steps on the small synthetic corpus) finds 50 % "
-    "(noise 12 %, detune 41 %, band limit 100 %); the demo export (925 steps, full corpus) 88 %; "
-    "the per-system tone run `tiny_run` 16 % (docs/scoring.md#timelines)",
+    reason="measured below 90 %: this tiny run (frame_margin_l1, 300 steps on the small synthetic "
+    "corpus, step 150 selected) finds 72 % (noise 71 %, detune 47 %, band limit 100 %); with the clip "
+    "loss margin_l1 50 % (noise 12 %, detune 41 %); the demo export 88 %. The tiny model does not hear "
+    "a 60-cent detune even over a whole song (docs/scoring.md#timelines)",
     strict=False,
 )
 def test_the_lowest_window_finds_an_injected_degradation(small_synthetic_root, tmp_path):
@@ -112,6 +113,9 @@ def test_the_lowest_window_finds_an_injected_degradation(small_synthetic_root, t
         "data=synthetic",
         *small_corpus_overrides(small_synthetic_root),
         "data.num_workers=0",
+        # Every frame's score regressed to its clip's MOS, where the clip loss constrains only their
+        # mean: a noise burst's windows drop more (noise 12 % -> 71 %, docs/scoring.md#timelines).
+        "loss=frame_margin_l1",
         "trainer.max_steps=300",
         "trainer.val_check_interval=50",
         "trainer.enable_progress_bar=false",
