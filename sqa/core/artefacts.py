@@ -4,15 +4,17 @@ Training, `eval.py`, `sqa-baseline` write them here; `sqa-table`, `sqa-compare` 
 read them here, so the file names and the `predictions.csv` schema are defined once:
 
     sample_id, system_id, test_set, mos, pred[, spread, lo50, hi50, lo90, hi90]
-        [, mos_<dim>, pred_<dim> for each other dimension][, wav_path]
+        [, mos_<dim>, pred_<dim> for each other dimension][, wav_path][, song]
 
 `spread` and the intervals of a listener's rating come from a predictor with a spread
 (`sqa.models.uncertainty`) and are absent otherwise.
 
 `mos_<dim>` is empty where a clip has no label of that dimension; `wav_path` is the clip's audio
 file, written where the rows name one (last, so that the columns before it keep their places;
-files written before it existed lack it and read as they did); floats are written in full
-precision. Metrics files are `sqa.metrics.evaluate_sets` results as JSON (NaN as null).
+files written before it existed lack it and read as they did); `song` names the piece a clip
+sings, written (after it, empty for clips without one) only where some clip names one; floats
+are written in full precision. Metrics files are `sqa.metrics.evaluate_sets` results as JSON
+(NaN as null).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ PREDICTIONS_FILE = "predictions.csv"
 PREDICTION_COLUMNS = ("sample_id", "system_id", "test_set", "mos", "pred")
 # The clip's audio file: text, and optional, so that earlier predictions.csv files still read.
 PATH_COLUMN = "wav_path"
+# The piece a clip sings (`Clip.song`): text, written only for corpora that name songs.
+SONG_COLUMN = "song"
 # A predictor with a spread (sqa.models.uncertainty) adds its spread and the 50 % and 90 %
 # intervals of a listener's rating after `pred`.
 SPREAD_COLUMNS = ("spread", *(f"{end}{suffix}" for suffix in INTERVAL_LEVELS for end in ("lo", "hi")))
@@ -108,16 +112,18 @@ def write_predictions(
 ) -> None:
     """Write `<run_dir>/predictions.csv`: one row per test clip, the columns of the module docstring.
 
-    `wav_path` is written where the rows have one (every row then).
+    `wav_path` is written where the rows have one (every row then); `song` where some row has one.
     """
     paths = [PATH_COLUMN] if any(PATH_COLUMN in row for row in rows) else []
+    songs = [SONG_COLUMN] if any(SONG_COLUMN in row for row in rows) else []
     spreads = list(SPREAD_COLUMNS) if rows and "spread" in rows[0] else []
-    columns = [*PREDICTION_COLUMNS, *spreads, *dimension_columns(dimensions), *paths]
+    columns = [*PREDICTION_COLUMNS, *spreads, *dimension_columns(dimensions), *paths, *songs]
     buffer = io.StringIO(newline="")
     writer = csv.DictWriter(buffer, fieldnames=columns)
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: _cell(row[k]) for k in columns})
+        # A clip without a song among clips with one gets DictWriter's empty cell.
+        writer.writerow({k: _cell(row[k]) for k in columns if k != SONG_COLUMN or k in row})
     atomic_write_text(Path(run_dir) / PREDICTIONS_FILE, buffer.getvalue())
 
 
@@ -155,9 +161,9 @@ def _number(text: str, column: str) -> float:
 def read_predictions(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a predictions.csv (a file or its run directory), scores as floats (NaN: no label).
 
-    `wav_path` is text, and absent from files written before it existed. A file that is not
-    UTF-8 text, lacks a column or holds a score that is not a number is a ValueError naming the
-    file (and its line).
+    `wav_path` and `song` are text, `wav_path` absent from files written before it existed and
+    `song` from those of corpora without songs. A file that is not UTF-8 text, lacks a column or
+    holds a score that is not a number is a ValueError naming the file (and its line).
     """
     path = Path(path)
     path = path / PREDICTIONS_FILE if path.is_dir() else path

@@ -21,7 +21,8 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
 
     Also target (B, K) (NaN where a label is missing), the same labels unrounded as B lists of K
     floats (`labels`, for evaluation), mask (B, K) bool and judge (B,) IDs (None for datasets
-    without judges), and ratings (B, R): each clip's per-listener overall ratings, NaN-padded.
+    without judges), ratings (B, R): each clip's per-listener overall ratings, NaN-padded, and
+    song: B song names (None where a clip names none).
     """
     wav, lengths = pad_batch([it["wav"] for it in items])
     f0 = pad_batch([it["f0"] for it in items])[0] if items[0].get("f0") is not None else None
@@ -43,6 +44,8 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
         "wav_path": [it["wav_path"] for it in items],
         "system_id": [it["system_id"] for it in items],
         "test_set": [it["test_set"] for it in items],
+        # Hand-built items (tests, callers) may name no song.
+        "song": [it.get("song") for it in items],
     }
 
 

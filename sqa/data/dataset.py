@@ -135,4 +135,6 @@ class ClipDataset(Dataset):
             "wav_path": str(clip.path),
             "system_id": clip.system_id,
             "test_set": clip.test_set or "",
+            # The piece the clip sings (None where the corpus does not say): same-song pairs.
+            "song": clip.song,
         }

@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sqa.models.pitch_features import HIST_BINS, align_frames, midi_notes, midi_variance, pitch_histogram
+from sqa.core.masking import frame_mask
+from sqa.models.pitch_features import (
+    HIST_BINS,
+    align_frames,
+    intonation,
+    midi_notes,
+    midi_variance,
+    pitch_histogram,
+)
 
 
 class DomainEmbedding(nn.Module):
@@ -50,4 +58,26 @@ class HistogramBranch(nn.Module):
         return self.linear(hist)[:, None, :].expand(-1, num_frames, -1)
 
 
-PITCH_BRANCHES = {"midi": MidiPitchBranch, "histogram": HistogramBranch}
+class IntonationBranch(nn.Module):
+    """Per-frame intonation (offset from the 12-tone grid) -> Conv1d over ~0.3 s -> (B, T, dim).
+
+    The MIDI branch rounds f0 to whole notes, so it cannot hear a voice singing 40 cents flat;
+    the convolution spans about a vibrato cycle (15 frames of 20 ms), so the offset it sees is
+    the note's centre rather than the vibrato's swing. Frames past a clip's end hold f0 = 0, like
+    the convolution's own zero padding, so a clip scores alike alone and in a padded batch.
+    """
+
+    def __init__(self, dim: int = 128, kernel: int = 15) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(3, dim, kernel, padding=kernel // 2)
+        self.output_dim = dim
+
+    def forward(self, f0: torch.Tensor, frame_lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
+        """f0 (B, T') Hz -> (B, num_frames, dim), aligned to the backbone's frames."""
+        f0 = align_frames(f0, num_frames)
+        # Zero past each clip's frames, whatever the batch's f0 padding held.
+        f0 = f0 * frame_mask(frame_lengths, num_frames).to(f0.dtype)
+        return torch.relu(self.conv(intonation(f0).transpose(1, 2))).transpose(1, 2)
+
+
+PITCH_BRANCHES = {"midi": MidiPitchBranch, "histogram": HistogramBranch, "intonation": IntonationBranch}

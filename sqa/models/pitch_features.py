@@ -4,6 +4,10 @@
 - MIDI pitch variance: v[0] = note[0], v[t] = note[t] − note[t−1] + 128;
 - pitch histogram: voiced frames only, f0 rounded to integer Hz and clipped to [40, 799],
   cents = 1200·log2(f0/440), bin = floor((cents/10) mod 120), counts / number of voiced frames.
+
+sqa adds intonation, which the paper does not have: per voiced frame, the offset d of the pitch
+from the nearest note of the equal-tempered grid (A4 = 440 Hz), in semitones (−½ ≤ d < ½), as
+(sin 2πd, cos 2πd), so that −½ and +½ (the same pitch) meet; unvoiced frames are (0, 0).
 """
 
 from __future__ import annotations
@@ -34,6 +38,15 @@ def midi_variance(notes: torch.Tensor) -> torch.Tensor:
     """Note differences (B, T): v[0] = note[0], v[t] = note[t] − note[t−1] + 128 (0..255)."""
     diff = notes[:, 1:] - notes[:, :-1] + 128
     return torch.cat([notes[:, :1], diff], dim=1)
+
+
+def intonation(f0: torch.Tensor) -> torch.Tensor:
+    """Offset from the nearest grid note per frame, f0 (B, T) Hz -> (B, T, 3): sin 2πd, cos 2πd, voiced."""
+    voiced = f0 > 0
+    semitones = 12.0 * torch.log2(torch.where(voiced, f0, 440.0) / 440.0)
+    angle = 2.0 * torch.pi * (semitones - torch.round(semitones))
+    mask = voiced.to(f0.dtype)
+    return torch.stack([torch.sin(angle) * mask, torch.cos(angle) * mask, mask], dim=-1)
 
 
 def pitch_histogram(f0: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

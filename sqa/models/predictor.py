@@ -55,7 +55,7 @@ class MOSPredictor(Exportable, nn.Module):
     """SSL-MOS predictor: backbone frames [+ domain embedding] [+ pitch branch] -> per-frame head.
 
     `domain_dim` (None: off) embeds the domain ID (one of `num_domains`) and concatenates it to
-    every frame; `pitch` ("midi", "histogram" or None) adds a pitch branch fed with f0.
+    every frame; `pitch` ("midi", "histogram", "intonation" or None) adds a pitch branch fed with f0.
     `dimensions` names the scores predicted by one output each of the head's last layer (the
     overall "mos" first, then e.g. "lyrics", "melody"). `judge_dim` (None: off) embeds the
     judge ID (one of `num_judges`, plus a learned mean judge at index `num_judges`, the one used

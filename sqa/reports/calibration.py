@@ -5,6 +5,10 @@ and the listeners' `ratings`. A spread is that of one listener's rating, so its 
 intervals are checked against single ratings (each rating one case) and against the clip MOS
 (each clip one case). A calibrated model covers about the nominal share of single ratings; the
 clip MOS, being a mean of ratings, is covered at least as often where the model is calibrated.
+
+The spread ranking checks that the spread tells systems apart: per test system (a system within
+a test set), the mean predicted spread against the observed rater spread, the mean within-clip
+standard deviation of its listeners' ratings, and the Spearman correlation of the two.
 """
 
 from __future__ import annotations
@@ -16,14 +20,18 @@ from typing import Any
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from scipy import stats
 
 from sqa.core.atomic import atomic_write_json
 from sqa.core.spread import INTERVAL_LEVELS, interval, nll
+from sqa.metrics import undefined_reasons
 from sqa.reports.plots import DPI, save
 
 CALIBRATION_FILE = "calibration.json"
 # Nominal levels of the reliability plot.
 RELIABILITY_LEVELS = tuple(round(0.1 * k, 1) for k in range(1, 10))
+# Fewest ratings of a clip with an observed spread (a sample standard deviation needs two).
+MIN_SPREAD_RATINGS = 2
 
 
 def coverage(
@@ -49,8 +57,52 @@ def _cases(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[np.ndarray, np.
     }
 
 
+def spread_ranking(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per test system, mean predicted spread against observed rater spread, and their SRCC.
+
+    A clip's observed spread is the sample standard deviation (ddof 1) of its ratings; clips with
+    fewer than `MIN_SPREAD_RATINGS` ratings are left out of both means, and a system left with
+    no clip is left out (counted under `left_out`). Systems are keyed by (test set, system), as
+    each test set has its own listeners. `srcc` is None, with the reason under `undefined`,
+    where it does not exist (fewer than 3 systems, or constant spreads).
+    """
+    groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in rows:
+        key = (str(r.get("test_set", "")), str(r.get("system_id", "")))
+        ratings = np.asarray(r.get("ratings", ()), dtype=np.float64)
+        kept = groups.setdefault(key, [])
+        if ratings.size >= MIN_SPREAD_RATINGS:
+            kept.append((float(r["spread"]), float(np.std(ratings, ddof=1))))
+    systems = [
+        {
+            "test_set": test_set,
+            "system_id": system_id,
+            "clips": len(clips),
+            "pred_spread": float(np.mean([c[0] for c in clips])),
+            "rater_spread": float(np.mean([c[1] for c in clips])),
+        }
+        for (test_set, system_id), clips in sorted(groups.items())
+        if clips
+    ]
+    pred = np.array([s["pred_spread"] for s in systems], dtype=np.float64)
+    true = np.array([s["rater_spread"] for s in systems], dtype=np.float64)
+    reasons = undefined_reasons(pred, true, "system", ("srcc",))
+    out: dict[str, Any] = {
+        "n_systems": len(systems),
+        "left_out": len(groups) - len(systems),
+        "srcc": None if reasons else float(stats.spearmanr(pred, true)[0]),
+    }
+    if reasons:
+        out["undefined"] = reasons["srcc"]
+    out["systems"] = systems
+    return out
+
+
 def calibration(rows: Sequence[Mapping[str, Any]], distribution: str) -> dict[str, Any]:
-    """calibration.json's content: per case, count, 50 %/90 % coverage, mean NLL, reliability curve."""
+    """calibration.json's content: per case, count, 50 %/90 % coverage, mean NLL, reliability curve.
+
+    Plus `spread_ranking` (see `spread_ranking`) over all test clips.
+    """
     out: dict[str, Any] = {
         "distribution": distribution,
         "mean_spread": float(np.mean([r["spread"] for r in rows])),
@@ -68,6 +120,7 @@ def calibration(rows: Sequence[Mapping[str, Any]], distribution: str) -> dict[st
                 for level in RELIABILITY_LEVELS
             },
         }
+    out["spread_ranking"] = spread_ranking(rows)
     return out
 
 
@@ -105,7 +158,7 @@ def write_calibration(rows: Sequence[Mapping[str, Any]], distribution: str, out_
 
 
 def summary(record: Mapping[str, Any]) -> str:
-    """One line of a calibration record: 50 %/90 % coverage and NLL of the clip MOS and single ratings."""
+    """One line of a calibration record: coverage and NLL of clip MOS and single ratings, spread SRCC."""
     parts = []
     for case, label in (("clip_mos", "clip MOS"), ("single_ratings", "single ratings")):
         block = record[case]
@@ -114,4 +167,11 @@ def summary(record: Mapping[str, Any]) -> str:
                 f"{label} (n={block['n']}): 50 % interval covers {block['coverage50']:.1%}, "
                 f"90 % covers {block['coverage90']:.1%}, NLL {block['nll']:.3f}"
             )
+    ranking = record.get("spread_ranking")
+    if ranking is not None:
+        srcc = ranking["srcc"]
+        parts.append(
+            f"spread ranks {ranking['n_systems']} systems by rater spread with SRCC "
+            + (f"{srcc:.3f}" if srcc is not None else f"undefined ({ranking['undefined']})")
+        )
     return "; ".join(parts)

@@ -11,8 +11,8 @@ run_info.json (`learning_check.valid.rmse`); an export without it (older runs, i
 back to its test RMSE (metrics.json, utterance level, average over test sets), said in
 `sigma_note`, and one with neither gives no probability. The RMSE includes any constant bias,
 which cancels in a difference, so σ errs large and the probabilities towards ½.
-`pair_outcomes` and `calibration` evaluate the probabilities on labelled clips; `read_pairs`
-reads `sqa-score --pairs` files.
+`read_pairs` reads `sqa-score --pairs` files; `sqa.reports.preferences` evaluates the
+probabilities on labelled clips and on a test phase's same-song pairs (preferences.json).
 
 An export with a spread (`sqa.models.uncertainty`) predicts, per clip, the spread s of one
 listener's rating about its score, rater disagreement and model error together, and answers a
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +45,8 @@ from sqa.exports.format import export_json, run_record
 from sqa.scoring.inputs import numbered_csv_rows
 
 PAIR_COLUMNS = ("a", "b")
-# Calibration is read in this many equal-width bins of the stated probability.
-CALIBRATION_BINS = 5
+# Where σ comes from when it is the validation RMSE (`check_sigma`).
+VALID_RMSE_SOURCE = "the selected checkpoint's RMSE over every validation clip (learning_check.valid.rmse)"
 
 
 @dataclass(frozen=True)
@@ -64,22 +64,31 @@ class Preference:
     basis: str = "mos"
 
 
-def probability(difference: float | np.ndarray, sigma: float) -> float | np.ndarray:
-    """P(A better) = Φ(difference / (√2·σ)) of score differences A - B (any shape) at residual spread σ."""
-    z = np.asarray(difference, dtype=np.float64) / (math.sqrt(2.0) * sigma)
+def _normal_cdf(z: float | np.ndarray) -> float | np.ndarray:
+    """Φ(z) of standard normal quantiles z (any shape): a float for a scalar, else an array."""
     # Φ(z) = ½·(1 + erf(z/√2)); math.erf per element keeps numpy-only code without scipy.
-    p = 0.5 * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(z / math.sqrt(2.0)))
+    p = 0.5 * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(np.asarray(z, np.float64) / math.sqrt(2.0)))
     return float(p) if p.ndim == 0 else p
 
 
-def listener_probability(difference: float, spread_a: float, spread_b: float, distribution: str) -> float:
-    """P(a listener rates A above B) = Φ(difference / √(sd_A² + sd_B²)) of clips' rating spreads.
+def probability(difference: float | np.ndarray, sigma: float) -> float | np.ndarray:
+    """P(A better) = Φ(difference / (√2·σ)) of score differences A - B (any shape) at residual spread σ."""
+    return _normal_cdf(np.asarray(difference, dtype=np.float64) / (math.sqrt(2.0) * sigma))
+
+
+def listener_probability(
+    difference: float | np.ndarray,
+    spread_a: float | np.ndarray,
+    spread_b: float | np.ndarray,
+    distribution: str,
+) -> float | np.ndarray:
+    """P(a listener rates A above B) = Φ(difference / √(sd_A² + sd_B²)) of clips' rating spreads (any shape).
 
     A spread is a standard deviation ("gaussian") or a Laplace scale b ("laplace", SD √2·b).
     """
     factor = math.sqrt(2.0) if check_distribution(distribution) == "laplace" else 1.0
-    sd = factor * math.hypot(spread_a, spread_b)
-    return 0.5 * (1.0 + math.erf(difference / (sd * math.sqrt(2.0))))
+    sd = factor * np.hypot(spread_a, spread_b)
+    return _normal_cdf(np.asarray(difference, dtype=np.float64) / sd)
 
 
 def preference(
@@ -95,7 +104,7 @@ def preference(
     """
     difference = score_a - score_b
     if spreads is not None:
-        p = listener_probability(difference, *spreads)
+        p = float(listener_probability(difference, *spreads))
         return Preference(score_a, score_b, difference, p, "listener")
     p = None if sigma is None else float(probability(difference, sigma))
     return Preference(score_a, score_b, difference, p)
@@ -108,15 +117,19 @@ def _positive(value: object) -> float | None:
     return float(value) if math.isfinite(value) and value > 0 else None
 
 
+def check_sigma(check: Mapping[str, Any] | None) -> float | None:
+    """The validation RMSE of a learning check (run_info.json `learning_check`), None where it has none."""
+    valid = (check or {}).get("valid")
+    return _positive(valid.get("rmse")) if isinstance(valid, dict) else None
+
+
 def residual_sigma(export: str | Path) -> tuple[float | None, str | None]:
     """The export's residual spread σ and a note when it is not the validation RMSE (or is missing).
 
     Validation RMSE (run_info.json `learning_check.valid.rmse`) first; else the test average's
     utterance RMSE (metrics.json `avg.utt.rmse`), with a note saying so; else (None, why).
     """
-    check = run_record(export, "learning_check") or {}
-    valid = check.get("valid")
-    sigma = _positive(valid.get("rmse")) if isinstance(valid, dict) else None
+    sigma = check_sigma(run_record(export, "learning_check"))
     if sigma is not None:
         return sigma, None
     test = export_json(export, "metrics.json")
@@ -184,86 +197,3 @@ def read_pairs(path: Path) -> Pairs:
             out.pairs.append((found[0], found[1]))
             out.lines.append(line)
     return out
-
-
-def pair_outcomes(
-    pred: Sequence[float], true: Sequence[float], groups: Sequence[Any], apart: Sequence[Any] | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Predicted differences, true differences and pair indices (i, j), i < j, of clips in one group.
-
-    Pairs share their `groups` entry (a test set, a song); with `apart` (e.g. systems), only pairs
-    whose `apart` entries differ. Pairs tied in `true` are kept (callers leave them out as
-    `pair_acc` does).
-    """
-    pred_a = np.asarray(pred, dtype=np.float64)
-    true_a = np.asarray(true, dtype=np.float64)
-    group_a = np.asarray(groups, dtype=object)
-    i, j = np.triu_indices(pred_a.size, k=1)
-    keep = group_a[i] == group_a[j]
-    if apart is not None:
-        apart_a = np.asarray(apart, dtype=object)
-        keep &= apart_a[i] != apart_a[j]
-    i, j = i[keep], j[keep]
-    return pred_a[i] - pred_a[j], true_a[i] - true_a[j], np.stack([i, j], axis=1)
-
-
-def preference_accuracy(pred_diff: np.ndarray, true_diff: np.ndarray) -> float:
-    """Share of pairs untied in true_diff (n,) ordered alike by pred_diff (n,); a tied prediction counts ½."""
-    untied = true_diff != 0
-    if not untied.any():
-        return math.nan
-    agree = np.sign(pred_diff[untied]) == np.sign(true_diff[untied])
-    tied = pred_diff[untied] == 0
-    return float((agree.sum() + 0.5 * tied.sum()) / untied.sum())
-
-
-def calibration(p: np.ndarray, outcome: np.ndarray, bins: int = CALIBRATION_BINS) -> list[dict[str, float]]:
-    """Per equal-width bin of stated probabilities p (n,): pairs, mean p, share of outcome (n,) true, gap.
-
-    Bins without pairs are left out.
-    """
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    index = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, bins - 1)
-    out = []
-    for b in range(bins):
-        member = index == b
-        if not member.any():
-            continue
-        stated, observed = float(p[member].mean()), float(outcome[member].mean())
-        out.append(
-            {
-                "low": float(edges[b]),
-                "high": float(edges[b + 1]),
-                "pairs": int(member.sum()),
-                "stated": stated,
-                "observed": observed,
-                "gap": observed - stated,
-            }
-        )
-    return out
-
-
-def evaluate_preferences(
-    pred: Sequence[float],
-    true: Sequence[float],
-    groups: Sequence[Any],
-    sigma: float,
-    apart: Sequence[Any] | None = None,
-) -> dict[str, Any]:
-    """Accuracy and calibration of preferences between clips of one group (pairs as in `pair_outcomes`).
-
-    Pairs tied in `true` are left out; each pair enters the calibration both ways round.
-    Returns {pairs, accuracy, max_gap, bins}.
-    """
-    pred_diff, true_diff, _ = pair_outcomes(pred, true, groups, apart)
-    untied = true_diff != 0
-    p = np.asarray(probability(pred_diff[untied], sigma), dtype=np.float64).reshape(-1)
-    better = true_diff[untied] > 0
-    # Each pair both ways round (A, B and B, A): which clip is A is arbitrary, so the bins are symmetric.
-    bins = calibration(np.concatenate([p, 1.0 - p]), np.concatenate([better, ~better]))
-    return {
-        "pairs": int(untied.sum()),
-        "accuracy": preference_accuracy(pred_diff, true_diff),
-        "max_gap": max((abs(b["gap"]) for b in bins), default=math.nan),
-        "bins": bins,
-    }

@@ -37,6 +37,7 @@ from sqa.data.readers import recorded_corpus
 from sqa.data.valid_split import read_valid_split
 from sqa.exports.format import ExportError, load_export, regular_file, resolve_export, run_record
 from sqa.reports import scale
+from sqa.scoring.preferences import VALID_RMSE_SOURCE, residual_sigma
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
 from sqa.training.run_dir import run_inputs
@@ -189,13 +190,27 @@ def _evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if map_clips:
         mapped, info["scale_map"] = fitted_map(module, map_clips, seed)
     atomic_write_text(out_dir / "eval_info.json", json.dumps(info, indent=2))
-    write_test_outputs(module, out_dir, heading=f"Test results of {export_dir}", score_range=score_range)
+    sigma, note = residual_sigma(export_dir)
+    if sigma is None:
+        # residual_sigma's note tells a scoring user to pass sigma=, which eval.py does not take.
+        note = "the export records neither a validation RMSE (run_info.json) nor a test RMSE (metrics.json)"
+    write_test_outputs(
+        module,
+        out_dir,
+        heading=f"Test results of {export_dir}",
+        score_range=score_range,
+        sigma=(sigma, note or VALID_RMSE_SOURCE),
+    )
     results = module.test_results
     if map_clips:
         line = info["scale_map"]
         module.set_test_rows(mapped)
         heading = f"Test results of {export_dir}, mapped by {line['a']:.4g} + {line['b']:.4g}·score"
-        write_test_outputs(module, out_dir / "mapped", heading=heading, score_range=score_range)
+        # The recorded RMSE is of unmapped scores, whose differences the map scales.
+        unmapped = (None, "the export's RMSE is of unmapped scores, and the map scales score differences")
+        write_test_outputs(
+            module, out_dir / "mapped", heading=heading, score_range=score_range, sigma=unmapped
+        )
     return results
 
 

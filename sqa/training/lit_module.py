@@ -41,7 +41,8 @@ class MOSModule(L.LightningModule):
     Test results (per set and averaged) of the overall MOS are kept in `test_results`, those of
     the predictor's other score dimensions in `dimension_results` (each over the clips that have
     that label), and per-clip predictions in `test_predictions` (`mos`, `pred`, and
-    `mos_<dim>`, `pred_<dim>` per other dimension, the label NaN where missing).
+    `mos_<dim>`, `pred_<dim>` per other dimension, the label NaN where missing; `song` where the
+    clip names one).
     """
 
     def __init__(
@@ -188,6 +189,8 @@ class MOSModule(L.LightningModule):
                 "mos": labels[0],
                 "pred": float(scores[i, 0]),
             }
+            if batch.get("song") and batch["song"][i] is not None:
+                row["song"] = batch["song"][i]
             for k, dim in enumerate(self.extra_dimensions, start=1):
                 true_key, pred_key = score_columns(dim)
                 row[true_key], row[pred_key] = labels[k], float(scores[i, k])

@@ -45,6 +45,7 @@ from sqa.training.run_outputs import (
     recorded_data,
     report_selection,
     run_info,
+    run_sigma,
     scale_shift,
     training_end,
     write_test_outputs,
@@ -409,6 +410,7 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
         score_range=datamodule.corpus.score_range,
         selected_step=selected_step,
         names=names,
+        sigma=run_sigma(info["learning_check"]),
     )
     log_figures(logger, figures, step=trainer.global_step)
     log_hparams(logger, params, hparam_metrics(history.history, selected_step, results), trainer.global_step)

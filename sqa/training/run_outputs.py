@@ -27,7 +27,9 @@ from sqa.data.corpus import ROLES
 from sqa.data.readers import CORPUS_READERS
 from sqa.metrics import count_text
 from sqa.reports import calibration, learning, plots, scale
+from sqa.reports import preferences as pair_report
 from sqa.reports.tables import format_table
+from sqa.scoring import preferences
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule, labelled
 from sqa.training.selection import LOSS_SCORES, SelectionRule, uninformative, valid_set_name
@@ -103,10 +105,13 @@ def write_test_outputs(
     score_range: tuple[float, float] = plots.SCORE_RANGE,
     selected_step: int | None = None,
     names: plots.CurveNames | None = None,
+    sigma: tuple[float | None, str] = (None, "no residual spread was given"),
 ) -> dict[str, Path]:
     """Write a test phase's metrics.json (metrics_<dim>.json), predictions.csv and plots; log them.
 
-    A predictor with a spread also gets calibration.json and plots/reliability.png.
+    A predictor with a spread also gets calibration.json and plots/reliability.png; test clips
+    that name their songs, preferences.json (`sqa.reports.preferences.song_preferences` at the
+    residual spread `sigma`: (σ or None, where it comes from or why there is none)).
 
     The one writer of test results: training runs and `eval.py` call it alike. With `history`,
     the training curves are drawn too (marking `selected_step`, naming things by `names`).
@@ -125,10 +130,26 @@ def write_test_outputs(
         record = calibration.write_calibration(rows, module.predictor.distribution, out_dir)
         figures["plots/reliability"] = out_dir / "plots" / "reliability.png"
         log.info("Calibration of the spread (calibration.json): %s", calibration.summary(record))
+    distribution = module.predictor.distribution if rows and "spread" in rows[0] else None
+    prefs = pair_report.song_preferences(rows, *sigma, distribution)
+    if prefs is not None:
+        atomic_write_json(out_dir / pair_report.PREFERENCES_FILE, prefs)
+        log.info("Preferences (%s): %s", pair_report.PREFERENCES_FILE, pair_report.describe(prefs))
     log.info("%s:\n%s", heading, format_table(results))
     for dim, dim_results in module.dimension_results.items():
         log.info("%s, %s (clips with a %s score):\n%s", heading, dim, dim, format_table(dim_results))
     return figures
+
+
+def run_sigma(check: Mapping[str, Any]) -> tuple[float | None, str]:
+    """σ of a training run's preferences: its learning check's validation RMSE, and where it comes from.
+
+    (None, why) where the check has none.
+    """
+    sigma = preferences.check_sigma(check)
+    if sigma is None:
+        return None, "the run recorded no validation RMSE of its selected checkpoint (learning_check.valid)"
+    return sigma, preferences.VALID_RMSE_SOURCE
 
 
 def corpus_name(cfg: DictConfig) -> str:

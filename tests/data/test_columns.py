@@ -108,7 +108,7 @@ def test_a_mapping_names_any_columns_and_a_wrong_one_is_refused(tmp_path):
         read_csv_manifest(manifest, columns={"wav_path": "clip", "mos": "quality"})
     assert str(err.value) == (
         f"{manifest}: data.corpus.columns names 'mos', which is not a column of sqa's (wav_path, score, "
-        "system_id, sample_id, listener_id, domain_id, split, test_set, role, score_<name>)"
+        "system_id, sample_id, listener_id, domain_id, split, test_set, role, song_id, score_<name>)"
     )
     with pytest.raises(CorpusError) as err:
         read_csv_manifest(manifest, columns={"score": "Quality"})
@@ -119,6 +119,31 @@ def test_a_mapping_names_any_columns_and_a_wrong_one_is_refused(tmp_path):
     # A mapped extra score dimension.
     extra = table(tmp_path / "e.csv", "wav_path,score,system_id,sample_id,lyr\nx.wav,3,s,x,4\n")
     assert read_csv_manifest(extra, columns={"score_lyrics": "lyr"}).clips[0].extra_scores == {"lyrics": 4.0}
+
+
+def test_an_optional_song_column_names_each_clips_song(tmp_path):
+    for name in ("a", "b", "c"):
+        tone(tmp_path / f"{name}.wav")
+    header = "wav_path,score,system_id,sample_id,song_id\n"
+    manifest = table(
+        tmp_path / "m.csv", header + "a.wav,3,s1,a,ode\na.wav,4,s1,a,ode\nb.wav,2,s2,b,ode\nc.wav,4,s2,c,\n"
+    )
+    # An empty cell is no song, as a corpus without the column has none.
+    assert [(c.sample_id, c.song) for c in read_csv_manifest(manifest).clips] == [
+        ("a", "ode"),
+        ("b", "ode"),
+        ("c", None),
+    ]
+    no_column = table(tmp_path / "plain.csv", "wav_path,score,system_id,sample_id\na.wav,3,s1,a\n")
+    assert read_csv_manifest(no_column).clips[0].song is None
+    # A table's `Song` column is recognised, and a mapping names any other.
+    spelled = table(tmp_path / "spelled.csv", "wav_path,score,system_id,Song,piece\nb.wav,2,s2,ode,x\n")
+    assert read_csv_manifest(spelled).clips[0].song == "ode"
+    assert read_with(spelled, "data.corpus.columns={song_id:piece}").clips[0].song == "x"
+    # One clip's rows must agree on its song, as on its system.
+    clash = table(tmp_path / "clash.csv", header + "a.wav,3,s1,a,ode\na.wav,4,s1,a,hymn\n")
+    with pytest.raises(CorpusError, match="clash.csv:3: song_id of sample 'a' differs from line 2"):
+        read_csv_manifest(clash)
 
 
 def test_two_candidates_for_a_column_are_an_error_whose_fix_reads_the_table(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sqa.data.pitch import F0Extractor
-from sqa.models.pitch_features import align_frames, midi_notes, midi_variance, pitch_histogram
+from sqa.models.pitch_features import align_frames, intonation, midi_notes, midi_variance, pitch_histogram
 
 
 def test_midi_notes_of_known_pitches_and_unvoiced_frames():
@@ -46,6 +46,28 @@ def test_histogram_of_all_unvoiced_clip_is_zero_and_padding_is_ignored():
     hist = pitch_histogram(f0, torch.tensor([3, 2]))
     assert hist[0].abs().sum().item() == 0.0
     assert hist[1, 0].item() == pytest.approx(1.0)  # the third (padded) frame is not counted
+
+
+def test_intonation_is_the_offset_from_librosas_nearest_midi_note_as_an_angle():
+    librosa = pytest.importorskip("librosa")
+    hz = np.array([440.0, 440.0 * 2 ** (0.4 / 12), 440.0 * 2 ** (0.6 / 12), 261.63, 97.0, 0.0, 830.0])
+    feature = intonation(torch.tensor(hz, dtype=torch.float64)[None])[0].numpy()
+    midi = librosa.hz_to_midi(hz[hz > 0])
+    offset = midi - np.round(midi)
+    np.testing.assert_allclose(feature[hz > 0, 0], np.sin(2 * np.pi * offset), atol=1e-9)
+    np.testing.assert_allclose(feature[hz > 0, 1], np.cos(2 * np.pi * offset), atol=1e-9)
+    np.testing.assert_array_equal(feature[:, 2], hz > 0)
+    np.testing.assert_array_equal(feature[hz == 0], 0.0)
+    # 40 cents sharp and 40 cents flat of the next note: opposite signs, the same distance.
+    assert feature[1, 0] == pytest.approx(np.sin(0.8 * np.pi)) == pytest.approx(-feature[2, 0])
+    assert feature[1, 1] == pytest.approx(feature[2, 1]) == pytest.approx(np.cos(0.8 * np.pi))
+
+
+def test_intonation_meets_at_half_a_semitone_either_side():
+    below, above = 440.0 * 2 ** (0.4999 / 12), 440.0 * 2 ** (0.5001 / 12)
+    feature = intonation(torch.tensor([[below, above]], dtype=torch.float64))[0]
+    # d = +0.4999 and −0.4999: one pitch region, so the features are nearly equal.
+    torch.testing.assert_close(feature[0], feature[1], atol=2e-3, rtol=0)
 
 
 def test_align_frames_truncates_and_pads():

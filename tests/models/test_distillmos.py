@@ -144,6 +144,7 @@ HEAD_OPTIONS = {
     "default": {},
     "midi": {"pitch": "midi", "pitch_dim": 8},
     "histogram": {"pitch": "histogram", "pitch_dim": 8},
+    "intonation": {"pitch": "intonation", "pitch_dim": 8},
     "domain": {"num_domains": 3, "domain_dim": 4},
     "judges": {"num_judges": 5, "judge_dim": 4},
     "dimensions": {"dimensions": ["mos", "melody"]},

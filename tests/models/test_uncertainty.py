@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 from torch.nn import functional as F
 
 from sqa.core.prediction import Prediction
 from sqa.core.spread import interval, quantile_factor
 from sqa.data.batching import collate
+from sqa.data.synthetic.mos import generate
 from sqa.exports.format import export_predictor, load_export
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.uncertainty import UncertainMOSPredictor
-from sqa.reports.calibration import calibration, coverage
+from sqa.reports.calibration import calibration, coverage, spread_ranking
 from sqa.training.lit_module import MOSModule
 from sqa.training.losses import gaussian_nll, laplace_nll, margin_l1
 from sqa.training.run import run
@@ -157,6 +160,45 @@ def test_calibration_counts_clips_and_single_ratings():
     json.dumps(record, allow_nan=False)
 
 
+def spread_rows(pred_spreads: dict[str, list[float]]) -> list[dict]:
+    """Test rows of systems a, b, c (rater SDs 0, 0.3536, 1.4142) and d (one rating) with given spreads."""
+    ratings = {
+        "a": [[3.0, 3.0], [4.0, 4.0, 4.0]],
+        # Clip SDs 0.7071 and 0: the system's observed spread is their mean.
+        "b": [[3.0, 4.0], [3.0, 3.0, 3.0]],
+        "c": [[2.0, 4.0], [1.0, 3.0]],
+        "d": [[5.0]],
+    }
+    return [
+        {"system_id": sys, "test_set": "t", "mos": float(np.mean(r)), "pred": 3.0, "spread": p, "ratings": r}
+        for sys, clips in ratings.items()
+        for r, p in zip(clips, pred_spreads[sys], strict=True)
+    ]
+
+
+def test_spread_ranking_on_hand_made_numbers():
+    same = spread_rows({"a": [0.2, 0.4], "b": [0.5, 0.7], "c": [1.0, 1.2], "d": [9.0]})
+    ranking = spread_ranking(same)
+    # d's only clip has a single rating: no observed spread, so d is left out.
+    assert ranking["n_systems"] == 3 and ranking["left_out"] == 1
+    assert [s["system_id"] for s in ranking["systems"]] == ["a", "b", "c"]
+    b = ranking["systems"][1]
+    assert b["clips"] == 2 and b["pred_spread"] == pytest.approx(0.6)
+    assert b["rater_spread"] == pytest.approx(math.sqrt(0.5) / 2)
+    assert ranking["srcc"] == pytest.approx(1.0)
+    reversed_ = spread_ranking(spread_rows({"a": [1.1, 1.3], "b": [0.5, 0.7], "c": [0.1, 0.3], "d": [0.0]}))
+    assert reversed_["srcc"] == pytest.approx(-1.0) and "undefined" not in reversed_
+    assert calibration(same, "gaussian")["spread_ranking"] == ranking
+
+
+def test_spread_ranking_is_null_with_a_reason_below_three_systems():
+    rows = spread_rows({"a": [1, 1], "b": [2, 2], "c": [3, 3], "d": [4]})
+    ranking = spread_ranking([r for r in rows if r["system_id"] != "c"])
+    assert ranking["n_systems"] == 2 and ranking["srcc"] is None
+    assert ranking["undefined"] == "2 systems (needs at least 3)"
+    json.dumps(ranking, allow_nan=False)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", ["gaussian_nll", "laplace_nll"])
 def test_a_tiny_uncertain_model_beats_the_constant_and_reports_calibration(
@@ -187,3 +229,64 @@ def test_a_tiny_uncertain_model_beats_the_constant_and_reports_calibration(
     assert (tmp_path / "run" / "plots" / "reliability.png").is_file()
     header = (tmp_path / "run" / "predictions.csv").read_text(encoding="utf-8").splitlines()[0]
     assert header.startswith("sample_id,system_id,test_set,mos,pred,spread,lo50,hi50,lo90,hi90")
+
+
+# The small songs corpus: every recipe with its own rater noise, fewer but longer-rated systems
+# than the small default corpus, so each test system has a couple of test clips to rank by.
+SONGS_CLIPS_PER_SYSTEM = 6
+SONGS_SYSTEMS_PER_BATCH = (8, 8, 8, 6, 6)
+
+
+@pytest.fixture(scope="module")
+def small_songs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The songs corpus of seed 0 (rater noise SD 0.2-1.0 per recipe), small enough for a slow test."""
+    root = tmp_path_factory.mktemp("small-songs") / "synthetic-songs"
+    return generate(
+        root,
+        seed=0,
+        clips_per_system=SONGS_CLIPS_PER_SYSTEM,
+        systems_per_batch=SONGS_SYSTEMS_PER_BATCH,
+        rater_spread=(0.2, 1.0),
+        songs=True,
+    )
+
+
+@pytest.mark.slow
+def test_the_spread_ranks_systems_by_rater_spread_on_the_songs_corpus(small_songs_root, tmp_path):
+    """Issue 31: 90 % coverage of clip means in [0.85, 0.95]; spread ranking SRCC > 0.5 (unmet: xfail).
+
+    150 Adam steps on the small songs corpus (about 3 min on 2 loaded cores).
+    """
+    overrides = [
+        "data=synthetic_songs",
+        f"data.corpus.root={small_songs_root}",
+        f"data.corpus.clips_per_system={SONGS_CLIPS_PER_SYSTEM}",
+        f"+data.corpus.systems_per_batch={list(SONGS_SYSTEMS_PER_BATCH)}",
+        "model=uncertainty",
+        "loss=gaussian_nll",
+        "optim=adam",
+        "optim.lr=3e-3",
+        "head_init=train_mean",
+        "trainer.max_steps=150",
+        "trainer.val_check_interval=25",
+        "trainer.enable_progress_bar=false",
+        "early_stopping_patience=null",
+        "bootstrap=20",
+    ]
+    run(compose_train(overrides), tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "calibration.json").read_text(encoding="utf-8"))
+    assert 0.85 <= record["clip_mos"]["coverage90"] <= 0.95
+    ranking = record["spread_ranking"]
+    info = json.loads((small_songs_root / "info" / "sys_info.json").read_text(encoding="utf-8"))
+    systems = ranking["systems"]
+    true_srcc = stats.spearmanr(
+        [s["pred_spread"] for s in systems], [info[s["system_id"]]["rater_spread"] for s in systems]
+    )[0]
+    figures = (
+        f"spread SRCC {ranking['srcc']:.3f} against the observed rater spread over "
+        f"{ranking['n_systems']} systems, {true_srcc:.3f} against the recorded rater_spread"
+    )
+    # Not met yet (measured 0.306 and 0.024; 0.378 on the full corpus): an xfail at run time, not
+    # a marker, so the coverage check above still fails the test, and a model that ranks passes.
+    if ranking["srcc"] <= 0.5:
+        pytest.xfail(f"issue 31: the spread does not rank systems yet: {figures}")

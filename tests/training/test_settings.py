@@ -79,7 +79,7 @@ def test_train_domains_restricts_training_to_those_batches(synthetic_root):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pitch", ["midi", "histogram"])
+@pytest.mark.parametrize("pitch", ["midi", "histogram", "intonation"])
 def test_pitch_and_domain_model_trains_exports_and_scores_alike(pitch, synthetic_root, tmp_path):
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
         cfg = compose(

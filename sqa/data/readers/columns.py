@@ -18,7 +18,7 @@ from sqa.data.corpus import CorpusError
 # sqa's columns of a CSV manifest: required (sample_id derived from the file name where absent),
 # then optional; `score_<name>` columns add score dimensions.
 REQUIRED_CSV_COLUMNS = ("wav_path", "score", "system_id", "sample_id")
-OPTIONAL_CSV_COLUMNS = ("listener_id", "domain_id", "split", "test_set", "role")
+OPTIONAL_CSV_COLUMNS = ("listener_id", "domain_id", "split", "test_set", "role", "song_id")
 # Other tables' names for sqa's columns, recognised where a table has no column of sqa's own name.
 # Names are compared in lower case with spaces and hyphens as underscores (so `System ID` is
 # system_id too); a table with two candidates for one column must name its own (`columns`).
@@ -40,6 +40,7 @@ COLUMN_SPELLINGS = {
     "system_id": ("system", "sys", "sys_id", "system_name", "model", "model_id", "model_name"),
     "sample_id": ("sample", "utt_id", "utterance_id", "clip_id"),
     "listener_id": ("listener", "rater", "rater_id", "judge", "judge_id"),
+    "song_id": ("song", "song_name"),
 }
 
 

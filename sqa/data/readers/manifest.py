@@ -79,10 +79,11 @@ def read_csv_manifest(
     Required columns: wav_path, score, system_id; sample_id too, or each clip's ID is its file's
     name without the extension (which must then tell the clips apart). Optional: listener_id,
     domain_id, split (else `default_split`, by default "train", for every row; aliases such as
-    `dev` or `eval` accepted), test_set, role (`reference`, `anchor` or empty) and extra score
-    columns `score_<name>`. `columns` maps sqa's names to the table's (`{"score": "mos"}`);
-    without it, common spellings (`COLUMN_SPELLINGS`: filename, mos, model, ...) are recognised
-    where the table lacks sqa's name, and what was recognised or derived is logged in one line.
+    `dev` or `eval` accepted), test_set, role (`reference`, `anchor` or empty), song_id (the piece
+    a clip sings, `Clip.song`; empty: none) and extra score columns `score_<name>`. `columns`
+    maps sqa's names to the table's (`{"score": "mos"}`); without it, common spellings
+    (`COLUMN_SPELLINGS`: filename, mos, model, ...) are recognised where the table lacks sqa's
+    name, and what was recognised or derived is logged in one line.
     A manifest of training rows only gets its test and validation splits carved by the data module.
     A relative `path` resolves against `root` where one is given (the corpus folder, which an
     export records so that the corpus can move); relative audio paths against the CSV's folder.
@@ -127,7 +128,7 @@ def read_csv_manifest(
     for sample_id, group in grouped.items():
         lineno, first = group[0]
         for other_line, other in group[1:]:
-            for key in ("wav_path", "system_id", "domain_id", "split", "test_set", "role"):
+            for key in ("wav_path", "system_id", "domain_id", "split", "test_set", "role", "song_id"):
                 if other.get(key) != first.get(key):
                     raise CorpusError(
                         f"{path}:{other_line}: {key} of sample {sample_id!r} differs from line {lineno}"
@@ -171,6 +172,7 @@ def read_csv_manifest(
                 ratings={k: sum(v) / len(v) for k, v in by_listener.items()},
                 role=role,
                 problems=tuple(problems),
+                song=first.get("song_id") or None,
             )
         )
     _warn_shared_files(clips, path)
