@@ -221,6 +221,12 @@ def corpora(synthetic_root, tmp_path_factory) -> dict[str, list[str]]:
         "synthetic_mushra": [f"data.corpus.root={root / 'mushra'}"],
         # Generated on first use: its smallest size with a carved validation clip per system.
         "small_table": [f"data.corpus.root={root / 'small-table'}", "data.corpus.clips=30"],
+        # Generated on first use, as small as the layout allows (a test clip per test system).
+        "synthetic_songs": [
+            f"data.corpus.root={root / 'songs'}",
+            "data.corpus.clips_per_system=2",
+            "+data.corpus.systems_per_batch=[3,3,3,2,2]",
+        ],
     }
 
 

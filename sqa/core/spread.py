@@ -67,3 +67,30 @@ def nll(value: np.ndarray, mean: np.ndarray, spread: np.ndarray, distribution: s
     if check_distribution(distribution) == "gaussian":
         return 0.5 * np.log(2 * math.pi * spread**2) + 0.5 * ((value - mean) / spread) ** 2
     return np.log(2 * spread) + np.abs(value - mean) / spread
+
+
+def _normal_cdf(z: float | np.ndarray) -> float | np.ndarray:
+    """Φ(z) of standard normal quantiles z (any shape): a float for a scalar, else an array."""
+    # Φ(z) = ½·(1 + erf(z/√2)); math.erf per element keeps numpy-only code without scipy.
+    p = 0.5 * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(np.asarray(z, np.float64) / math.sqrt(2.0)))
+    return float(p) if p.ndim == 0 else p
+
+
+def probability(difference: float | np.ndarray, sigma: float) -> float | np.ndarray:
+    """P(A better) = Φ(difference / (√2·σ)) of score differences A - B (any shape) at residual spread σ."""
+    return _normal_cdf(np.asarray(difference, dtype=np.float64) / (math.sqrt(2.0) * sigma))
+
+
+def listener_probability(
+    difference: float | np.ndarray,
+    spread_a: float | np.ndarray,
+    spread_b: float | np.ndarray,
+    distribution: str,
+) -> float | np.ndarray:
+    """P(a listener rates A above B) = Φ(difference / √(sd_A² + sd_B²)) of clips' rating spreads (any shape).
+
+    A spread is a standard deviation ("gaussian") or a Laplace scale b ("laplace", SD √2·b).
+    """
+    factor = math.sqrt(2.0) if check_distribution(distribution) == "laplace" else 1.0
+    sd = factor * np.hypot(spread_a, spread_b)
+    return _normal_cdf(np.asarray(difference, dtype=np.float64) / sd)

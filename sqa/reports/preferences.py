@@ -4,7 +4,7 @@
 different systems), `preference_accuracy` counts the pairs ordered alike (as `pair_acc` does),
 `calibration` compares stated probabilities with observed shares in equal-width bins, and
 `song_preferences` is a test phase's preferences.json: same-song renditions by different
-systems, per test set and pooled. The probabilities themselves are `sqa.scoring.preferences`'s.
+systems, per test set and pooled. The probabilities themselves are `sqa.core.spread`'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from sqa.scoring.preferences import listener_probability, probability
+from sqa.core.spread import listener_probability, probability
 
 # Calibration is read in this many equal-width bins of the stated probability.
 CALIBRATION_BINS = 5

@@ -31,22 +31,14 @@ listener rating both clips the probability errs towards ½ too.
 from __future__ import annotations
 
 import csv
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from sqa.core.spread import check_distribution
+from sqa.core.spread import listener_probability, probability
 from sqa.data.audio import AudioError, os_path
-from sqa.exports.format import export_json, run_record
 from sqa.scoring.inputs import numbered_csv_rows
 
 PAIR_COLUMNS = ("a", "b")
-# Where σ comes from when it is the validation RMSE (`check_sigma`).
-VALID_RMSE_SOURCE = "the selected checkpoint's RMSE over every validation clip (learning_check.valid.rmse)"
 
 
 @dataclass(frozen=True)
@@ -62,33 +54,6 @@ class Preference:
     difference: float
     p_a_better: float | None
     basis: str = "mos"
-
-
-def _normal_cdf(z: float | np.ndarray) -> float | np.ndarray:
-    """Φ(z) of standard normal quantiles z (any shape): a float for a scalar, else an array."""
-    # Φ(z) = ½·(1 + erf(z/√2)); math.erf per element keeps numpy-only code without scipy.
-    p = 0.5 * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(np.asarray(z, np.float64) / math.sqrt(2.0)))
-    return float(p) if p.ndim == 0 else p
-
-
-def probability(difference: float | np.ndarray, sigma: float) -> float | np.ndarray:
-    """P(A better) = Φ(difference / (√2·σ)) of score differences A - B (any shape) at residual spread σ."""
-    return _normal_cdf(np.asarray(difference, dtype=np.float64) / (math.sqrt(2.0) * sigma))
-
-
-def listener_probability(
-    difference: float | np.ndarray,
-    spread_a: float | np.ndarray,
-    spread_b: float | np.ndarray,
-    distribution: str,
-) -> float | np.ndarray:
-    """P(a listener rates A above B) = Φ(difference / √(sd_A² + sd_B²)) of clips' rating spreads (any shape).
-
-    A spread is a standard deviation ("gaussian") or a Laplace scale b ("laplace", SD √2·b).
-    """
-    factor = math.sqrt(2.0) if check_distribution(distribution) == "laplace" else 1.0
-    sd = factor * np.hypot(spread_a, spread_b)
-    return _normal_cdf(np.asarray(difference, dtype=np.float64) / sd)
 
 
 def preference(
@@ -108,43 +73,6 @@ def preference(
         return Preference(score_a, score_b, difference, p, "listener")
     p = None if sigma is None else float(probability(difference, sigma))
     return Preference(score_a, score_b, difference, p)
-
-
-def _positive(value: object) -> float | None:
-    """`value` as a float when it is a finite positive number, else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
-
-
-def check_sigma(check: Mapping[str, Any] | None) -> float | None:
-    """The validation RMSE of a learning check (run_info.json `learning_check`), None where it has none."""
-    valid = (check or {}).get("valid")
-    return _positive(valid.get("rmse")) if isinstance(valid, dict) else None
-
-
-def residual_sigma(export: str | Path) -> tuple[float | None, str | None]:
-    """The export's residual spread σ and a note when it is not the validation RMSE (or is missing).
-
-    Validation RMSE (run_info.json `learning_check.valid.rmse`) first; else the test average's
-    utterance RMSE (metrics.json `avg.utt.rmse`), with a note saying so; else (None, why).
-    """
-    sigma = check_sigma(run_record(export, "learning_check"))
-    if sigma is not None:
-        return sigma, None
-    test = export_json(export, "metrics.json")
-    block = test.get("avg", {}).get("utt", {}) if isinstance(test, dict) else {}
-    sigma = _positive(block.get("rmse")) if isinstance(block, dict) else None
-    if sigma is not None:
-        return sigma, (
-            f"this export records no validation RMSE (run_info.json learning_check.valid.rmse; older "
-            f"runs and imports lack it): preference probabilities use its test RMSE {sigma:.4g} instead"
-        )
-    return None, (
-        "this export records neither a validation RMSE (run_info.json) nor a test RMSE (metrics.json): "
-        "preferences give the score difference only, no probability; pass sigma= (the residual "
-        "spread of its scores) to get one"
-    )
 
 
 @dataclass

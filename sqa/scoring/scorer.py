@@ -36,6 +36,7 @@ from sqa.data.audio import (
 from sqa.data.batching import pad_batch
 from sqa.data.vocal import vocal_activity
 from sqa.exports.format import learning_warning, load_export
+from sqa.exports.residual import residual_sigma
 from sqa.models.backbone import W2V_HOP
 from sqa.models.predictor import POOLINGS
 from sqa.models.uncertainty import UncertainMOSPredictor
@@ -48,7 +49,7 @@ from sqa.scoring.clips import (
     file_batches,
     warn_at_caller,
 )
-from sqa.scoring.preferences import Preference, preference, residual_sigma
+from sqa.scoring.preferences import Preference, preference
 from sqa.scoring.retrieval import neighbours_note, retrieval_for
 from sqa.scoring.timeline import HOP_FRAMES, WINDOW_FRAMES, Timeline, build_timeline, window_frames
 

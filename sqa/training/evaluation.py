@@ -36,8 +36,8 @@ from sqa.data.corpus import DEFAULT_DOMAIN, ROLES, Corpus, CorpusError
 from sqa.data.readers import recorded_corpus
 from sqa.data.valid_split import read_valid_split
 from sqa.exports.format import ExportError, load_export, regular_file, resolve_export, run_record
+from sqa.exports.residual import VALID_RMSE_SOURCE, residual_sigma
 from sqa.reports import scale
-from sqa.scoring.preferences import VALID_RMSE_SOURCE, residual_sigma
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
 from sqa.training.run_dir import run_inputs

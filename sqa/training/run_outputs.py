@@ -25,11 +25,11 @@ from sqa.core.prediction import OVERALL
 from sqa.core.provenance import package_versions
 from sqa.data.corpus import ROLES
 from sqa.data.readers import CORPUS_READERS
+from sqa.exports import residual
 from sqa.metrics import count_text
 from sqa.reports import calibration, learning, plots, scale
 from sqa.reports import preferences as pair_report
 from sqa.reports.tables import format_table
-from sqa.scoring import preferences
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule, labelled
 from sqa.training.selection import LOSS_SCORES, SelectionRule, uninformative, valid_set_name
@@ -146,10 +146,10 @@ def run_sigma(check: Mapping[str, Any]) -> tuple[float | None, str]:
 
     (None, why) where the check has none.
     """
-    sigma = preferences.check_sigma(check)
+    sigma = residual.check_sigma(check)
     if sigma is None:
         return None, "the run recorded no validation RMSE of its selected checkpoint (learning_check.valid)"
-    return sigma, preferences.VALID_RMSE_SOURCE
+    return sigma, residual.VALID_RMSE_SOURCE
 
 
 def corpus_name(cfg: DictConfig) -> str:

@@ -16,7 +16,9 @@ import soundfile as sf
 
 import sqa
 from sqa.core.artefacts import read_predictions
+from sqa.core.spread import probability
 from sqa.data.synthetic.mos import generate
+from sqa.exports.residual import VALID_RMSE_SOURCE
 from sqa.metrics import pair_acc
 from sqa.reports.preferences import (
     PREFERENCES_FILE,
@@ -27,7 +29,6 @@ from sqa.reports.preferences import (
     song_preferences,
 )
 from sqa.scoring import cli as score
-from sqa.scoring.preferences import VALID_RMSE_SOURCE, probability
 from sqa.scoring.scorer import PreferenceWarning
 from sqa.training.evaluation import evaluate
 from sqa.training.run import run

@@ -13,10 +13,9 @@ import pytest
 import soundfile as sf
 import torch
 
-from sqa.core.spread import INTERVAL_LEVELS, interval, pooled
+from sqa.core.spread import INTERVAL_LEVELS, interval, listener_probability, pooled, probability
 from sqa.data.audio import load_audio
 from sqa.exports.format import export_predictor
-from sqa.scoring.preferences import listener_probability, probability
 from sqa.scoring.scorer import Scorer, SpreadScore
 from tests.models.test_uncertainty import tiny
 from tests.scoring.test_scoring import run_score, sung_phrase, write_clips
