@@ -11,8 +11,10 @@ run_info.json (`learning_check.valid.rmse`); an export without it (older runs, i
 back to its test RMSE (metrics.json, utterance level, average over test sets), said in
 `sigma_note`, and one with neither gives no probability. The RMSE includes any constant bias,
 which cancels in a difference, so σ errs large and the probabilities towards ½.
-`read_pairs` reads `sqa-score --pairs` files; `sqa.reports.preferences` evaluates the
-probabilities on labelled clips and on a test phase's same-song pairs (preferences.json).
+The probabilities are `sqa.core.spread.probability` and `listener_probability`, σ is
+`sqa.exports.residual.residual_sigma`; `read_pairs` reads `sqa-score --pairs` files;
+`sqa.reports.preferences` evaluates the probabilities on labelled clips and on a test phase's
+same-song pairs (preferences.json).
 
 An export with a spread (`sqa.models.uncertainty`) predicts, per clip, the spread s of one
 listener's rating about its score, rater disagreement and model error together, and answers a
