@@ -49,7 +49,5 @@ def residual_sigma(export: str | Path) -> tuple[float | None, str | None]:
             f"runs and imports lack it): preference probabilities use its test RMSE {sigma:.4g} instead"
         )
     return None, (
-        "this export records neither a validation RMSE (run_info.json) nor a test RMSE (metrics.json): "
-        "preferences give the score difference only, no probability; pass sigma= (the residual "
-        "spread of its scores) to get one"
+        "this export records neither a validation RMSE (run_info.json) nor a test RMSE (metrics.json)"
     )

@@ -288,6 +288,11 @@ class Scorer:
         # The residual spread behind `prefer`'s probabilities (None: none recorded), and why it is not
         # the validation RMSE where it is not; said at the first `prefer`, not on every load.
         self.sigma, self.sigma_note = residual_sigma(export)
+        if self.sigma is None:
+            self.sigma_note += (
+                ": preferences give the score difference only, no probability; pass sigma= (the residual "
+                "spread of its scores) to get one"
+            )
 
     def to(self, device: str | torch.device) -> Scorer:
         """Move the predictor to `device` ("auto", "cpu", "cuda:1", ...); returns self."""
