@@ -142,16 +142,24 @@ def resampled_metrics(
 def system_means(
     pred: Sequence[float], true: Sequence[float], systems: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Per-system mean prediction and mean true MOS, systems in sorted order."""
-    sums: dict[str, list[float]] = {}
+    """Per-system mean prediction and mean true MOS, systems in sorted order.
+
+    Each mean is taken about the system's first value (first + mean of the offsets), so that
+    equal values average to exactly that value: a constant predictor's system means are equal,
+    and the ranking metrics of `undefined_reasons` see them as constant, not as last-bit noise.
+    """
+    values: dict[str, tuple[list[float], list[float]]] = {}
     for p, t, s in zip(pred, true, systems, strict=True):
-        acc = sums.setdefault(s, [0.0, 0.0, 0])
-        acc[0] += float(p)
-        acc[1] += float(t)
-        acc[2] += 1
-    names = sorted(sums)
-    p_mean = np.array([sums[s][0] / sums[s][2] for s in names])
-    t_mean = np.array([sums[s][1] / sums[s][2] for s in names])
+        ps, ts = values.setdefault(s, ([], []))
+        ps.append(float(p))
+        ts.append(float(t))
+    names = sorted(values)
+
+    def mean(xs: list[float]) -> float:
+        return xs[0] + sum(x - xs[0] for x in xs) / len(xs)
+
+    p_mean = np.array([mean(values[s][0]) for s in names])
+    t_mean = np.array([mean(values[s][1]) for s in names])
     return p_mean, t_mean, names
 
 

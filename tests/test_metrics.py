@@ -62,6 +62,26 @@ def test_system_level_uses_per_system_means():
     assert block["sys"]["rmse"] == pytest.approx(math.sqrt(0.25 / 3))
 
 
+def test_a_constant_predictor_has_equal_system_means_and_no_system_ranking():
+    # 3.3 summed 3, 6 or 7 times and divided is off by a bit; the means of a constant must stay
+    # one value, so that system SRCC is undefined rather than ranked noise.
+    c = 3.3
+    systems = [f"s{i}" for i, n in enumerate(range(1, 12)) for _ in range(n)]
+    true = np.linspace(1.0, 5.0, len(systems)).tolist()
+    p, t, _ = metrics.system_means([c] * len(systems), true, systems)
+    assert set(p.tolist()) == {c}
+    assert [n for n in range(1, 8) if sum([c] * n) / n != c] == [
+        3,
+        6,
+        7,
+    ]  # the plain sum-then-divide mean this replaces would not be constant
+    np.testing.assert_allclose(
+        t, [np.mean([x for x, s in zip(true, systems, strict=True) if s == k]) for k in sorted(set(systems))]
+    )
+    block = metrics.evaluate([c] * len(systems), true, systems)
+    assert math.isnan(block["sys"]["srcc"]) and math.isnan(block["sys"]["lcc"])
+
+
 def test_weighted_average_weights_by_clip_and_system_counts():
     results = metrics.evaluate_sets(
         pred=[1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 4.0],

@@ -138,6 +138,19 @@ def clip_path(row: dict[str, Any]) -> str:
     return str(REPO / row["wav_path"])
 
 
+def set_metrics(pred: list[float], rows: list[dict[str, Any]], bootstrap: int, seed: int) -> dict[str, Any]:
+    """Test metrics of predictions `pred` of predictions.csv `rows`, computed as a run computes them."""
+    return metrics.evaluate_sets(
+        pred,
+        [r["mos"] for r in rows],
+        [r["system_id"] for r in rows],
+        [r["test_set"] for r in rows],
+        bootstrap=bootstrap,
+        seed=seed,
+        apart=ROLES,
+    )
+
+
 def retrieval(run_dir: Path, out_dir: Path, mode: str, bootstrap: int, seed: int) -> dict[str, Any]:
     """Test figures of the run's export scored in `mode` (knn | fusion), computed as the run's own.
 
@@ -149,15 +162,7 @@ def retrieval(run_dir: Path, out_dir: Path, mode: str, bootstrap: int, seed: int
         rows = read_predictions(run_dir)
         scores = Scorer(run_dir / "export", mode=mode).score([clip_path(row) for row in rows])
         scored = [{**row, "pred": float(score)} for row, score in zip(rows, scores, strict=True)]
-        results = metrics.evaluate_sets(
-            [r["pred"] for r in scored],
-            [r["mos"] for r in scored],
-            [r["system_id"] for r in scored],
-            [r["test_set"] for r in scored],
-            bootstrap=bootstrap,
-            seed=seed,
-            apart=ROLES,
-        )
+        results = set_metrics([r["pred"] for r in scored], scored, bootstrap, seed)
         out_dir.mkdir(parents=True, exist_ok=True)
         write_predictions(out_dir, scored)
         write_metrics(out_dir, results)
@@ -168,20 +173,7 @@ def constant(run_dir: Path, bootstrap: int, seed: int) -> dict[str, Any]:
     """Test metrics of the run's training mean given to every test clip."""
     check = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))["learning_check"]
     rows = read_predictions(run_dir)
-    results = metrics.evaluate_sets(
-        [check["train_mean"]] * len(rows),
-        [r["mos"] for r in rows],
-        [r["system_id"] for r in rows],
-        [r["test_set"] for r in rows],
-        bootstrap=bootstrap,
-        seed=seed,
-        apart=ROLES,
-    )
-    figures = average_figures(results)
-    # One score for every clip ranks nothing. sqa.metrics.system_means sums floats, so a constant's
-    # system means can differ in the last bit and be ranked (a spurious SRCC): left undefined here.
-    for level in metrics.LEVELS:
-        figures[f"{level}_srcc"] = figures[f"{level}_srcc_ci"] = None
+    figures = average_figures(set_metrics([check["train_mean"]] * len(rows), rows, bootstrap, seed))
     figures["learning_check_constant_rmse"] = check["test"]["constant_rmse"]
     return figures
 
@@ -307,7 +299,7 @@ def table(records: list[dict[str, Any]]) -> str:
     """Markdown: a row per corpus and family with the seeds' figures (see `cell`)."""
     lines = [
         "| corpus | family | runs | utt SRCC | sys SRCC | utt RMSE | sys RMSE "
-        "| 90 % coverage (clip MOS / ratings) | s per step |",
+        "| 90 % coverage (clip MOS / ratings) | s per step (seeds' range) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for corpus in CORPORA:
@@ -327,7 +319,9 @@ def table(records: list[dict[str, Any]]) -> str:
             figures = [
                 cell(group, f"{level}_{name}", 3 if name == "srcc" else digits) for level, name in FIGURES
             ]
-            time = f"{np.mean(steps):.3f}" if steps else "—"
+            time = f"{np.mean(steps):.2f}" if steps else "—"
+            if len(steps) > 1:
+                time += f" ({min(steps):.2f}–{max(steps):.2f})"
             if family.startswith("retrieval"):
                 time = "as ssl_mos (its runs)"
             lines.append(

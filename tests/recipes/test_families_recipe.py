@@ -88,7 +88,7 @@ def test_table_cells_are_the_seeds_mean_sd_and_mean_interval_bounds():
     lines = run.table(records).splitlines()
     ssl = next(line for line in lines if "| ssl_mos |" in line)
     assert "0.600 ± 0.141 [0.50, 0.70]" in ssl
-    assert ssl.endswith("| — | 0.300 |")
+    assert ssl.endswith("| — | 0.30 (0.20–0.40) |")
     uncertainty = next(line for line in lines if "| uncertainty |" in line)
     assert "| 0.900 / 0.800 |" in uncertainty
     ensemble = next(line for line in lines if "| ensemble |" in line)
