@@ -44,6 +44,9 @@ OUTPUTS = (
     "metrics*.json",
     "mapped",
     "eval_info.json",
+    # Of a predictor with a spread (sqa.reports.calibration), of clips naming songs (preferences).
+    "calibration.json",
+    "preferences.json",
 )
 REWRITTEN = ("config.yaml", "run_info.json", "data_problems.txt", "valid_split.csv", "test_split.csv")
 LOG_NAME = "train.log"

@@ -213,6 +213,10 @@ def test_a_run_and_eval_of_clips_with_songs_write_preferences(tmp_path, caplog):
     again = json.loads((tmp_path / "eval" / PREFERENCES_FILE).read_text())
     assert again["sigma"] == record["sigma"] and again["sigma_source"] == VALID_RMSE_SOURCE
     assert again["all"]["accuracy"] == record["all"]["accuracy"]
+    # preferences.json is sqa's: overwrite=true replaces the folder rather than refusing it.
+    (tmp_path / "eval" / PREFERENCES_FILE).write_text("{}")
+    evaluate(compose_eval([f"export={run_dir / 'export'}", "overwrite=true"]), tmp_path / "eval")
+    assert json.loads((tmp_path / "eval" / PREFERENCES_FILE).read_text()) == again
 
 
 # A small songs corpus: one or two test clips per system, so each test set's two songs are sung
