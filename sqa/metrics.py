@@ -17,6 +17,7 @@ JSON (`sqa.core.atomic`), NaN becomes null.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
@@ -144,9 +145,10 @@ def system_means(
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per-system mean prediction and mean true MOS, systems in sorted order.
 
-    Each mean is taken about the system's first value (first + mean of the offsets), so that
-    equal values average to exactly that value: a constant predictor's system means are equal,
-    and the ranking metrics of `undefined_reasons` see them as constant, not as last-bit noise.
+    Each mean is the exact mean of the system's values, correctly rounded (`statistics.mean`),
+    so it does not depend on the order of the clips: systems whose ratings average to the same
+    number tie, and a constant predictor's system means are exactly that constant, which the
+    ranking metrics of `undefined_reasons` then see as constant rather than as last-bit noise.
     """
     values: dict[str, tuple[list[float], list[float]]] = {}
     for p, t, s in zip(pred, true, systems, strict=True):
@@ -154,12 +156,8 @@ def system_means(
         ps.append(float(p))
         ts.append(float(t))
     names = sorted(values)
-
-    def mean(xs: list[float]) -> float:
-        return xs[0] + sum(x - xs[0] for x in xs) / len(xs)
-
-    p_mean = np.array([mean(values[s][0]) for s in names])
-    t_mean = np.array([mean(values[s][1]) for s in names])
+    p_mean = np.array([statistics.mean(values[s][0]) for s in names])
+    t_mean = np.array([statistics.mean(values[s][1]) for s in names])
     return p_mean, t_mean, names
 
 

@@ -1,6 +1,7 @@
 import json
 import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -80,6 +81,20 @@ def test_a_constant_predictor_has_equal_system_means_and_no_system_ranking():
     )
     block = metrics.evaluate([c] * len(systems), true, systems)
     assert math.isnan(block["sys"]["srcc"]) and math.isnan(block["sys"]["lcc"])
+
+
+def test_system_means_are_exact_means_so_equal_averages_tie_in_any_order():
+    # Two systems with the same ratings in another order: np.mean gives 3.5333333333333337 for
+    # one and 3.533333333333333 for the other, which would rank a tie. The exact mean is the reference.
+    a = [3.4, 4.0, 3.2]
+    b = a[::-1]
+    assert float(np.mean(a)) != float(np.mean(b))
+    _, t, names = metrics.system_means([0.0] * 6, a + b, ["a"] * 3 + ["b"] * 3)
+    exact = float(sum(map(Fraction, a)) / len(a))
+    assert names == ["a", "b"] and t.tolist() == [exact, exact]
+    assert math.isnan(
+        metrics.evaluate([1.0, 1.0, 1.0, 2.0, 2.0, 2.0], a + b, ["a"] * 3 + ["b"] * 3)["sys"]["srcc"]
+    )
 
 
 def test_weighted_average_weights_by_clip_and_system_counts():

@@ -71,6 +71,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 FIRST_FOREIGN = "holds checkpoints, which sqa did not write (and 5 more)"
 
 
+@pytest.mark.slow  # a second Python process or a training (over 10 s)
 def test_train_py_overwrite_leaves_a_folder_made_by_hand_untouched(users_folder, synthetic_root):
     before = snapshot(users_folder)
     done = run_cli(
@@ -234,6 +235,7 @@ def previous_run(run_dir: Path) -> dict[str, bytes | None]:
     return snapshot(run_dir)
 
 
+@pytest.mark.slow  # a second Python process or a training (over 10 s)
 def test_a_config_error_after_overwrite_puts_the_previous_run_back(tmp_path, synthetic_root):
     run_dir = tmp_path / "run"
     before = previous_run(run_dir)

@@ -126,6 +126,7 @@ def test_a_core_command_starts_without_the_extras(command):
     assert done.stdout.startswith("usage:")
 
 
+@pytest.mark.slow  # a second Python process or a training (over 10 s)
 def test_sqa_score_the_api_and_the_hub_entry_point_score_alike_without_the_extras(default_export, tmp_path):
     # A stereo file at 24 kHz: the core install downmixes and resamples, in DataLoader workers too.
     t = np.arange(24000) / 24000

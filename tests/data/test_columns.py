@@ -271,6 +271,7 @@ SHORT = [
 ]
 
 
+@pytest.mark.slow  # a second Python process or a training (over 10 s)
 def test_a_users_60_clip_table_trains_as_written_and_with_one_mapping(tmp_path):
     manifest = user_table(tmp_path)
     assert manifest.read_text(encoding="utf-8").splitlines()[0] == "filename,mos,model"

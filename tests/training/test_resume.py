@@ -137,6 +137,7 @@ def test_kill_minus_9_then_resume_is_the_uninterrupted_run(limit, synthetic_root
     )
 
 
+@pytest.mark.slow  # a second Python process or a training (over 10 s)
 def test_resume_without_a_checkpoint_is_a_clear_error(synthetic_root, tmp_path):
     result = subprocess.run(
         train(tmp_path / "new", synthetic_root, "resume=true"),
@@ -149,6 +150,7 @@ def test_resume_without_a_checkpoint_is_a_clear_error(synthetic_root, tmp_path):
     assert "last.ckpt does not exist" in result.stderr
 
 
+@pytest.mark.slow  # a second Python process or a training (over 10 s)
 def test_resume_from_a_tampered_checkpoint_is_one_line_and_changes_nothing(synthetic_root, tmp_path):
     run_dir = tmp_path / "run"
     checkpoints = run_dir / "checkpoints"

@@ -471,6 +471,7 @@ def test_an_overwrite_removes_linked_outputs_as_links_never_their_targets(tmp_pa
     assert all(p.read_text() == "theirs" for p in outside.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow  # a second Python process or a training (over 10 s)
 def test_train_py_refuses_a_directory_in_use_before_hydra_writes_into_it(held):
     run_dir, proc = held
     result = subprocess.run(
@@ -508,6 +509,7 @@ def test_the_lock_is_the_directorys_whatever_path_names_it(other_run, tmp_path, 
         assert not is_free(mine)
 
 
+@pytest.mark.slow  # a second Python process or a training (over 10 s)
 def test_a_run_directory_that_is_a_file_is_refused_in_one_line_and_kept(tmp_path, synthetic_root):
     path = tmp_path / "results"
     path.write_text("my results\n")
@@ -573,6 +575,7 @@ def test_a_refused_claim_leaves_no_folder_it_made(tmp_path, claim):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # a second Python process or a training (over 10 s)
 def test_train_py_stopped_by_a_config_error_leaves_no_outputs_folder(tmp_path, synthetic_root):
     result = subprocess.run(
         [sys.executable, str(REPO / "train.py"), *bad_batch_size(synthetic_root)],

@@ -8,6 +8,7 @@ import os
 import re
 import stat
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,11 @@ def default_run(synthetic_root, tmp_path_factory):
         ]
     )
     return run_dir, run(cfg, run_dir).test
+
+
+def exact_mean(values: list[str]) -> float:
+    """The exact mean of decimal-printed floats, correctly rounded."""
+    return float(sum(Fraction(float(v)) for v in values) / len(values))
 
 
 def read_predictions(path: Path) -> list[dict]:
@@ -107,8 +113,9 @@ def test_metrics_json_agrees_with_independent_computation(default_run):
         assert saved[test_set]["utt"]["lcc"] == pytest.approx(stats.pearsonr(pred, mos)[0])
         assert saved[test_set]["utt"]["ktau"] == pytest.approx(stats.kendalltau(pred, mos)[0])
         systems = sorted({r["system_id"] for r in part})
-        sys_pred = [np.mean([float(r["pred"]) for r in part if r["system_id"] == s]) for s in systems]
-        sys_mos = [np.mean([float(r["mos"]) for r in part if r["system_id"] == s]) for s in systems]
+        # Exact means: a plain float mean can split two systems whose ratings average alike.
+        sys_pred = [exact_mean([r["pred"] for r in part if r["system_id"] == s]) for s in systems]
+        sys_mos = [exact_mean([r["mos"] for r in part if r["system_id"] == s]) for s in systems]
         assert saved[test_set]["sys"]["n"] == len(systems)
         assert saved[test_set]["sys"]["srcc"] == pytest.approx(stats.spearmanr(sys_pred, sys_mos)[0])
         assert saved[test_set]["sys"]["lcc"] == pytest.approx(stats.pearsonr(sys_pred, sys_mos)[0])
