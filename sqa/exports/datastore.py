@@ -1,6 +1,6 @@
 """An export's datastore.pt (`sqa.models.retrieval.Datastore`, written by `export_predictor`), read as data.
 
-It is checked as model.pt is (`sqa.exports.format`): a regular file inside the export, whose
+It is checked as model.pt is (`sqa.exports.weights`): a regular file inside the export, whose
 archive may declare at most the bytes of `MAX_DATASTORE_ENTRIES` entries of the backbone's width
 before anything is loaded, read with `torch.load(weights_only=True)`; then its tensors' names,
 dtypes, shapes and values (finite, N and k bounded, λ in [0, 1]) and their fit to the model
@@ -17,11 +17,11 @@ from sqa.exports.format import (
     ARCHIVE_OVERHEAD,
     DATASTORE_FILE,
     RECORD_OVERHEAD,
-    _weights_bytes,
     read_weights,
     regular_file,
     resolve_export,
 )
+from sqa.exports.weights import _weights_bytes
 from sqa.models.retrieval import MAX_DATASTORE_ENTRIES, Datastore, datastore_problem
 
 # Bytes per entry besides its embedding: a float32 label and two int64 IDs.

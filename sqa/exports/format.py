@@ -2,19 +2,19 @@
 
 An export is data, never code: a user may load one downloaded from a stranger. config.yaml is
 parsed and checked whole by `sqa.exports.config` before anything is built, weights are read only
-with `torch.load(weights_only=True)` and checked against the architecture, and every file read
-must be a regular file inside the folder (no links) of bounded size. The model is first built on
-the meta device (no memory) to learn its parameters' names, shapes and count; the weights
-archive's declared sizes and then its tensors' names, shapes, types and values are checked
-against them before the real model is built. An ensemble (`sqa.models.ensemble`) is one such
-export: its members' configs in config.yaml's `model.members`, their weights in its one model.pt.
+with `torch.load(weights_only=True)` and checked against the architecture (`sqa.exports.weights`),
+and every file read must be a regular file inside the folder, no link (`sqa.exports.location`), of
+bounded size (`sqa.exports.bounds`). The model is first built on the meta device (no memory) to
+learn its parameters' names, shapes and count; the weights archive's declared sizes and then its
+tensors' names, shapes, types and values are checked against them before the real model is built.
+An ensemble (`sqa.models.ensemble`) is one such export: its members' configs in config.yaml's
+`model.members`, their weights in its one model.pt.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -24,25 +24,49 @@ import torch
 from sqa.core import ownership
 from sqa.core.atomic import atomic_dir, json_text
 from sqa.data.pitch import F0Extractor
-from sqa.exports.config import (
-    ENSEMBLE_TARGET,
-    FORMAT_VERSION,
-    ExportError,
-    build_node,
+from sqa.exports.bounds import (
+    ARCHIVE_OVERHEAD,
+    MAX_DATA_FILE_BYTES,
+    MAX_PARAMETERS,
+    RECORD_OVERHEAD,
     read_bounded,
-    read_export_config,
 )
+from sqa.exports.config import FORMAT_VERSION, build_node, read_export_config
+from sqa.exports.errors import ExportError
+from sqa.exports.location import regular_file, resolve_export
+from sqa.exports.targets import ENSEMBLE_TARGET
+from sqa.exports.weights import read_weights
 from sqa.models.predictor import MOSPredictor
 from sqa.models.retrieval import Datastore
 from sqa.reports import learning
 
-# The largest model an export may hold (4 GB of float32 weights; wav2vec2 large has 317M).
-MAX_PARAMETERS = 1_000_000_000
-# What an export's README.md or *.json may weigh.
-MAX_DATA_FILE_BYTES = 16 << 20
-# A weights archive holds, besides the tensors' bytes, its pickle and a few records per tensor.
-ARCHIVE_OVERHEAD = 1 << 20
-RECORD_OVERHEAD = 1024
+# This module's names, and those that moved out of it (bounds, location, weights) or came from
+# sqa.exports.config, all importable here as before.
+__all__ = [
+    "ARCHIVE_OVERHEAD",
+    "DATASTORE_FILE",
+    "ENSEMBLE_TARGET",
+    "EXPORT_FILES",
+    "FORMAT_VERSION",
+    "MAX_DATA_FILE_BYTES",
+    "MAX_PARAMETERS",
+    "RECORD_OVERHEAD",
+    "Architecture",
+    "ExportError",
+    "build_node",
+    "check_replaceable",
+    "export_json",
+    "export_predictor",
+    "learning_warning",
+    "load_export",
+    "read_architecture",
+    "read_bounded",
+    "read_export_config",
+    "read_weights",
+    "regular_file",
+    "resolve_export",
+    "run_record",
+]
 
 
 def export_predictor(
@@ -159,42 +183,6 @@ def _reads_as_export(directory: Path) -> bool:
     return True
 
 
-def regular_file(directory: Path, name: str) -> Path:
-    """`directory/name` if it is a regular file inside `directory` (no link), else ExportError."""
-    path = directory / name
-    if path.is_symlink():
-        raise ExportError(f"{path}: is a symbolic link; an export's files must be regular files inside it")
-    if not path.exists():
-        raise ExportError(f"{path}: not found; is {directory} an sqa export directory?")
-    if not path.is_file():
-        raise ExportError(f"{path}: not a regular file")
-    if path.resolve().parent != directory.resolve():
-        raise ExportError(f"{path}: resolves outside {directory}")
-    return path
-
-
-def resolve_export(path: str | Path) -> tuple[Path, Path]:
-    """(config.yaml, weights file) of an export dir, a run dir holding export/, or a model.pt file."""
-    path = Path(path).expanduser()
-    if path.is_file():
-        directory = path.parent.resolve()
-        if path.is_symlink():
-            raise ExportError(f"{path}: is a symbolic link; name the weights file itself")
-        return regular_file(directory, "config.yaml"), regular_file(directory, path.name)
-    if not path.is_dir():
-        raise ExportError(
-            f"{path}: not found; expected an export directory (config.yaml, model.pt), "
-            "a run directory holding export/, or a model.pt beside its config.yaml"
-        )
-    directory = path.resolve()
-    # A run directory holds its own config.yaml (the training config) beside export/.
-    if not (directory / "model.pt").exists() and (directory / "export").exists():
-        if (directory / "export").is_symlink():
-            raise ExportError(f"{directory / 'export'}: is a symbolic link out of the run directory")
-        directory = directory / "export"
-    return regular_file(directory, "config.yaml"), regular_file(directory, "model.pt")
-
-
 def _check_data_files(directory: Path) -> None:
     """Every link in the folder is refused; JSON files must parse, Markdown must be UTF-8 text.
 
@@ -220,100 +208,6 @@ def _read_json(path: Path) -> Any:
         if isinstance(err, ExportError):
             raise
         raise ExportError(f"{path}: not a JSON file ({err})") from err
-
-
-def _weights_bytes(weights_path: Path) -> int:
-    """Bytes torch.load would hold: a zip archive's declared (uncompressed) sizes, else the file's."""
-    if not zipfile.is_zipfile(weights_path):
-        return weights_path.stat().st_size  # the legacy format is an uncompressed pickle stream
-    try:
-        with zipfile.ZipFile(weights_path) as archive:
-            records = archive.infolist()
-    except (zipfile.BadZipFile, OSError) as err:
-        raise ExportError(f"{weights_path}: not a plain tensor state_dict ({err})") from err
-    compressed = [r.filename for r in records if r.compress_type != zipfile.ZIP_STORED]
-    if compressed:
-        # torch.save stores records uncompressed; a compressed one can inflate without bound.
-        raise ExportError(f"{weights_path}: compressed records ({compressed[0]}); torch.save writes none")
-    return sum(r.file_size for r in records)
-
-
-def read_weights(
-    weights_path: Path, expected: Mapping[str, torch.Tensor] | None = None
-) -> dict[str, torch.Tensor]:
-    """A plain {name: tensor} state_dict, read with `torch.load(weights_only=True)`.
-
-    With `expected` (a model's state_dict, e.g. on the meta device) the archive may declare at
-    most its tensors' bytes, checked before loading, and names, shapes and types are checked
-    before any tensor's data is read (the archive is memory-mapped). Tensors must be dense, and
-    floating point ones finite in the dtype the architecture holds them in.
-    """
-    if expected is not None:
-        size = _weights_bytes(weights_path)
-        allowed = sum(t.numel() * t.element_size() for t in expected.values())
-        allowed += ARCHIVE_OVERHEAD + RECORD_OVERHEAD * len(expected)
-        if size > allowed:
-            raise ExportError(
-                f"{weights_path}: declares {size} bytes uncompressed; the architecture in config.yaml "
-                f"allows at most {allowed}"
-            )
-    try:
-        state = torch.load(
-            weights_path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(weights_path)
-        )
-    except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError, ... variants
-        raise ExportError(f"{weights_path}: not a plain tensor state_dict ({err})") from err
-    if not isinstance(state, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
-    ):
-        raise ExportError(f"{weights_path}: expected a mapping of parameter names to tensors")
-    state = dict(state)
-    for name, tensor in state.items():
-        if tensor.layout != torch.strided:
-            # Refused before any use: torch's operations on sparse weights fail in their own ways.
-            kind = "sparse" if "sparse" in str(tensor.layout) else "non-dense"
-            raise ExportError(
-                f"{weights_path}: {name!r} is a {kind} tensor ({tensor.layout}); "
-                "an export holds dense tensors"
-            )
-    if expected is not None:
-        _check_against(state, expected, weights_path)
-    for name, tensor in state.items():
-        if not tensor.is_floating_point():
-            continue
-        # Checked in the dtype the model runs in: 1e300 in float64 is finite, and inf in float32.
-        cast = tensor.to(expected[name].dtype) if expected is not None else tensor
-        if not bool(torch.isfinite(cast).all()):
-            where = f" once cast to {cast.dtype}" if cast.dtype != tensor.dtype else ""
-            raise ExportError(f"{weights_path}: {name!r} holds NaN or infinite values{where}")
-    return state
-
-
-def _check_against(
-    state: dict[str, torch.Tensor], expected: Mapping[str, torch.Tensor], weights_path: Path
-) -> None:
-    """Names, shapes and types of `state` against the architecture's (`expected`); ExportError names one."""
-    missing = sorted(expected.keys() - state.keys())
-    unexpected = sorted(state.keys() - expected.keys())
-    if missing or unexpected:
-        raise ExportError(
-            f"{weights_path}: does not match the architecture in config.yaml: "
-            f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}, "
-            f"unexpected {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}"
-        )
-    for name, tensor in state.items():
-        if tensor.shape != expected[name].shape:
-            raise ExportError(
-                f"{weights_path}: {name!r} has shape {tuple(tensor.shape)}, but config.yaml's "
-                f"architecture needs {tuple(expected[name].shape)}"
-            )
-        want = expected[name].dtype
-        # A float weight of another precision is cast as load_state_dict does; bool, integer or
-        # complex values in a float weight would be cast silently into nonsense.
-        if tensor.dtype != want and not (want.is_floating_point and tensor.is_floating_point()):
-            raise ExportError(
-                f"{weights_path}: {name!r} holds {tensor.dtype} values; the architecture needs {want}"
-            )
 
 
 def _sized_model(config: dict[str, Any], config_path: Path) -> MOSPredictor:

@@ -42,8 +42,9 @@ import yaml
 from sqa.core.provenance import package_versions
 
 # The bounds `sqa.load` checks an export's config.yaml against: one rule for import and load.
-from sqa.exports.config import _check_bounds as check_bounds
-from sqa.exports.format import MAX_PARAMETERS, ExportError, export_predictor
+from sqa.exports.bounds import MAX_PARAMETERS
+from sqa.exports.bounds import _check_bounds as check_bounds
+from sqa.exports.format import ExportError, export_predictor
 from sqa.models.predictor import MOSPredictor
 from sqa.models.ssl import S3prlWav2Vec2, s3prl_cached_checkpoint, s3prl_configs, s3prl_upstream_names
 

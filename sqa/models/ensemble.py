@@ -75,7 +75,7 @@ class EnsemblePredictor(Exportable, nn.Module):
     """A weighted sum of `members`' scores per dimension: `weights` (K, M), `intercept` (K,).
 
     `weights[k][m]` weighs member m's score of dimension k, both on the internal 1-5 scale; the
-    members (predictors of `sqa.exports.config.PREDICTOR_CLASSES`) are scored on the same batch,
+    members (predictors of `sqa.exports.targets.PREDICTOR_CLASSES`) are scored on the same batch,
     each with its own backbone, branches and pooling.
     """
 

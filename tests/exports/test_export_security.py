@@ -928,7 +928,7 @@ def test_a_folder_named_like_a_data_file_is_refused(export, marker):
     assert_refused(export, marker, "notes.json: not a regular file")
 
 
-# sqa.exports.format: what an export holds, where its files may be, and its weights' bounds.
+# sqa.exports.format, .location, .weights: what an export holds, where its files may be, its weights' bounds.
 def test_an_export_holds_its_records_and_replaces_an_old_one_only_when_asked(tmp_path):
     split = tmp_path / "test.csv"
     split.write_bytes(b"path,mos\na.wav,3.5\n")

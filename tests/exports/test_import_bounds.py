@@ -2,8 +2,8 @@
 
 An s3prl-converted upstream is a few kilobytes of config and whatever weights it holds; its
 model_cfg alone decides how much the import allocates. The import applies the export's own limits
-(`sqa.exports.format.MAX_PARAMETERS` on the model built on the meta device, and the config bounds
-of `sqa.exports.config`) first, and reads `conv_feature_layers`, which fairseq evaluates as
+(`sqa.exports.bounds.MAX_PARAMETERS` on the model built on the meta device, and the config bounds
+of `sqa.exports.bounds`) first, and reads `conv_feature_layers`, which fairseq evaluates as
 Python, as data. Each rule is tested on both sides of its threshold.
 """
 
