@@ -1,0 +1,59 @@
+"""The residual spread σ an export states for preferences: its sources, their order, and bad values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from sqa.exports.residual import check_sigma, residual_sigma
+
+
+def export_with(tmp_path: Path, valid_rmse: object = None, test_rmse: object = None) -> Path:
+    """An export folder whose run_info.json and metrics.json hold the given RMSEs (None: left out)."""
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("{}\n")
+    (folder / "model.pt").write_bytes(b"")
+    if valid_rmse is not None:
+        info = {"learning_check": {"valid": {"rmse": valid_rmse}}}
+        (folder / "run_info.json").write_text(json.dumps(info))
+    if test_rmse is not None:
+        (folder / "metrics.json").write_text(json.dumps({"avg": {"utt": {"rmse": test_rmse}}}))
+    return folder
+
+
+def test_the_validation_rmse_comes_before_the_test_rmse(tmp_path):
+    assert residual_sigma(export_with(tmp_path, valid_rmse=0.41, test_rmse=0.73)) == (0.41, None)
+
+
+def test_without_a_validation_rmse_the_test_rmse_is_used_and_said(tmp_path):
+    sigma, note = residual_sigma(export_with(tmp_path, test_rmse=0.73))
+    assert sigma == 0.73
+    assert note == (
+        "this export records no validation RMSE (run_info.json learning_check.valid.rmse; older runs "
+        "and imports lack it): preference probabilities use its test RMSE 0.73 instead"
+    )
+
+
+def test_without_either_rmse_there_is_no_sigma_and_a_reason(tmp_path):
+    assert residual_sigma(export_with(tmp_path)) == (
+        None,
+        "this export records neither a validation RMSE (run_info.json) nor a test RMSE (metrics.json)",
+    )
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -0.2, "0.4", True, math.inf])
+def test_a_validation_rmse_that_is_not_a_finite_positive_number_falls_through_to_the_test_rmse(tmp_path, bad):
+    sigma, note = residual_sigma(export_with(tmp_path, valid_rmse=bad, test_rmse=0.73))
+    assert sigma == 0.73 and note is not None
+
+
+def test_the_smallest_positive_rmse_is_a_sigma_and_an_integer_one_is_a_float():
+    assert check_sigma({"valid": {"rmse": 1e-300}}) == 1e-300
+    one = check_sigma({"valid": {"rmse": 1}})
+    assert one == 1.0 and type(one) is float
+    assert check_sigma({"valid": {"rmse": math.nan}}) is None
+    assert check_sigma({"valid": [0.4]}) is None and check_sigma(None) is None
