@@ -19,7 +19,7 @@ from sqa.exports.config import MAX_INTEGER_DIGITS, read_export_config
 from sqa.exports.format import ExportError
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
-from sqa.scoring import cli
+from sqa.scoring import cli, cli_arguments
 from sqa.scoring.clips import clip_warning
 from tests.test_metrics import sets_of_systems
 
@@ -100,7 +100,7 @@ def test_the_default_sample_limit_is_2_28_and_exact():
     assert (
         MAX_AUDIO_SAMPLES
         == 268_435_456
-        == cli._parser().parse_args(["--checkpoint", "e", "x.wav"]).max_samples
+        == cli_arguments.argument_parser().parse_args(["--checkpoint", "e", "x.wav"]).max_samples
     )
     check_audio_size("x.wav", 16000, 2**28, 1, 16000)  # at the limit: no error
     check_audio_size("x.wav", 16000, 2**27, 2, 16000)  # frames x channels at the limit
@@ -220,7 +220,7 @@ def test_data_arguments_past_their_bounds_are_refused_by_name(name, value, kind)
     ("cores", "workers"), [(None, 1), (1, 1), (2, 1), (3, 1), (4, 2), (8, 4), (9, 4), (64, 4)]
 )
 def test_decoding_workers_default_to_half_the_cores_at_most_4(cores, workers, monkeypatch):
-    monkeypatch.setattr(cli.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(cli_arguments.os, "cpu_count", lambda: cores)
     assert cli.default_workers() == workers
 
 

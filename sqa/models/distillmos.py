@@ -19,224 +19,76 @@ package nor torchaudio.
 
 from __future__ import annotations
 
-import importlib.util
-import math
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
-from sqa.core.extras import MissingExtraError
 from sqa.core.prediction import OVERALL, Prediction
 from sqa.models.backbone import W2V_HOP, W2V_WINDOW, conv_frame_lengths
 from sqa.models.config import Exportable
+from sqa.models.distillmos_layers import (
+    COMPRESSION,
+    STFT_HOP,
+    STFT_WINDOW,
+    FrozenBatchNorm,
+    SpectrogramCNN,
+    cnn_channels,
+    compressed_spectrogram,
+    sinusoidal_positions,
+)
+from sqa.models.distillmos_segments import (
+    CROP_HOP,
+    SEGMENT,
+    SEGMENT_FRAMES,
+    crop_starts,
+    cut_segments,
+    segment_starts,
+)
+from sqa.models.distillmos_weights import (
+    WEIGHTS,
+    attention_state,
+    backbone_state,
+    output_state,
+    package_state_dict,
+    package_weights_path,
+)
+
+# Every public name of this module, those now defined in distillmos_layers, distillmos_segments
+# and distillmos_weights included: each stays `sqa.models.distillmos.<name>`.
+__all__ = [
+    "COMPRESSION",
+    "CROP_HOP",
+    "DistillMosBackbone",
+    "DistillMosConfig",
+    "DistillMosZeroShot",
+    "FrozenBatchNorm",
+    "SAMPLE_RATE",
+    "SEGMENT",
+    "SEGMENTS_PER_PASS",
+    "SEGMENT_FRAMES",
+    "STFT_HOP",
+    "STFT_WINDOW",
+    "SpectrogramCNN",
+    "WEIGHTS",
+    "ZeroShotConfig",
+    "backbone_state",
+    "cnn_channels",
+    "compressed_spectrogram",
+    "crop_starts",
+    "cut_segments",
+    "package_state_dict",
+    "package_weights_path",
+    "segment_starts",
+    "sinusoidal_positions",
+    "zero_shot_predictor",
+]
 
 SAMPLE_RATE = 16000
-# One segment: 7.68 s, 384 frames of 320 samples.
-SEGMENT = 122880
-SEGMENT_FRAMES = SEGMENT // W2V_HOP
-# The spectrogram: a 320-sample periodic Hann window hopped by 160, reflect-padded by 80 samples on
-# each side so that a segment gives exactly 2 · 384 spectrogram frames.
-STFT_WINDOW = 320
-STFT_HOP = 160
-COMPRESSION = 0.3
-# The package's crops of a long clip: consecutive crops start at most this many samples apart.
-CROP_HOP = 16000
 # Segments passed through the network at once on an accelerator. On a CPU one at a time was the
 # fastest (one thread: 0.51 s a segment alone, 0.67-0.73 s in passes of 2-8; two threads: no gain
 # from passes) and holds the least memory (the CNN's first layers take about 60 MB a segment).
 SEGMENTS_PER_PASS = 16
-WEIGHTS = "distill_mos_v7.pt"
-# Where the package's state_dict keeps the tensors of sqa's modules: sqa's prefix -> the package's.
-_TRANSFORMER = "transformer_pool_attn."
-_BACKBONE_PREFIXES = {
-    "input_norm.": _TRANSFORMER + "norm_input.",
-    "projection_norm.": _TRANSFORMER + "transformer.norm.",
-    "projection.": _TRANSFORMER + "transformer.linear_proj.",
-    "layers.": _TRANSFORMER + "transformer.transformer_encoder.layers.",
-    "output_norm.": _TRANSFORMER + "norm_trans.",
-}
-_ATTENTION_PREFIXES = {"0.": _TRANSFORMER + "pool.linear1.", "2.": _TRANSFORMER + "pool.linear2."}
-_OUTPUT_PREFIXES = {"": _TRANSFORMER + "pool.linear3."}
-
-
-def package_weights_path() -> Path:
-    """The weight file inside the installed `distillmos` package (found without importing it)."""
-    spec = importlib.util.find_spec("distillmos")
-    if spec is None or not spec.submodule_search_locations:
-        raise MissingExtraError(
-            "the pretrained Distill-MOS weights need the Python package 'distillmos', which is not "
-            "installed: pip install 'sqa[distillmos]' (or `bash scripts/setup.sh`, which installs "
-            "every extra)"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "weights" / WEIGHTS
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: the installed distillmos package has no {WEIGHTS}")
-    return path
-
-
-def package_state_dict() -> dict[str, torch.Tensor]:
-    """The package's pretrained tensors under their names in its own model (read as plain tensors)."""
-    checkpoint = torch.load(package_weights_path(), map_location="cpu", weights_only=True)
-    return dict(checkpoint["model"])
-
-
-def _renamed(state: dict[str, torch.Tensor], prefixes: dict[str, str]) -> dict[str, torch.Tensor]:
-    """The tensors of `state` under the package's `prefixes` (values), renamed to sqa's (keys).
-
-    BatchNorm's update counters are left out: sqa's normalisations keep fixed statistics.
-    """
-    out = {}
-    for ours, theirs in prefixes.items():
-        for name, tensor in state.items():
-            if name.startswith(theirs) and not name.endswith("num_batches_tracked"):
-                out[ours + name.removeprefix(theirs)] = tensor
-    return out
-
-
-def backbone_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The package's tensors (`package_state_dict`) of the network before its head, named as sqa's."""
-    out = _renamed(state, _BACKBONE_PREFIXES)
-    for name, tensor in state.items():
-        if name.startswith("cnn.cnn."):
-            index, rest = name.removeprefix("cnn.cnn.").split(".", 1)
-            # The package's CNN interleaves activations with its convolutions: conv i is entry 2·i.
-            out[f"cnn.convs.{int(index) // 2}.{rest}"] = tensor
-    return out
-
-
-def segment_starts(samples: int) -> list[int]:
-    """Start samples of the 7.68 s segments that tile a clip of `samples` samples for its frames.
-
-    The clip has `conv_frame_lengths` frames (wav2vec2's count at the same 320-sample hop).
-    Segment k < K-1 starts at k · 7.68 s and gives frames [384·k, 384·(k+1)); the last one
-    gives the rest and ends with the clip (its start a multiple of 320 samples, so its frames
-    fall on the clip's grid), so that it holds audio rather than silence wherever the clip is
-    long enough. A clip shorter than a segment gets one, padded with silence as the package pads.
-    """
-    frames = int(conv_frame_lengths(torch.tensor(max(samples, W2V_WINDOW))))
-    count = math.ceil(frames / SEGMENT_FRAMES)
-    last = min((count - 1) * SEGMENT, max(0, (samples - SEGMENT) // W2V_HOP * W2V_HOP))
-    return [k * SEGMENT for k in range(count - 1)] + [last]
-
-
-def crop_starts(samples: int) -> list[int]:
-    """Start samples of the package's own crops of a clip of `samples` samples (its zero-shot score).
-
-    A clip up to 7.68 s is one crop (padded with silence); a longer one gets crops spread evenly
-    from its start to its end, at most 1 s apart, the starts rounded down as the package rounds.
-    """
-    over = samples - SEGMENT
-    if over <= 0:
-        return [0]
-    count = math.ceil(over / CROP_HOP) + 1
-    return [int(c * over) for c in np.linspace(0.0, 1.0, count)]
-
-
-def cut_segments(wav: torch.Tensor, lengths: torch.Tensor, starts: list[list[int]]) -> torch.Tensor:
-    """Segments (S, SEGMENT) of each clip b at `starts[b]`, from its own samples, silence past its end."""
-    segments = []
-    for row, (n, clip_starts) in enumerate(zip(lengths.tolist(), starts, strict=True)):
-        for start in clip_starts:
-            piece = wav[row, start : min(start + SEGMENT, n)]
-            segments.append(nn.functional.pad(piece, (0, SEGMENT - piece.shape[0])))
-    return torch.stack(segments)
-
-
-def compressed_spectrogram(segments: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
-    """Segments (S, N) -> complex STFT with magnitudes raised to 0.3, phases kept: (S, 2, 161, 2N/320)."""
-    pad = (STFT_WINDOW - STFT_HOP) // 2
-    padded = nn.functional.pad(segments, (pad, pad), mode="reflect")
-    spec = torch.stft(padded, STFT_WINDOW, STFT_HOP, window=window, center=False, return_complex=True)
-    parts = torch.view_as_real(spec)
-    magnitude = parts.pow(2).sum(dim=-1, keepdim=True).sqrt().clamp_min(1e-12)
-    return (magnitude.pow(COMPRESSION) * parts / magnitude).permute(0, 3, 1, 2)
-
-
-def cnn_channels(layers: int, channels: int) -> list[int]:
-    """Output channels of each CNN layer: 64, 64, 128, ... doubling up to `channels`."""
-    return [min(64 * 2 ** max(i - 1, 0), channels) for i in range(layers)]
-
-
-class FrozenBatchNorm(nn.Module):
-    """Per-feature affine normalisation (C,) with fixed statistics: BatchNorm1d as in evaluation.
-
-    In training too: batch statistics would mix the segments of a batch (and the silence that
-    pads a short clip's segment), so a clip's frames would depend on the clips beside it. The
-    pretrained statistics stay; the scale and shift train.
-    """
-
-    def __init__(self, features: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(features))
-        self.bias = nn.Parameter(torch.zeros(features))
-        self.register_buffer("running_mean", torch.zeros(features))
-        self.register_buffer("running_var", torch.ones(features))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Frames (S, T, C) -> (S, T, C), each feature normalised by its stored mean and variance."""
-        out = nn.functional.batch_norm(
-            x.transpose(1, 2),
-            self.running_mean,
-            self.running_var,
-            self.weight,
-            self.bias,
-            eps=self.eps,
-        )
-        return out.transpose(1, 2)
-
-
-class SpectrogramCNN(nn.Module):
-    """Compressed spectrogram (S, 2, 161, 2T) -> frames (S, T, channels · remaining bins).
-
-    3 x 3 convolutions without padding over frequency (stride 2 after the first layer) and with
-    padding over time (stride 2 in the last layer only), each followed by LeakyReLU(0.1).
-    """
-
-    def __init__(self, channels: int, layers: int) -> None:
-        super().__init__()
-        bins = STFT_WINDOW // 2 + 1
-        for i in range(max(layers, 0)):
-            bins = (bins - 3) // (1 if i == 0 else 2) + 1
-        # Checked before any layer is built: an export may declare any count.
-        if layers < 1 or bins < 1:
-            raise ValueError(
-                f"conv_layers must be 1..7 (161 frequency bins, halved from layer 2), got {layers}"
-            )
-        widths = cnn_channels(layers, channels)
-        if widths[-1] != channels:
-            raise ValueError(f"{layers} CNN layers reach {widths[-1]} channels, not channels={channels}")
-        self.convs = nn.ModuleList(
-            nn.Conv2d(
-                2 if i == 0 else widths[i - 1],
-                width,
-                3,
-                stride=(1 if i == 0 else 2, 2 if i == layers - 1 else 1),
-                padding=(0, 1),
-            )
-            for i, width in enumerate(widths)
-        )
-        self.output_dim = channels * bins
-
-    def forward(self, spec: torch.Tensor) -> torch.Tensor:
-        """Spectrogram (S, 2, F, 2T) -> (S, T, output_dim), features ordered channel-major."""
-        x = spec
-        for conv in self.convs:
-            x = nn.functional.leaky_relu(conv(x), 0.1)
-        return x.flatten(1, 2).transpose(1, 2)
-
-
-def sinusoidal_positions(frames: int, dim: int) -> torch.Tensor:
-    """The network's position code (frames, dim): sin/cos pairs with wavelengths up to 2π · 2·frames."""
-    position = torch.arange(frames, dtype=torch.float32)[:, None]
-    rates = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(2 * frames) / dim))
-    code = torch.zeros(frames, dim)
-    code[:, 0::2] = torch.sin(position * rates)
-    code[:, 1::2] = torch.cos(position * rates)
-    return code
 
 
 @dataclass
@@ -376,8 +228,8 @@ class DistillMosZeroShot(Exportable, nn.Module):
         self.output = nn.Linear(dim, 1)
         if pretrained:
             state = package_state_dict()
-            self.attention.load_state_dict(_renamed(state, _ATTENTION_PREFIXES))
-            self.output.load_state_dict(_renamed(state, _OUTPUT_PREFIXES))
+            self.attention.load_state_dict(attention_state(state))
+            self.output.load_state_dict(output_state(state))
 
     @property
     def pooling(self) -> str:

@@ -34,20 +34,38 @@ For rmse and mse a negative difference means B is better.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from sqa import metrics
-from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_text, json_text
+from sqa.reports.aligned_runs import SAME_CLIPS, align, read_predictions
+from sqa.reports.compare_arguments import parse_args
+from sqa.reports.significance import summarise, welch
 from sqa.reports.tables import table_keys
+
+# Every public name of this module, those now defined in aligned_runs, significance and
+# compare_arguments included: each stays `sqa.reports.compare.<name>`.
+__all__ = [
+    "SAME_CLIPS",
+    "SEED_NOTE",
+    "TIES_NOTE",
+    "UNDEFINED_COMPARISON",
+    "align",
+    "compare",
+    "compare_groups",
+    "format_comparison",
+    "main",
+    "parse_args",
+    "read_predictions",
+    "run_labels",
+    "summarise",
+    "welch",
+]
 
 UNDEFINED_COMPARISON = {
     "diff": math.nan,
@@ -66,127 +84,11 @@ SEED_NOTE = (
     "Seed-to-seed variance is not included (one run on a side): the interval and p cover the test "
     "clips' resampling only. To include it, give several seeds a side: sqa-compare A1 A2 A3 -- B1 B2 B3"
 )
-# Appended to a clip-set mismatch: the usual cause when comparing seeds.
-SAME_CLIPS = (
-    "; compared runs must be tested on the same clips (runs that carve their test split need the "
-    "same data.test_split_csv)"
-)
-
-
-def read_predictions(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """Rows of a predictions.csv keyed by (test_set, sample_id), in file order."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for line, row in enumerate(artefacts.read_predictions(path), start=2):
-        key = (row["test_set"], row["sample_id"])
-        if key in rows:
-            raise ValueError(f"{path}:{line}: sample {key[1]!r} of {key[0]!r} appears twice")
-        rows[key] = row
-    return rows
-
-
-def align(paths: Sequence[str | Path]) -> dict[str, list]:
-    """Every run's predictions on the same clips: `preds` (a list per run), mos, system_id, test_set.
-
-    Each run must cover the first run's (test_set, sample_id) pairs with the same system and true
-    MOS; otherwise the error names the file and the first mismatching sample.
-    """
-    first, *others = paths
-    reference = read_predictions(first)
-    tables = [read_predictions(path) for path in others]
-    for path, rows in zip(others, tables, strict=True):
-        extra = next((key for key in rows if key not in reference), None)
-        if extra is not None:
-            raise ValueError(
-                f"{path}: sample {extra[1]!r} of test set {extra[0]!r} is not in {first}{SAME_CLIPS}"
-            )
-    out: dict[str, list] = {"preds": [[] for _ in paths], "mos": [], "system_id": [], "test_set": []}
-    for key, a in reference.items():
-        out["preds"][0].append(a["pred"])
-        for preds, path, rows in zip(out["preds"][1:], others, tables, strict=True):
-            b = rows.get(key)
-            if b is None:
-                raise ValueError(
-                    f"{path}: lacks sample {key[1]!r} of test set {key[0]!r} (in {first}){SAME_CLIPS}"
-                )
-            if not math.isclose(a["mos"], b["mos"], rel_tol=1e-9, abs_tol=1e-9):
-                raise ValueError(
-                    f"{path}: sample {key[1]!r} of test set {key[0]!r} has true MOS {b['mos']!r}, "
-                    f"{first} has {a['mos']!r}"
-                )
-            if a["system_id"] != b["system_id"]:
-                raise ValueError(
-                    f"{path}: sample {key[1]!r} of test set {key[0]!r} has system {b['system_id']!r}, "
-                    f"{first} has {a['system_id']!r}"
-                )
-            preds.append(b["pred"])
-        out["mos"].append(a["mos"])
-        out["system_id"].append(a["system_id"])
-        out["test_set"].append(key[0])
-    return out
 
 
 def run_labels(side: str, count: int) -> list[str]:
     """Names of a side's runs in reasons: `A` for a single run, else `A1`, `A2`, ..."""
     return [side] if count == 1 else [f"{side}{i}" for i in range(1, count + 1)]
-
-
-def summarise(observed: float, diffs: np.ndarray) -> dict[str, Any]:
-    """Observed difference, 95 % interval, two-sided p and significance of resampled `diffs` (R,).
-
-    `resamples` counts the resamples where both runs' metric is defined, which the p-value and
-    interval rest on; `ties` those of them where the difference is exactly 0.
-    """
-    valid = diffs[~np.isnan(diffs)]
-    lo, hi = metrics.interval(valid)
-    p = min(1.0, 2 * min(np.mean(valid <= 0), np.mean(valid >= 0))) if valid.size else math.nan
-    return {
-        "diff": observed,
-        "ci": [lo, hi],
-        "p": float(p),
-        "significant": bool(lo > 0 or hi < 0),
-        "resamples": int(valid.size),
-        "ties": int(np.count_nonzero(valid == 0)),
-    }
-
-
-def welch(
-    observed: float, runs_a: Sequence[float], runs_b: Sequence[float], diffs: np.ndarray
-) -> dict[str, Any]:
-    """Welch's t-test of B − A = `observed`, the difference of the side means, against seed and clip variance.
-
-    `runs_a`, `runs_b`: each run's value (two or more a side); `diffs` (R,): B − A on each clip
-    resample (NaN where undefined). Returns diff, ci, p, significant, resamples, se and its parts
-    seed_se and clip_se, and df; the interval and p are NaN where fewer than two resamples
-    define the difference.
-    """
-    valid = diffs[~np.isnan(diffs)]
-    sides = (runs_a, runs_b)
-    seed_parts = [float(np.var(runs, ddof=1)) / len(runs) for runs in sides]
-    clip_var = float(np.var(valid, ddof=1)) if valid.size > 1 else math.nan
-    var = sum(seed_parts) + clip_var
-    # Welch–Satterthwaite; the clip variance, known from the resamples, adds nothing below.
-    spread = sum(v**2 / (len(runs) - 1) for v, runs in zip(seed_parts, sides, strict=True))
-    df = var**2 / spread if spread > 0 else math.inf
-    if var > 0:
-        half = float(stats.t.ppf(0.975, df)) * math.sqrt(var)
-        p = float(2 * stats.t.sf(abs(observed) / math.sqrt(var), df))
-    elif var == 0:
-        # Every run and every resample agree: the difference has no spread to be tested against.
-        half, p = 0.0, 1.0 if observed == 0 else 0.0
-    else:
-        half, p = math.nan, math.nan
-    lo, hi = observed - half, observed + half
-    return {
-        "diff": observed,
-        "ci": [lo, hi],
-        "p": p,
-        "significant": bool(lo > 0 or hi < 0),
-        "resamples": int(valid.size),
-        "se": math.sqrt(var),
-        "seed_se": math.sqrt(sum(seed_parts)),
-        "clip_se": math.sqrt(clip_var),
-        "df": df,
-    }
 
 
 def _level_pairs(
@@ -354,68 +256,6 @@ def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str,
     if tied:
         lines += ["", TIES_NOTE]
     return "\n".join(lines)
-
-
-def _predictions_file(path: str) -> Path:
-    """The predictions.csv that `path` (the file or its run directory) names, resolved."""
-    return (Path(path) / artefacts.PREDICTIONS_FILE if Path(path).is_dir() else Path(path)).resolve()
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The command line, with the runs of each side as `a` and `b`."""
-    parser = argparse.ArgumentParser(
-        prog="sqa-compare",
-        usage=(
-            "%(prog)s [options] A B\n       %(prog)s [options] A1 A2 ... -- B1 B2 ...\n"
-            "       %(prog)s [options] --a A1 A2 ... --b B1 B2 ..."
-        ),
-        description=__doc__.split("\n")[0],
-        epilog=(
-            "Several runs a side (seeds): B - A of the means over runs, by Welch's t against the "
-            "seed-to-seed and the clip-resampling variance. One run on a side: the paired clip "
-            "bootstrap alone, seed-to-seed variance not included. Method: docs/guide.md."
-        ),
-    )
-    parser.add_argument(
-        "runs",
-        nargs="*",
-        metavar="RUN",
-        help="run A then run B, or A's runs, --, then B's (each a predictions.csv or its run directory)",
-    )
-    parser.add_argument(
-        "--a", nargs="+", metavar="RUN", help="the runs of setting A (the reference), a seed each"
-    )
-    parser.add_argument("--b", nargs="+", metavar="RUN", help="the runs of setting B, a seed each")
-    parser.add_argument("--metric", default="srcc", choices=metrics.METRIC_NAMES)
-    parser.add_argument("--resamples", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="also write the comparison as JSON to this file")
-    argv = sys.argv[1:] if argv is None else list(argv)
-    # `--` ends A's runs: what follows is read as `--b`, so that options may also follow B's runs.
-    split = "--" in argv and "--a" not in argv and "--b" not in argv
-    if split:
-        argv[argv.index("--")] = "--b"
-    args = parser.parse_args(argv)
-    usage = "give two runs (A B), or several a side: A1 A2 A3 -- B1 B2 B3 or --a A1 A2 A3 --b B1 B2 B3"
-    if split:
-        args.a = args.runs
-    elif args.a or args.b:
-        if args.runs:
-            parser.error(usage)
-    elif len(args.runs) == 2:
-        args.a, args.b = args.runs[:1], args.runs[1:]
-    if not (args.a and args.b):
-        parser.error(usage)
-    if args.resamples < 1:
-        parser.error("--resamples must be at least 1")
-    for side, paths in (("A", args.a), ("B", args.b)):
-        files = [_predictions_file(p) for p in paths]
-        twice = next((p for i, p in enumerate(paths) if files[i] in files[:i]), None)
-        if twice is not None:
-            parser.error(f"{twice} is given twice for {side}: each run counts once")
-    if args.json and Path(args.json).resolve() in {_predictions_file(p) for p in [*args.a, *args.b]}:
-        parser.error(f"--json {args.json} is one of the inputs; sqa-compare never overwrites an input")
-    return args
 
 
 def main(argv: list[str] | None = None) -> int:

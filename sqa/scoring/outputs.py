@@ -18,7 +18,7 @@ from sqa.core.spread import INTERVAL_LEVELS, interval
 from sqa.scoring.inputs import Inputs
 
 if TYPE_CHECKING:
-    from sqa.scoring.scorer import ScoreResult
+    from sqa.scoring.results import ScoreResult
 
 OUTPUT_SUFFIXES = (".csv", ".json")
 # After `score`, for an export with a spread: that of a listener's rating and its 90 % interval.

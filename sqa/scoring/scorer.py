@@ -15,167 +15,57 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
-from sqa.core.spread import INTERVAL_LEVELS, interval, pooled
-from sqa.data.audio import (
-    MAX_AUDIO_SAMPLES,
-    MAX_SAMPLE_RATE,
-    AudioError,
-    check_audio_size,
-    chunk_seconds_problem,
-    downmix_resample,
-    load_audio,
-)
-from sqa.data.batching import pad_batch
+from sqa.core.spread import INTERVAL_LEVELS, interval
+from sqa.data.audio import MAX_AUDIO_SAMPLES, AudioError, chunk_seconds_problem, load_audio
 from sqa.data.vocal import vocal_activity
 from sqa.exports.format import learning_warning, load_export
 from sqa.exports.residual import residual_sigma
 from sqa.models.backbone import W2V_HOP
 from sqa.models.predictor import POOLINGS
 from sqa.models.uncertainty import UncertainMOSPredictor
-from sqa.scoring.clips import (
-    ClipPreparer,
-    ClipWarning,
-    Piece,
-    PreparedClip,
-    as_samples,
-    file_batches,
-    warn_at_caller,
-)
+from sqa.scoring.arrays import array_waveforms
+from sqa.scoring.clips import ClipPreparer, ClipWarning, Piece, PreparedClip, file_batches, warn_at_caller
+from sqa.scoring.device import resolve_device
+from sqa.scoring.domains import MEAN_DOMAIN, default_domain_note, resolve_domain, scored_domains
+from sqa.scoring.pieces import forward_pieces, pool_pieces
 from sqa.scoring.preferences import Preference, preference
-from sqa.scoring.retrieval import neighbours_note, retrieval_for
+from sqa.scoring.results import ScoreResult, SpreadScore, in_input_order
+from sqa.scoring.retrieval import retrieval_for
+from sqa.scoring.scorer_warnings import (
+    CHUNK_SECONDS_WITHIN_0_02,
+    ChunkWarning,
+    DomainWarning,
+    LearningWarning,
+    PreferenceWarning,
+    chunk_warning,
+)
 from sqa.scoring.timeline import HOP_FRAMES, WINDOW_FRAMES, Timeline, build_timeline, window_frames
 
-# The shortest window (seconds) whose chunked scores stayed within 0.02 MOS of whole-clip scores
-# on 3-minute varied songs, by backbone class (benchmarks/chunking.py; docs/scoring.md). Shorter
-# windows, and backbones not measured, warn when a clip is chunked.
-CHUNK_SECONDS_WITHIN_0_02 = {"LogMelBackbone": 10.0, "TorchaudioWav2Vec2": 5.0}
-
-
-def chunk_warning(backbone: str, chunk_seconds: float) -> str | None:
-    """Why chunked scores of `backbone` (a class name) in `chunk_seconds` windows may move, or None."""
-    bound = CHUNK_SECONDS_WITHIN_0_02.get(backbone)
-    if bound is None:
-        return f"chunked scoring of a {backbone} backbone was not measured against whole-clip scoring"
-    if chunk_seconds < bound:
-        return (
-            f"{backbone} windows shorter than {bound:g} s moved scores of long songs by more than 0.02 MOS "
-            "against whole-clip scoring (docs/scoring.md); use longer windows where memory allows"
-        )
-    return None
-
-
-# The `domain` that averages a clip's scores over every domain the model embeds.
-MEAN_DOMAIN = "mean"
-
-
-def resolve_domain(domain: str | int | None, domains: list[str], embedded: int | None = None) -> int:
-    """Index of `domain` (a name or an index) in `domains`; None means the first one.
-
-    `embedded` is the number of domains the model's embedding holds (None: as many as
-    `domains`): a domain of the list beyond it (a config.yaml listing more domains than the
-    model was built with) is refused by name rather than failing inside the embedding.
-    """
-    if domain is None:
-        return 0
-    text = str(domain)
-    if isinstance(domain, int) or (text.isascii() and text.isdigit()):
-        # Compared as text first: int() of thousands of digits is itself an error.
-        index = int(domain) if len(text) <= 9 else -1
-        if not 0 <= index < max(len(domains), 1):
-            raise ValueError(f"domain index {text} out of range for domains {domains}")
-    elif domain not in domains:
-        raise ValueError(f"unknown domain {domain!r}; the export knows {domains}")
-    else:
-        index = domains.index(domain)
-    if embedded is not None and index >= embedded:
-        # Reached only with a non-empty list: an empty one allows index 0, which every model embeds.
-        raise ValueError(
-            f"domain {domains[index]!r} (index {index}): the export's config.yaml lists domains "
-            f"{domains}, but its model embeds only {embedded} (model.num_domains): the first "
-            f"{embedded} of the list can be scored"
-        )
-    return index
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """`"auto"` -> the GPU when one is present, else the CPU; any other name must be usable here."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"unknown device {str(device)!r} ({err})") from err
-    if resolved.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0 or (resolved.index is not None and resolved.index >= count):
-            raise ValueError(f"device {str(device)!r} is not available: this machine has {count} CUDA GPU(s)")
-    elif resolved.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {str(device)!r} is not available on this machine")
-    return resolved
-
-
-class LearningWarning(UserWarning):
-    """The export's model did not beat the constant training-mean predictor on its own test data."""
-
-
-class ChunkWarning(UserWarning):
-    """Chunked scores of this backbone and window length may differ from whole-clip scores."""
-
-
-class PreferenceWarning(UserWarning):
-    """Preference probabilities use the export's test RMSE (no validation RMSE recorded) or are missing."""
-
-
-class DomainWarning(UserWarning):
-    """A model trained with domain IDs scores as its first domain, because no domain was given."""
-
-
-def default_domain_note(domains: list[str], embedded: int) -> str:
-    """The one line saying that a model with `embedded` domains scores as its first, and why."""
-    name = f"{domains[0]!r}" if domains else "0"
-    return (
-        f"scoring as domain {name} (index 0), the first of the {embedded} this model was trained with "
-        "(domain IDs), because no domain was given; --domain NAME|INDEX (domain=) picks one, "
-        f"--domain {MEAN_DOMAIN} averages over all"
-    )
-
-
-@dataclass(frozen=True)
-class ScoreResult:
-    """The overall score of input `index` and its other dimensions' scores, or why it failed.
-
-    A readable clip without a score (no vocal activity under `vocal_only`) has `score` and its
-    dimension scores None, no `error`, and the reason as its `warning`. `spread` is the spread
-    of a listener's overall rating about `score` (`Scorer.distribution`), None without one.
-    """
-
-    path: str
-    score: float | None
-    error: str | None = None
-    dimension_scores: Mapping[str, float | None] = field(default_factory=dict)
-    warning: str | None = None
-    index: int = 0
-    spread: float | None = None
-
-
-class SpreadScore(NamedTuple):
-    """A clip's overall score, the spread of a listener's rating about it, and that rating's 90 % interval.
-
-    `spread` and `interval90` (low, high) are None for an export without a spread; all three for a
-    clip without a score (no vocal activity under `vocal_only`).
-    """
-
-    score: float | None
-    spread: float | None
-    interval90: tuple[float, float] | None
+# Every public name of this module, those now defined in scorer_warnings, domains, device and
+# results included, and ClipWarning (docs/scoring.md names it here): each stays `sqa.scoring.scorer.<name>`.
+__all__ = [
+    "CHUNK_SECONDS_WITHIN_0_02",
+    "MEAN_DOMAIN",
+    "ChunkWarning",
+    "ClipWarning",
+    "DomainWarning",
+    "LearningWarning",
+    "PreferenceWarning",
+    "ScoreResult",
+    "Scorer",
+    "SpreadScore",
+    "chunk_warning",
+    "default_domain_note",
+    "resolve_device",
+    "resolve_domain",
+]
 
 
 class Scorer:
@@ -254,21 +144,9 @@ class Scorer:
         self.distribution: str | None = None
         if parametric and isinstance(self.predictor, UncertainMOSPredictor):
             self.distribution = self.predictor.distribution
+        # The domains scored as, and why (their note: the first of several, none asked for; neighbours).
         domains = list(self.config.get("domains", []))
-        # Why the model scores as its first domain, when it has several and none was asked for.
-        self.domain_note = None
-        if embedded is not None and domain == MEAN_DOMAIN:
-            # The domains both listed and embedded (an empty list names none: all embedded ones).
-            self.domains = list(range(min(len(domains) or embedded, embedded)))
-        elif self.retrieval is not None and self.retrieval.neighbour_domains:
-            # Looked up per clip in `_forward`: no fixed domain.
-            self.domains = []
-            self.domain_note = neighbours_note(self.retrieval.store)
-        else:
-            self.domains = [resolve_domain(domain, domains, embedded)]
-            if domain is None and embedded is not None and embedded > 1:
-                self.domain_note = default_domain_note(domains, embedded)
-                warn_at_caller(self.domain_note, DomainWarning)
+        self.domains, self.domain_note = scored_domains(domain, domains, embedded, self.retrieval)
         # The index scored as (None: the mean over several).
         self.domain = self.domains[0] if len(self.domains) == 1 else None
         self.sample_rate = int(self.config["sample_rate"])
@@ -360,7 +238,13 @@ class Scorer:
                 f"sample_rate {sample_rate!r} applies to arrays only; a file is read at its header's "
                 "rate: leave sample_rate out"
             )
-        wavs = self._waveforms([clips[i] for i in arrays], [names[i] for i in arrays], sample_rate)
+        wavs = array_waveforms(
+            [clips[i] for i in arrays],
+            [names[i] for i in arrays],
+            sample_rate,
+            self.sample_rate,
+            self.max_samples,
+        )
         prepared = [self.prepare.clip(i, wav) for i, wav in zip(arrays, wavs, strict=True)]
         rows = {}
         for clip, row, spread in self._score_prepared(prepared):
@@ -402,7 +286,7 @@ class Scorer:
                 raise ValueError("sample_rate applies to arrays only; a file is read at its header's rate")
             wav = load_audio(audio, self.sample_rate, self.max_samples)
         else:
-            wav = self._waveforms([audio], ["audio"], sample_rate)[0]
+            wav = array_waveforms([audio], ["audio"], sample_rate, self.sample_rate, self.max_samples)[0]
         _, frames, _ = self._forward(self.prepare(wav))
         internal = torch.from_numpy(np.concatenate(frames)[:, 0])
         frame_scores = self.predictor.to_scale(internal).numpy()
@@ -440,30 +324,6 @@ class Scorer:
         spreads = None if self.distribution is None else (spread_a, spread_b, self.distribution)
         return preference(row_a[0], row_b[0], self.sigma, spreads)
 
-    def _waveforms(self, arrays: list[Any], names: list[str], sample_rate: int | None) -> list[np.ndarray]:
-        """Mono waveforms (N,) at the export's rate of `arrays` at `sample_rate`, checked."""
-        if not arrays:
-            return []
-        if sample_rate is None:
-            raise TypeError(
-                "score() needs the sample_rate of an array, e.g. score(audio, 44100); a path needs none"
-            )
-        if (
-            isinstance(sample_rate, bool)
-            or not isinstance(sample_rate, int | np.integer)
-            or not 0 < sample_rate <= MAX_SAMPLE_RATE
-        ):
-            raise ValueError(
-                f"sample_rate must be an integer in 1..{MAX_SAMPLE_RATE} Hz, got {sample_rate!r}"
-            )
-        samples = [as_samples(array, name) for array, name in zip(arrays, names, strict=True)]
-        for array, name in zip(samples, names, strict=True):
-            check_audio_size(name, int(sample_rate), *array.shape, self.sample_rate, self.max_samples)
-        return [
-            downmix_resample(array, int(sample_rate), self.sample_rate, name)
-            for array, name in zip(samples, names, strict=True)
-        ]
-
     def score_waveforms(self, wavs: list[np.ndarray]) -> list[float | None]:
         """Overall scores of mono float32 waveforms (N,) at the export's `sample_rate`, in order."""
         return [row[0] for row in self.score_dimensions(wavs)]
@@ -488,16 +348,7 @@ class Scorer:
         drive a progress bar. Unreadable files yield a result with `error` set.
         """
         results = self._file_results([str(p) for p in paths], num_workers)
-        if not ordered:
-            yield from results
-            return
-        waiting: dict[int, ScoreResult] = {}
-        done = 0
-        for result in results:
-            waiting[result.index] = result
-            while done in waiting:
-                yield waiting.pop(done)
-                done += 1
+        yield from in_input_order(results) if ordered else results
 
     def _file_results(self, paths: list[str], num_workers: int) -> Iterator[ScoreResult]:
         """A result per file of `paths`, as its length-sorted batch finishes (header errors first)."""
@@ -529,84 +380,21 @@ class Scorer:
             embeddings = []
         pieces = [piece for clip in clips for piece in clip.pieces]
         scores, frames, spreads = self._forward(pieces, embeddings)
-        out: list[tuple[PreparedClip, list[float | None], float | None]] = []
-        start = 0
-        for clip in clips:
-            rows = slice(start, start + len(clip.pieces))
-            start = rows.stop
-            spread = None
-            if spreads is not None and len(clip.pieces) == 1:
-                spread = float(spreads[rows.start])
-            elif spreads is not None and clip.pieces:
-                # Each window's spread is of its rating; it weighs as much as the frames it keeps.
-                spread = pooled(spreads[rows], [kept.shape[0] for kept in frames[rows]])
-            if not clip.pieces:
-                out.append((clip, [None] * len(self.dimensions), None))
-            elif len(clip.pieces) == 1:
-                out.append((clip, scores[rows.start].tolist(), spread))
-            else:
-                sums = np.sum([kept.sum(axis=0) for kept in frames[rows]], axis=0)
-                counts = sum(kept.shape[0] for kept in frames[rows])
-                # Frame scores are on the head's 1-5 scale; the map to the user's scale is linear.
-                out.append((clip, self.predictor.to_scale(torch.from_numpy(sums / counts)).tolist(), spread))
-            if embeddings is not None and clip.pieces:
-                # The clip's embedding is the mean of its kept frames, as the datastore's are.
-                mean = np.sum(embeddings[rows], axis=0) / sum(kept.shape[0] for kept in frames[rows])
-                row = out[-1][1]
-                row[0] = self.retrieval.overall(row[0], torch.from_numpy(mean))
-        return out
+        return pool_pieces(clips, scores, frames, spreads, self.predictor, self.retrieval, embeddings)
 
-    @torch.inference_mode()
     def _forward(
         self, pieces: list[Piece], embeddings: list[np.ndarray] | None = None
     ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
-        """Scores (P, K), each piece's kept frame scores (n_p, K) on the 1-5 scale, and spreads (P,).
-
-        Scores and spreads are on the export's scale; spreads are None without a `distribution`.
-        `embeddings`, where given, is filled with each piece's sum of kept backbone frames (D,).
-
-        Pieces go in length-sorted batches of `batch_size`, on the CPU one piece per forward
-        pass: CPU kernels sum in an order that depends on the batch's shape (a clip's score moved
-        by 2e-7 between a batch of 1 and of 4, padded or not), and a score must not depend on
-        its batch mates. With several `domains` (the mean over domains), scores and frame scores are the
-        means of one forward pass per domain, and spreads their root mean square (`sqa.core.spread.pooled`).
-        """
-        scores = np.zeros((len(pieces), len(self.dimensions)), dtype=np.float32)
-        spreads = None if self.distribution is None else np.zeros(len(pieces))
-        frames: list[np.ndarray] = [np.zeros((0, len(self.dimensions)))] * len(pieces)
-        if embeddings is not None:
-            embeddings[:] = [np.zeros(0)] * len(pieces)
-        order = sorted(range(len(pieces)), key=lambda i: pieces[i][0].shape[0])
-        step = 1 if self.device.type == "cpu" else self.batch_size
-        for start in range(0, len(order), step):
-            idx = order[start : start + step]
-            wav, lengths = pad_batch([torch.from_numpy(pieces[i][0]) for i in idx])
-            f0 = None
-            if self.f0_extractor is not None:
-                f0 = pad_batch([torch.from_numpy(pieces[i][1]) for i in idx])[0].to(self.device)
-            wav, lengths = wav.to(self.device), lengths.to(self.device)
-            backbone_frames = None
-            if self.retrieval is not None:
-                outs, backbone_frames = self.retrieval.forward(self.predictor, wav, lengths, f0, self.domains)
-            else:
-                outs = [
-                    self.predictor(wav, lengths, torch.full((len(idx),), index, device=self.device), f0)
-                    for index in self.domains
-                ]
-            # The mean of one array is that array exactly: a single domain scores as before.
-            scores[idx] = np.mean(
-                [self.predictor.to_scale(o.scores.float()).cpu().numpy() for o in outs], axis=0
-            )
-            frame_scores = np.mean([o.dim_frame_scores.double().cpu().numpy() for o in outs], axis=0)
-            if spreads is not None:
-                # Float32 spreads squared are exact in float64: one domain's spread comes back as it was.
-                per_domain = [
-                    self.predictor.spread_to_scale(o.spread.float()).double().cpu().numpy() for o in outs
-                ]
-                spreads[idx] = np.sqrt(np.mean(np.square(per_domain), axis=0))
-            for row, i in enumerate(idx):
-                lo, hi = pieces[i][2] or (0, int(outs[0].frame_lengths[row]))
-                frames[i] = frame_scores[row, lo:hi]
-                if embeddings is not None and backbone_frames is not None:
-                    embeddings[i] = backbone_frames[row, lo:hi].double().sum(dim=0).cpu().numpy()
-        return scores, frames, spreads
+        """Scores (P, K), kept frame scores (n_p, K) and spreads (P,) of `pieces`: see `forward_pieces`."""
+        spread, f0 = self.distribution is not None, self.f0_extractor is not None
+        return forward_pieces(
+            self.predictor,
+            pieces,
+            self.device,
+            self.batch_size,
+            self.domains,
+            self.retrieval,
+            spread,
+            f0,
+            embeddings,
+        )

@@ -21,7 +21,7 @@ from hydra.utils import instantiate
 import sqa
 from sqa.core.extras import MissingExtraError
 from sqa.exports.format import ExportError, export_predictor, load_export
-from sqa.models import distillmos
+from sqa.models import distillmos, distillmos_weights
 from sqa.models.backbone import conv_frame_lengths
 from sqa.models.distillmos import (
     SEGMENT,
@@ -226,7 +226,7 @@ def test_an_export_scores_through_sqa_load_and_sqa_score_as_in_memory(kind, tmp_
     def no_package() -> None:
         raise AssertionError("the distillmos package was looked for")
 
-    monkeypatch.setattr(distillmos, "package_weights_path", no_package)
+    monkeypatch.setattr(distillmos_weights, "package_weights_path", no_package)
     clips = clips_of([2.5, 12.0, 0.5])
     with torch.no_grad():
         expected = model(*padded(clips)).score.tolist()
@@ -294,9 +294,8 @@ def test_an_exports_declared_size_is_the_models():
 
 
 def test_pretrained_weights_without_the_package_name_the_extra(monkeypatch):
-    real = distillmos.importlib.util.find_spec
-    monkeypatch.setattr(
-        distillmos.importlib.util, "find_spec", lambda name: None if name == "distillmos" else real(name)
-    )
+    util = distillmos_weights.importlib.util
+    real = util.find_spec
+    monkeypatch.setattr(util, "find_spec", lambda name: None if name == "distillmos" else real(name))
     with pytest.raises(MissingExtraError, match=r"pip install 'sqa\[distillmos\]'"):
         DistillMosBackbone(pretrained=True)

@@ -1,0 +1,105 @@
+"""Modules split into sibling modules keep every public path they had, and keep their classes.
+
+`sqa.scoring.scorer`, `sqa.scoring.cli`, `sqa.reports.compare` and `sqa.models.distillmos` each
+had a part moved into modules of its own; users' code, exports and configs still name the old
+paths, so each module imports its moved names back and lists every public name in `__all__`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from hydra.utils import get_object
+
+from sqa.core.renames import current
+
+# Every public name of each module before the split (scorer's ClipWarning: imported from clips).
+NAMES = {
+    "sqa.scoring.scorer": (
+        "CHUNK_SECONDS_WITHIN_0_02",
+        "MEAN_DOMAIN",
+        "ChunkWarning",
+        "ClipWarning",
+        "DomainWarning",
+        "LearningWarning",
+        "PreferenceWarning",
+        "ScoreResult",
+        "Scorer",
+        "SpreadScore",
+        "chunk_warning",
+        "default_domain_note",
+        "resolve_device",
+        "resolve_domain",
+    ),
+    "sqa.scoring.cli": ("default_workers", "main"),
+    "sqa.reports.compare": (
+        "SAME_CLIPS",
+        "SEED_NOTE",
+        "TIES_NOTE",
+        "UNDEFINED_COMPARISON",
+        "align",
+        "compare",
+        "compare_groups",
+        "format_comparison",
+        "main",
+        "parse_args",
+        "read_predictions",
+        "run_labels",
+        "summarise",
+        "welch",
+    ),
+    "sqa.models.distillmos": (
+        "COMPRESSION",
+        "CROP_HOP",
+        "DistillMosBackbone",
+        "DistillMosConfig",
+        "DistillMosZeroShot",
+        "FrozenBatchNorm",
+        "SAMPLE_RATE",
+        "SEGMENT",
+        "SEGMENTS_PER_PASS",
+        "SEGMENT_FRAMES",
+        "STFT_HOP",
+        "STFT_WINDOW",
+        "SpectrogramCNN",
+        "WEIGHTS",
+        "ZeroShotConfig",
+        "backbone_state",
+        "cnn_channels",
+        "compressed_spectrogram",
+        "crop_starts",
+        "cut_segments",
+        "package_state_dict",
+        "package_weights_path",
+        "segment_starts",
+        "sinusoidal_positions",
+        "zero_shot_predictor",
+    ),
+}
+# Classes whose dotted path configs and exports write (`_target_`): they never leave their module.
+TARGETS = (
+    "sqa.scoring.scorer.Scorer",
+    "sqa.models.distillmos.DistillMosBackbone",
+    "sqa.models.distillmos.DistillMosZeroShot",
+    "sqa.models.distillmos.DistillMosConfig",
+    "sqa.models.distillmos.ZeroShotConfig",
+)
+
+
+@pytest.mark.parametrize("path", [f"{module}.{name}" for module, names in NAMES.items() for name in names])
+def test_every_public_path_of_the_split_modules_is_current_and_resolves(path: str) -> None:
+    assert current(path) == path  # not an old path: nothing rewrites it
+    assert get_object(path) is not None
+
+
+@pytest.mark.parametrize("module", sorted(NAMES))
+def test_each_split_module_exports_exactly_its_old_names(module: str) -> None:
+    assert sorted(importlib.import_module(module).__all__) == sorted(NAMES[module])
+
+
+@pytest.mark.parametrize("path", TARGETS)
+def test_the_classes_that_configs_name_stay_in_their_module(path: str) -> None:
+    module, name = path.rsplit(".", 1)
+    assert get_object(path).__module__ == module
+    assert get_object(path).__qualname__ == name
