@@ -17,7 +17,9 @@ class Prediction(NamedTuple):
     predictor's `dimensions` order; `score` and `frame_scores` are their first (overall) column.
     `spread` (B,) is the predicted spread of a listener's overall rating about `score` (a
     Gaussian's standard deviation or a Laplace scale, on the same scale), from predictors that
-    predict one (`sqa.models.uncertainty`); None for the others.
+    predict one (`sqa.models.uncertainty`); None for the others. `listener_spread` (B,) is the
+    part of `spread` that is the listeners' disagreement about the clip's true MOS, where the
+    predictor separates it from its own error (spread² = listener_spread² + error²); else None.
     """
 
     score: torch.Tensor
@@ -26,3 +28,4 @@ class Prediction(NamedTuple):
     scores: torch.Tensor
     dim_frame_scores: torch.Tensor
     spread: torch.Tensor | None = None
+    listener_spread: torch.Tensor | None = None

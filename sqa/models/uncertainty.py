@@ -9,6 +9,14 @@ mean of the head's input features, per clip, so it is batch-invariant like the m
 
 A spread is the standard deviation (Gaussian) or the scale b (Laplace) of one listener's rating
 about the predicted mean, model error included (`sqa.core.spread` turns it into intervals).
+
+With `error_spread` (Gaussian only) the two parts are apart: the head predicts each clip's
+listener spread σ_L (the disagreement of its listeners about its true MOS) and one learnt
+parameter the model's own error σ_M, so that a rating is ŷ + e + ε with e ~ N(0, σ_M²) shared by
+a clip's listeners and ε ~ N(0, σ_L²) each their own; `spread` = √(σ_L² + σ_M²). A clip's
+ratings then have the likelihood of that covariance (`sqa.training.losses.gaussian_nll`), whose
+within-clip part trains σ_L alone: a clip the model misses no longer looks like one its
+listeners disagree on, so the spread ranks clips and systems by listener agreement.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ class UncertainConfig(PredictorConfig):
     """A `PredictorConfig` plus the rating distribution whose spread the model predicts."""
 
     distribution: str
+    error_spread: bool = False
 
 
 class UncertainMOSPredictor(MOSPredictor):
@@ -44,7 +53,7 @@ class UncertainMOSPredictor(MOSPredictor):
     sees the whole clip and ignores padding. `distribution` ("gaussian" or "laplace") says what
     the spread is (a standard deviation or a Laplace scale) and must match the training loss.
     Spreads are on the internal 1-5 scale like the scores; `spread_to_scale` maps them onto
-    `score_range`.
+    `score_range`. `error_spread` adds the model's own error as one learnt spread (module docstring).
     """
 
     def __init__(
@@ -63,6 +72,7 @@ class UncertainMOSPredictor(MOSPredictor):
         score_range: Sequence[float] = INTERNAL_RANGE,
         pooling: str = "masked_mean",
         distribution: str = "gaussian",
+        error_spread: bool = False,
     ) -> None:
         super().__init__(
             backbone,
@@ -86,9 +96,16 @@ class UncertainMOSPredictor(MOSPredictor):
                 f"dimensions: [{OVERALL}] and judge_dim: null"
             )
         self.distribution = check_distribution(distribution)
-        self.config = UncertainConfig(**vars(self.config), distribution=distribution)
+        if error_spread and distribution != "gaussian":
+            # A Gaussian error plus a Laplace rating noise is neither: no spread would describe it.
+            raise ValueError(f"error_spread needs distribution: gaussian, got {distribution!r}")
+        self.config = UncertainConfig(
+            **vars(self.config), distribution=distribution, error_spread=error_spread
+        )
         in_dim = self.head[0].in_features
         self.spread_head = nn.Sequential(nn.Linear(in_dim, head_dim), nn.ReLU(), nn.Linear(head_dim, 1))
+        # softplus(0) ≈ 0.69 on the 1-5 scale: a start of about the error of a constant predictor.
+        self.error_spread = nn.Parameter(torch.zeros(())) if error_spread else None
 
     def spread_to_scale(self, spread: torch.Tensor) -> torch.Tensor:
         """Spreads (any shape) on the internal 1-5 scale mapped onto `score_range` (a width, no offset)."""
@@ -103,9 +120,15 @@ class UncertainMOSPredictor(MOSPredictor):
         f0: torch.Tensor | None = None,
         judge: torch.Tensor | None = None,
     ) -> Prediction:
-        """`MOSPredictor.score_frames` plus `spread` (B,) > 0 from the clip's pooled features."""
+        """`MOSPredictor.score_frames` plus `spread` (B,) > 0 from the clip's pooled features.
+
+        With `error_spread`, also `listener_spread` (B,): the head's σ_L, and `spread` = √(σ_L² + σ_M²).
+        """
         features = self.head_input(frames, frame_lengths, domain, f0, judge)
         out = self.score_features(features, frame_lengths, lengths)
         pooled = masked_mean(features, frame_lengths)
         spread = F.softplus(self.spread_head(pooled)[:, 0]) + MIN_SPREAD
-        return out._replace(spread=spread)
+        if self.error_spread is None:
+            return out._replace(spread=spread)
+        error = F.softplus(self.error_spread) + MIN_SPREAD
+        return out._replace(spread=torch.sqrt(spread**2 + error**2), listener_spread=spread)

@@ -145,10 +145,27 @@ def gaussian_nll(
     """Gaussian NLL ½(log σ² + (r − ŷ)²/σ²) of each rating r (B, R) given the clip's ŷ and σ = spread.
 
     The constant ½ log 2π is left out, as `torch.nn.functional.gaussian_nll_loss` does by default.
+    With a `listener_spread` σ_L (B,), a clip's n ratings are one draw of a Gaussian with mean ŷ
+    and covariance σ_L²·I + σ_M²·11ᵀ (σ_M² = spread² − σ_L², the model's error shared by them):
+    its NLL, ½((n−1) log σ_L² + log(σ_L² + nσ_M²) + Σ(r − r̄)²/σ_L² + n(r̄ − ŷ)²/(σ_L² + nσ_M²)),
+    divided by n so that every clip weighs the same. For one rating it is the NLL above.
     """
     values, valid = _ratings_or_mean(out, target, mask, ratings)
     var = out.spread[:, None] ** 2
-    return _per_clip_mean(0.5 * (torch.log(var) + (values - out.score[:, None]) ** 2 / var), valid)
+    if out.listener_spread is None:
+        return _per_clip_mean(0.5 * (torch.log(var) + (values - out.score[:, None]) ** 2 / var), valid)
+    n = valid.sum(dim=1)
+    listener = out.listener_spread**2
+    shared = listener + n * (var[:, 0] - listener)
+    mean = (values * valid).sum(dim=1) / n.clamp_min(1.0)
+    within = (((values - mean[:, None]) ** 2) * valid).sum(dim=1)
+    nll = 0.5 * (
+        (n - 1) * torch.log(listener)
+        + torch.log(shared)
+        + within / listener
+        + n * (mean - out.score) ** 2 / shared
+    )
+    return _masked_mean(nll / n.clamp_min(1.0), (n > 0).to(nll.dtype))
 
 
 def laplace_nll(

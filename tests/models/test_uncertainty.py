@@ -76,6 +76,59 @@ def test_a_clip_without_ratings_falls_back_to_its_mean_and_an_unlabelled_one_cou
     assert got.item() == pytest.approx(expected.item())
 
 
+def test_with_a_listener_spread_a_clips_ratings_have_scipys_multivariate_normal_likelihood():
+    # Spread² = σ_L² + σ_M²: σ_M differs by clip here only to check each clip uses its own.
+    score, listener, error = [3.0, 2.2, 4.1], [0.5, 0.9, 0.3], [0.4, 0.2, 0.7]
+    out = prediction(score, list(np.hypot(listener, error)))._replace(listener_spread=torch.tensor(listener))
+    ratings = torch.tensor([[3.0, 4.0, 2.0, 3.0], [1.0, 2.0, math.nan, math.nan], [5.0, 4.0, 4.0, math.nan]])
+    per_clip = []
+    for i, row in enumerate(ratings.tolist()):
+        r = np.array([x for x in row if not math.isnan(x)])
+        cov = listener[i] ** 2 * np.eye(len(r)) + error[i] ** 2 * np.ones((len(r), len(r)))
+        logpdf = stats.multivariate_normal(np.full(len(r), score[i]), cov).logpdf(r)
+        # sqa leaves out ½ log 2π per rating, as for a single rating, and divides by the count.
+        per_clip.append((-logpdf - 0.5 * len(r) * math.log(2 * math.pi)) / len(r))
+    got = gaussian_nll(out, torch.zeros(3), ratings=ratings)
+    assert got.item() == pytest.approx(np.mean(per_clip), rel=1e-5)
+
+
+def test_with_one_rating_or_the_mean_alone_the_listener_likelihood_is_the_single_rating_one():
+    out = prediction([3.0, 2.0, 1.0], [0.5, 1.0, 2.0])
+    ratings = torch.tensor([[4.0], [math.nan], [math.nan]])
+    mask = torch.tensor([True, True, False])
+    split = out._replace(listener_spread=torch.tensor([0.3, 0.6, 1.0]))
+    target = torch.tensor([9.0, 3.0, math.nan])
+    plain = gaussian_nll(out, target, mask=mask, ratings=ratings)
+    assert gaussian_nll(split, target, mask=mask, ratings=ratings).item() == pytest.approx(plain.item())
+
+
+def test_the_listener_term_trains_the_listener_spread_apart_from_the_error():
+    # Ratings in perfect agreement but far from the prediction: the within-clip term pulls σ_L
+    # down, the miss is the error's; the plain likelihood would widen the one spread instead.
+    listener = torch.tensor([0.5], requires_grad=True)
+    error = torch.tensor([1.0])
+    out = prediction([2.0], [1.0])._replace(
+        spread=torch.sqrt(listener**2 + error**2), listener_spread=listener
+    )
+    gaussian_nll(out, torch.zeros(1), ratings=torch.tensor([[4.0, 4.0, 4.0, 4.0, 4.0]])).backward()
+    assert listener.grad.item() > 0  # a descent step shrinks σ_L
+
+
+def test_an_error_spread_is_one_parameter_added_in_quadrature_and_only_for_a_gaussian():
+    model = tiny(error_spread=True)
+    with torch.no_grad():
+        model.error_spread.fill_(0.3)
+        out = model(torch.randn(2, 8000), torch.tensor([8000, 5000]))
+    error = F.softplus(torch.tensor(0.3)) + 1e-3
+    assert torch.allclose(out.spread, torch.sqrt(out.listener_spread**2 + error**2))
+    assert (
+        tiny().error_spread is None
+        and tiny()(torch.randn(1, 8000), torch.tensor([8000])).listener_spread is None
+    )
+    with pytest.raises(ValueError, match="error_spread needs distribution: gaussian, got 'laplace'"):
+        tiny("laplace", error_spread=True)
+
+
 def test_a_likelihood_loss_refuses_a_predictor_without_spread_and_a_mismatched_loss_is_refused():
     out = prediction([3.0], [1.0])._replace(spread=None)
     with pytest.raises(ValueError, match="spread"):
@@ -112,11 +165,16 @@ def test_an_uncertain_predictor_refuses_judges_and_extra_dimensions():
         tiny(num_judges=3, judge_dim=4)
 
 
-def test_export_round_trip_gives_the_same_mean_and_spread(tmp_path):
-    model = tiny("laplace")
+@pytest.mark.parametrize(("distribution", "error_spread"), [("laplace", False), ("gaussian", True)])
+def test_export_round_trip_gives_the_same_mean_and_spread(tmp_path, distribution, error_spread):
+    model = tiny(distribution, error_spread=error_spread)
+    if error_spread:
+        with torch.no_grad():
+            model.error_spread.fill_(-0.7)  # not the initial value, so the weights must carry it
     export_predictor(model, tmp_path / "export", sample_rate=16000, domains=["a"])
     loaded, config, _ = load_export(tmp_path / "export")
-    assert type(loaded) is UncertainMOSPredictor and config["model"]["distribution"] == "laplace"
+    assert type(loaded) is UncertainMOSPredictor and config["model"]["distribution"] == distribution
+    assert config["model"]["error_spread"] is error_spread
     wav, lengths = torch.randn(2, 8000), torch.tensor([8000, 6000])
     with torch.no_grad():
         a, b = model(wav, lengths), loaded(wav, lengths)
