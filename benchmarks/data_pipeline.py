@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/data_pipeline.py [--corpus data/synthetic-seed0-clips14] [--rounds 3]
 
-Loaders are `MOSDataModule.train_dataloader()` as `sqa.training.run.build` makes it from
+Loaders are `MOSDataModule.train_dataloader()` as `sqa.training.builder.build` makes it from
 `conf/train.yaml` (synthetic corpus: 464 training clips at 16, 24 and 44.1 kHz, about 2 s each,
 batches of 8): reading, resampling to 16 kHz, the random crop and collation, and with the MIDI
 pitch branch on, f0 read from a warm on-disk cache (filled by one pass beforehand). Variants:
@@ -32,7 +32,7 @@ from omegaconf import DictConfig
 from overhead import bare_step, compose_config
 from torch.utils.data import DataLoader
 
-from sqa.training.run import build
+from sqa.training.builder import build
 
 # (name, overrides of conf/data) of each loader variant.
 LOADERS = [

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/overhead.py [--corpus data/synthetic-seed0-clips14] [--rounds 3]
 
 Both loops train the same `MOSPredictor` with the same loss, SGD optimiser and gradient clipping,
-all built by `sqa.training.run.build` from `conf/train.yaml`, on CPU in fp32, over the same batches:
+all built by `sqa.training.builder.build` from `conf/train.yaml`, on CPU in fp32, over the same batches:
 
 - sqa: the `MOSModule` in a `lightning.Trainer` made from `conf/trainer/default.yaml` (with the
   progress bar of `sqa.training.run.run`, `log_every_n_steps`, the default CSV logger), fed by
@@ -46,9 +46,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from sqa.training.callbacks import progress_bar
+from sqa.training.builder import build
 from sqa.training.lit_module import MOSModule
-from sqa.training.run import build
+from sqa.training.run_callbacks import progress_bar
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -251,7 +251,7 @@ class Architecture(NamedTuple):
         """The architecture random-initialised for a new corpus: its domain and judge counts and scale.
 
         The head still predicts on its internal 1-5 scale, so a predictor trained on 1-5 maps onto
-        any scale; `sqa.training.run.init_from` then copies the export's weights.
+        any scale; `sqa.training.builder.init_from` then copies the export's weights.
         """
         node = {**self.model, "num_domains": num_domains, "num_judges": num_judges}
         node["score_range"] = [float(v) for v in score_range]

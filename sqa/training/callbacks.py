@@ -1,148 +1,58 @@
-"""The training callbacks: built from the `callbacks` config group, plus sqa's own.
+"""sqa's training callbacks: the classes that `conf/callbacks/` names, and `StartedOver`.
 
-`conf/callbacks/` holds one file per callback; `instantiate_callbacks` adds what only the run
-knows (its directory, the selection rule's mode, the log interval) and leaves out the progress
-bar off a terminal and early stopping without a patience. The best checkpoint and early stopping
-follow the selection rule's tie rule (`SelectionCheckpoint`, `SelectionEarlyStopping`).
+The best checkpoint and early stopping follow the selection rule's tie rule
+(`SelectionCheckpoint`, `SelectionEarlyStopping`). `sqa.training.run_callbacks` builds a run's
+callbacks from the `callbacks` config group; `sqa.training.checkpoint_io` writes and reads the
+checkpoint files; `sqa.training.model_summary` lays out `ParameterSummary`'s table.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, BinaryIO
+from typing import Any
 
 import lightning as L
 import torch
-from hydra.utils import instantiate
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
-from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
-from lightning.pytorch.utilities.model_summary import get_formatted_model_size, get_human_readable_count
-from omegaconf import DictConfig
 
-from sqa.core.atomic import atomic_write
 from sqa.core.run_folder import discard_previous
 from sqa.reports.plots import History
+from sqa.training.checkpoint_io import AtomicCheckpointIO, checkpoint_step
+from sqa.training.model_summary import summary_table
+from sqa.training.run_callbacks import (
+    CHECKPOINTS,
+    REQUIRED,
+    SELECTION_WATCHERS,
+    instantiate_callbacks,
+    progress_bar,
+)
 from sqa.training.selection import LEVEL_NAMES, TIEBREAK_KEY, TIEBREAK_LEVEL, TIEBREAK_METRIC, better
 
+# The callback classes configs name live here; the helpers that moved out stay importable here.
+__all__ = [
+    "CHECKPOINTS",
+    "REQUIRED",
+    "SELECTION_WATCHERS",
+    "AtomicCheckpointIO",
+    "MetricHistory",
+    "ParameterSummary",
+    "SelectionCheckpoint",
+    "SelectionEarlyStopping",
+    "StartedOver",
+    "ValidationLog",
+    "checkpoint_step",
+    "instantiate_callbacks",
+    "logged_tiebreak",
+    "progress_bar",
+    "summary_table",
+]
+
 log = logging.getLogger(__name__)
-
-# The callbacks a training run reads back after fitting: it must have them.
-REQUIRED = ("checkpoint", "resume_point", "history")
-# Those that save checkpoints, into <run dir>/checkpoints.
-CHECKPOINTS = ("checkpoint", "resume_point")
-# Those that watch val/selection, in the selection rule's mode.
-SELECTION_WATCHERS = ("checkpoint", "early_stopping")
-
-
-def progress_bar(cfg: DictConfig, interval: int | None = None) -> list[L.Callback]:
-    """The `callbacks.progress_bar`, redrawn every `interval` (default `log_every_n_steps`) steps.
-
-    [] when the trainer's progress bar is off or stderr is not a terminal: redirected to a file,
-    its control codes are noise (`ValidationLog` reports progress there).
-    """
-    spec = cfg.get("callbacks", {}).get("progress_bar")
-    if spec is None or not cfg.trainer.get("enable_progress_bar", True) or not sys.stderr.isatty():
-        return []
-    return [instantiate(spec, refresh_rate=interval or cfg.trainer.log_every_n_steps)]
-
-
-def instantiate_callbacks(
-    cfg: DictConfig, run_dir: Path, mode: str, interval: int, patience: int | None
-) -> dict[str, L.Callback]:
-    """The run's callbacks by name, in the order of `cfg.callbacks`.
-
-    `mode` is the selection rule's (max | min), `interval` the log interval in steps, `patience`
-    early stopping's (0 or None: no early stopping).
-    """
-    specs = cfg.get("callbacks") or {}
-    missing = [name for name in REQUIRED if name not in specs]
-    if missing:
-        raise ValueError(
-            f"callbacks: a training run needs {', '.join(missing)} (see conf/callbacks/default.yaml)"
-        )
-    callbacks: dict[str, L.Callback] = {}
-    for name, spec in specs.items():
-        overrides: dict[str, Any] = {}
-        if name in CHECKPOINTS:
-            overrides["dirpath"] = str(run_dir / "checkpoints")
-        if name in SELECTION_WATCHERS:
-            overrides["mode"] = mode
-        if name == "progress_bar":
-            callbacks.update((name, bar) for bar in progress_bar(cfg, interval))
-        elif name == "early_stopping":
-            if patience:
-                callbacks[name] = instantiate(spec, **overrides, patience=patience)
-        else:
-            callbacks[name] = instantiate(spec, **overrides)
-    return callbacks
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning checkpoint I/O that writes each checkpoint atomically (temporary file, rename)."""
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        """Write `checkpoint` to `path`; a kill leaves the previous file or the complete new one.
-
-        A write the system refuses (a full disk, a file size limit) raises its OSError, which
-        torch's archive writer would turn into a RuntimeError naming no file.
-        """
-
-        def save(fh: BinaryIO) -> None:
-            refused: list[OSError] = []
-
-            def write(data: bytes) -> int:
-                try:
-                    return fh.write(data)
-                except OSError as err:
-                    refused.append(err)
-                    raise
-
-            try:
-                torch.save(checkpoint, SimpleNamespace(write=write, flush=fh.flush))
-            except RuntimeError:
-                if refused:
-                    err = refused[0]
-                    raise OSError(err.errno, err.strerror, str(path)) from None
-                raise
-
-        atomic_write(path, save)
-
-
-def summary_table(
-    columns: Sequence[tuple[str, Sequence[str]]],
-    trainable: int,
-    total: int,
-    size_mb: float,
-    flops: int = 0,
-) -> str:
-    """Lightning's summary layout: a row per layer of `columns` (name, values), then the counts.
-
-    The FLOPs column and total are left out unless FLOPs were counted (`flops` > 0).
-    """
-    if not flops:
-        columns = [(name, values) for name, values in columns if name != "FLOPs"]
-    widths = [max([len(name), *(len(str(v)) for v in values)]) for name, values in columns]
-    rule = "-" * (sum(widths) + 3 * len(columns))
-    lines = [" | ".join(f"{name:<{w}}" for (name, _), w in zip(columns, widths, strict=True)), rule]
-    for row in zip(*(values for _, values in columns), strict=True):
-        lines.append(" | ".join(f"{str(v):<{w}}" for v, w in zip(row, widths, strict=True)))
-    lines.append(rule)
-    totals = [
-        (get_human_readable_count(trainable), "Trainable params"),
-        (get_human_readable_count(total - trainable), "Non-trainable params"),
-        (get_human_readable_count(total), "Total params"),
-        (get_formatted_model_size(size_mb), "Total estimated model params size (MB)"),
-    ]
-    if flops:
-        totals.append((get_human_readable_count(flops), "Total FLOPs"))
-    return "\n".join([*lines, *(f"{value:<10}{what}" for value, what in totals)])
 
 
 class ParameterSummary(ModelSummary):
@@ -343,11 +253,6 @@ class StartedOver(L.Callback):
         """Discard the set-aside outputs (first rank only: the others own nothing)."""
         if trainer.is_global_zero:
             discard_previous(self.run_dir)
-
-
-def checkpoint_step(path: str | Path) -> int:
-    """The global step at which a Lightning checkpoint was saved (read without loading its tensors)."""
-    return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
 
 
 class MetricHistory(L.Callback):

@@ -8,17 +8,19 @@ from typing import Any
 
 import lightning as L
 import torch
-import torch.distributed as dist
 
 from sqa import metrics
-from sqa.core.artefacts import score_columns
 from sqa.core.prediction import OVERALL, Prediction
-from sqa.core.spread import INTERVAL_LEVELS, interval
 from sqa.data.corpus import ROLES
 from sqa.models.predictor import MOSPredictor
+from sqa.training.finetune import backbone_optimizer
 from sqa.training.frame_cache import FrameCache
 from sqa.training.losses import NLL_LOSSES
+from sqa.training.prediction_rows import clip_rows, gathered_rows, labelled
 from sqa.training.selection import TIEBREAK_KEY, SelectionRule
+
+# `labelled` moved to sqa.training.prediction_rows and stays importable here.
+__all__ = ["LossFn", "MOSModule", "OptimizerFactory", "labelled"]
 
 LossFn = Callable[..., torch.Tensor]
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
@@ -176,32 +178,10 @@ class MOSModule(L.LightningModule):
         # Predictions leave the model on the corpus's scale, as its labels are.
         scores = self.predictor.to_scale(out.scores.float()).cpu()
         spread = None if out.spread is None else self.predictor.spread_to_scale(out.spread.float()).cpu()
-        rows = self._outputs.setdefault(dataloader_idx, [])
-        for i, sample_id in enumerate(batch["sample_id"]):
-            # Labels as read, not their float32 copies: metrics and predictions.csv use the
-            # annotation files' values.
-            labels = batch["labels"][i]
-            row = {
-                "index": int(batch["index"][i]),
-                "sample_id": sample_id,
-                "wav_path": batch["wav_path"][i],
-                "system_id": batch["system_id"][i],
-                "mos": labels[0],
-                "pred": float(scores[i, 0]),
-            }
-            if batch.get("song") and batch["song"][i] is not None:
-                row["song"] = batch["song"][i]
-            for k, dim in enumerate(self.extra_dimensions, start=1):
-                true_key, pred_key = score_columns(dim)
-                row[true_key], row[pred_key] = labels[k], float(scores[i, k])
-            if spread is not None:
-                row["spread"] = float(spread[i])
-                for suffix, level in INTERVAL_LEVELS.items():
-                    low, high = interval(row["pred"], row["spread"], level, self.predictor.distribution)
-                    row[f"lo{suffix}"], row[f"hi{suffix}"] = float(low), float(high)
-                # The listeners' own ratings, for the coverage of single ratings (calibration.json).
-                row["ratings"] = [v for v in batch["ratings"][i].tolist() if not math.isnan(v)]
-            rows.append(row)
+        # Only a predictor with a spread has a distribution.
+        distribution = None if spread is None else self.predictor.distribution
+        rows = clip_rows(batch, scores, spread, self.extra_dimensions, distribution)
+        self._outputs.setdefault(dataloader_idx, []).extend(rows)
         return out
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -217,25 +197,9 @@ class MOSModule(L.LightningModule):
         self._collect(batch, dataloader_idx)
 
     def _gathered(self) -> dict[int, list[dict[str, Any]]]:
-        """Every rank's collected rows per loader, in dataset order; resets the collection.
-
-        Under DDP each rank scored a share of the batches; system-level metrics need all of them,
-        so the rows are gathered (batches repeated to even out the ranks count once) and every
-        rank computes the same metrics as one process would.
-        """
+        """Every rank's collected rows per loader, in dataset order (`gathered_rows`); resets them."""
         outputs, self._outputs = self._outputs, {}
-        if self.trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-            parts: list[Any] = [None] * self.trainer.world_size
-            dist.all_gather_object(parts, outputs)
-            outputs = {}
-            for part in parts:
-                for idx, rows in part.items():
-                    outputs.setdefault(idx, []).extend(rows)
-        merged = {}
-        for idx, rows in sorted(outputs.items()):
-            by_index = {r["index"]: r for r in rows}
-            merged[idx] = [by_index[i] for i in sorted(by_index)]
-        return merged
+        return gathered_rows(outputs, self.trainer.world_size)
 
     def _blocks(self, names: Sequence[str]) -> dict[str, dict[str, dict]]:
         """Per dimension, metric blocks of every evaluation set that has labels of it."""
@@ -336,26 +300,10 @@ class MOSModule(L.LightningModule):
         # The backbone's own frozen parts (e.g. a wav2vec2 feature extractor) stay frozen.
         backbone = [p for p in self.predictor.backbone.parameters() if p.requires_grad]
         self._backbone_trainable = backbone
-        ids = {id(p) for p in backbone}
-        rest = [p for p in self.parameters() if p.requires_grad and id(p) not in ids]
-        optimizer = self.optimizer_factory([{"params": rest}, {"params": backbone}])
-        optimizer.param_groups[1]["lr"] = optimizer.defaults["lr"] * self.backbone_lr_scale
-        frozen = self.freeze_backbone_steps
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, [lambda step: 1.0, lambda step: 0.0 if step < frozen else 1.0]
+        return backbone_optimizer(
+            self.optimizer_factory,
+            self.parameters(),
+            backbone,
+            self.backbone_lr_scale,
+            self.freeze_backbone_steps,
         )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
-
-
-def labelled(
-    rows: Sequence[dict[str, Any]], dim: str
-) -> tuple[list[float], list[float], list[str], list[str]]:
-    """(predictions, labels, systems, test sets) of the rows that have a label of `dim`."""
-    true_key, pred_key = score_columns(None if dim == OVERALL else dim)
-    keep = [r for r in rows if not math.isnan(r[true_key])]
-    return (
-        [r[pred_key] for r in keep],
-        [r[true_key] for r in keep],
-        [r["system_id"] for r in keep],
-        [r.get("test_set", "") for r in keep],
-    )

@@ -5,44 +5,40 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import lightning as L
-import torch
-from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.atomic import atomic_write_json, atomic_write_text
-from sqa.core.prediction import OVERALL
 from sqa.core.renames import rename_targets
 from sqa.core.run_folder import RunDirError, claimed, missing_folders, remove_unused, restore_previous
-from sqa.data.corpus import Clip, CorpusError, count_labels, format_counts
+from sqa.data.corpus import format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
 from sqa.exports import format as export_format
-from sqa.exports.format import export_predictor, read_architecture, read_weights
+from sqa.exports.format import export_predictor
 from sqa.models.backbone import LogMelBackbone
 from sqa.reports import learning
 from sqa.reports.plots import CurveNames, write_curves
 from sqa.training import size_rule
-from sqa.training.callbacks import AtomicCheckpointIO, StartedOver, checkpoint_step, instantiate_callbacks
+from sqa.training.builder import ARCHITECTURES, HEAD_INITS, build, init_from, train_means
+from sqa.training.callbacks import StartedOver
+from sqa.training.checkpoint_io import AtomicCheckpointIO, checkpoint_step
+from sqa.training.data_record import recorded_data
 from sqa.training.datamodule import MOSDataModule
-from sqa.training.lit_module import MOSModule
+from sqa.training.experiment_loggers import hparam_metrics, log_figures, log_hparams
 from sqa.training.retrieval import build_datastore
+from sqa.training.run_callbacks import instantiate_callbacks
 from sqa.training.run_dir import UNUSED, is_leader, log_to_file, made_for_run, run_inputs
 from sqa.training.run_outputs import (
     curve_set_names,
     describe_objective,
-    hparam_metrics,
     learning_check,
-    log_figures,
-    log_hparams,
     objective_record,
-    recorded_data,
     report_selection,
     run_info,
     run_sigma,
@@ -50,140 +46,25 @@ from sqa.training.run_outputs import (
     training_end,
     write_test_outputs,
 )
-from sqa.training.selection import SelectionRule, choose_rule
+from sqa.training.run_settings import RunSettings
+from sqa.training.selection import SelectionRule
+
+# The paths users' code and configs name (`sqa.training.run.build`, ...): the build and the
+# settings live in sqa.training.builder and sqa.training.run_settings, and stay importable here.
+__all__ = [
+    "ARCHITECTURES",
+    "HEAD_INITS",
+    "RunResult",
+    "RunSettings",
+    "build",
+    "check_resumable",
+    "init_from",
+    "log_interval",
+    "run",
+    "train_means",
+]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """The top-level keys of train.yaml that training reads itself (config groups are instantiated)."""
-
-    seed: int
-    bootstrap: int
-    resume: bool
-    overwrite: bool
-    overwrite_export: bool
-    compile: bool
-    # Validation checks without improvement before stopping (0 or None: no early stopping).
-    early_stopping_patience: int | None
-    # {checkpoint, modules} of another run's export to start from (None: from scratch).
-    init_from: dict[str, Any] | None
-    # How the head's output layer starts: "train_mean" (the constant predictor) or "random".
-    head_init: str = "random"
-    # Test and export the selected checkpoint after fitting; false validates only (sweep trials).
-    test_after_fit: bool = True
-    # Compose a small corpus's default run again with the small-corpus preset (sqa.training.size_rule).
-    size_rule: bool = False
-
-    @classmethod
-    def of(cls, cfg: DictConfig) -> RunSettings:
-        """The settings of `cfg`, a config composed from train.yaml (init_from and compile may be absent)."""
-        init = cfg.get("init_from")
-        return cls(
-            seed=int(cfg.seed),
-            bootstrap=int(cfg.bootstrap),
-            resume=bool(cfg.resume),
-            overwrite=bool(cfg.overwrite),
-            overwrite_export=bool(cfg.overwrite_export),
-            compile=bool(cfg.get("compile")),
-            early_stopping_patience=cfg.early_stopping_patience,
-            init_from=OmegaConf.to_container(init, resolve=True) if init else None,
-            head_init=str(cfg.get("head_init") or "random"),
-            test_after_fit=bool(cfg.get("test_after_fit", True)),
-            size_rule=bool(cfg.get("size_rule", False)),
-        )
-
-
-def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
-    """Instantiate the data module and the Lightning module described by `cfg`."""
-    settings = RunSettings.of(cfg)
-    architecture = (settings.init_from or {}).get("architecture", "config")
-    if architecture not in ARCHITECTURES:
-        raise ValueError(f"init_from.architecture must be one of {list(ARCHITECTURES)}, got {architecture!r}")
-    # Fine-tuning an export or import as it is: its own architecture and f0 settings, cfg.model unused.
-    recorded = read_architecture(settings.init_from["checkpoint"]) if architecture == "export" else None
-    model = recorded.model if recorded else cfg.model
-    # f0 is extracted only when the model has a pitch branch, per-judge items only when it has a
-    # judge embedding; the domain count is the corpus's, the judge count the training split's.
-    f0_extractor = None
-    if model.get("pitch"):
-        f0_extractor = recorded.f0_extractor if recorded else instantiate(cfg.f0)
-    dimensions = list(model.get("dimensions") or [OVERALL])
-    # Before the data module decodes every clip: a missing weights file is found at once.
-    # A fusion backbone's two parts name their own weights (sqa.models.fusion).
-    paths = {
-        f"model.backbone{part}.{k}": OmegaConf.select(cfg, f"model.backbone{part}.{k}")
-        for part in ("", ".first", ".second")
-        for k in ("checkpoint", "path")
-    }
-    paths["init_from.checkpoint"] = settings.init_from["checkpoint"] if settings.init_from else None
-    for key, path in paths.items():
-        if path and not Path(path).expanduser().exists():
-            raise FileNotFoundError(f"{key}: {path} does not exist")
-    try:
-        datamodule: MOSDataModule = instantiate(
-            cfg.data,
-            f0_extractor=f0_extractor,
-            dimensions=dimensions,
-            judges=bool(model.get("judge_dim")),
-        )
-    except InstantiationException as err:
-        # Hydra wraps the error in a one-line repr; a corpus report is multi-line text.
-        if isinstance(err.__cause__, CorpusError):
-            raise err.__cause__ from None
-        raise
-    # The predictor learns on its internal 1-5 scale and maps its scores onto the corpus's.
-    corpus_sizes = {
-        "num_domains": len(datamodule.corpus.domains),
-        "num_judges": datamodule.num_judges,
-        "score_range": list(datamodule.corpus.score_range),
-    }
-    if recorded:
-        predictor = recorded.build(**corpus_sizes)
-        log.info("Model: the architecture of %s (init_from.architecture=export)", recorded.config_path.parent)
-    else:
-        predictor = instantiate(cfg.model, **corpus_sizes)
-    if settings.head_init not in HEAD_INITS:
-        raise ValueError(f"head_init must be one of {list(HEAD_INITS)}, got {settings.head_init!r}")
-    if settings.head_init == "train_mean":
-        predictor.start_at(train_means(datamodule.train_clips, predictor.dimensions))
-    if settings.init_from:
-        init_from(predictor, settings.init_from["checkpoint"], list(settings.init_from["modules"]))
-    if settings.compile:
-        predictor.compile()
-    # Decided from the validation labels alone, so before training: see sqa.training.selection.
-    valid_counts = {name: count_labels(clips) for name, clips in datamodule.corpus.valid_sets().items()}
-    module = MOSModule(
-        predictor,
-        loss=instantiate(cfg.loss),
-        optimizer=instantiate(cfg.optim),
-        valid_names=datamodule.valid_names,
-        test_names=datamodule.test_names,
-        seed=settings.seed,
-        bootstrap=settings.bootstrap,
-        selection=choose_rule(valid_counts, **cfg.get("selection", {})),
-        **cfg.get("finetune", {}),
-    )
-    return datamodule, module
-
-
-HEAD_INITS = ("train_mean", "random")
-# Where the model of a run with init_from comes from: cfg.model (MDF stage 2) or the export itself.
-ARCHITECTURES = ("config", "export")
-
-
-def train_means(clips: list[Clip], dimensions: list[str]) -> list[float]:
-    """The mean training label of each score dimension (over the clips that have one)."""
-    means = []
-    for dim in dimensions:
-        values = [
-            c.mos if dim == OVERALL else c.extra_scores[dim]
-            for c in clips
-            if dim == OVERALL or dim in c.extra_scores
-        ]
-        means.append(sum(values) / len(values))
-    return means
 
 
 def log_interval(cfg: DictConfig, datamodule: MOSDataModule) -> int:
@@ -196,32 +77,6 @@ def log_interval(cfg: DictConfig, datamodule: MOSDataModule) -> int:
     if isinstance(devices, int) and isinstance(nodes, int) and devices > 0:
         batches //= devices * nodes
     return max(1, min(int(cfg.trainer.log_every_n_steps), batches))
-
-
-def init_from(predictor: torch.nn.Module, checkpoint: str | Path, modules: list[str]) -> None:
-    """Copy the weights of the named top-level submodules from an export (or its model.pt).
-
-    Used for multi-dataset finetuning: stage 2 starts from stage 1's backbone and head. A named
-    module that the checkpoint does not hold, or whose shapes differ, is an error.
-    """
-    path = Path(checkpoint)
-    path = path / "model.pt" if path.is_dir() else path
-    if not path.is_file():
-        raise FileNotFoundError(f"init_from: {path} not found (give an export directory or its model.pt)")
-    state = read_weights(path)
-    own = predictor.state_dict()
-    for module in modules:
-        keys = [k for k in own if k.startswith(f"{module}.")]
-        if not keys or not all(k in state for k in keys):
-            raise ValueError(f"init_from: {path} has no complete weights for module {module!r}")
-        for key in keys:
-            if state[key].shape != own[key].shape:
-                raise ValueError(
-                    f"init_from: {key} has shape {tuple(state[key].shape)} in {path}, "
-                    f"{tuple(own[key].shape)} in this model"
-                )
-            own[key] = state[key]
-    predictor.load_state_dict(own)
 
 
 def check_resumable(last: Path) -> None:

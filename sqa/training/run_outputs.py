@@ -1,11 +1,14 @@
-"""What a run writes beside its checkpoints: test outputs, run_info.json and the export's data record."""
+"""What a run writes beside its checkpoints: test outputs and run_info.json's records.
+
+The export's record of the corpus is in `sqa.training.data_record`; what the experiment loggers
+get (figures, hyperparameters with metrics) in `sqa.training.experiment_loggers`.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
 import logging
 import math
-import os
 import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,26 +16,48 @@ from typing import Any
 
 import lightning as L
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import EarlyStopping
-from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from sqa import metrics
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json
 from sqa.core.prediction import OVERALL
 from sqa.core.provenance import package_versions
 from sqa.data.corpus import ROLES
-from sqa.data.readers import CORPUS_READERS
 from sqa.exports import residual
 from sqa.metrics import count_text
 from sqa.reports import calibration, learning, plots, scale
 from sqa.reports import preferences as pair_report
 from sqa.reports.tables import format_table
+from sqa.training.data_record import corpus_name, recorded_data
 from sqa.training.datamodule import MOSDataModule
-from sqa.training.lit_module import MOSModule, labelled
+from sqa.training.experiment_loggers import hparam_metrics, log_figures, log_hparams
+from sqa.training.lit_module import MOSModule
+from sqa.training.prediction_rows import labelled
 from sqa.training.selection import LOSS_SCORES, SelectionRule, uninformative, valid_set_name
+
+# The records' writers live here; the export's data record and the loggers' records moved out and
+# stay importable here.
+__all__ = [
+    "RECORDED_PACKAGES",
+    "corpus_name",
+    "corpus_summary",
+    "curve_set_names",
+    "describe_objective",
+    "hparam_metrics",
+    "learning_check",
+    "log_figures",
+    "log_hparams",
+    "objective_record",
+    "recorded_data",
+    "report_selection",
+    "run_info",
+    "run_sigma",
+    "scale_shift",
+    "shift_record",
+    "training_end",
+    "write_test_outputs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -152,43 +177,6 @@ def run_sigma(check: Mapping[str, Any]) -> tuple[float | None, str]:
     return sigma, residual.VALID_RMSE_SOURCE
 
 
-def corpus_name(cfg: DictConfig) -> str:
-    """The corpus's name: the data config chosen (`data=synthetic`), else its reader's name."""
-    try:
-        choice = HydraConfig.get().runtime.choices.get("data")
-    except ValueError:
-        # Composed outside a Hydra application (tests, the API): no choices are recorded.
-        choice = None
-    return str(choice or str(cfg.data.corpus.get("_target_", "")).rpartition(".")[2])
-
-
-def recorded_data(
-    cfg: DictConfig, export_dir: str | Path, test_split: str | None = None
-) -> dict[str, Any] | None:
-    """The corpus of this run as plain values for an export (None for a reader outside sqa's).
-
-    Interpolations are resolved. No absolute path is recorded: the corpus folder (`root`; a CSV
-    manifest's folder unless a root is set) relative to `export_dir`, and a manifest's `path`
-    relative to that folder, so that the export and the corpus can move together, and a user
-    whose corpus lies elsewhere names its folder (`eval.py export=E data.corpus.root=DIR`).
-    `test_split` names the export's copy of a carved test split (`test_split.csv`).
-    """
-    corpus = OmegaConf.to_container(cfg.data.corpus, resolve=True)
-    if corpus.get("_target_") not in CORPUS_READERS:
-        return None
-    root = corpus.get("root")
-    if isinstance(corpus.get("path"), str):
-        path = (Path(root) / corpus["path"] if root is not None else Path(corpus["path"])).resolve()
-        root = path.parent if root is None else root
-        corpus["path"] = os.path.relpath(path, Path(root).resolve())
-    if root is not None:
-        corpus["root"] = os.path.relpath(Path(root).resolve(), Path(export_dir).resolve())
-    data = {"name": corpus_name(cfg), "corpus": corpus, "eval_batch_size": int(cfg.data.eval_batch_size)}
-    if test_split is not None:
-        data["test_split_csv"] = test_split
-    return data
-
-
 def training_end(trainer: L.Trainer, early_stopping: EarlyStopping | None) -> dict[str, Any]:
     """Where and why fitting ended, for run_info.json: `step`, `stopped_by` and `reason`.
 
@@ -297,23 +285,6 @@ def shift_record(mean: float, sd: float, sets: Mapping[str, Sequence[float]]) ->
     return record
 
 
-def log_figures(logger: Logger | bool | None, figures: Mapping[str, Path], step: int = 0) -> None:
-    """Log PNG files by tag to TensorBoard or wandb; other loggers keep the files as the record."""
-    if isinstance(logger, TensorBoardLogger):
-        from matplotlib.image import imread
-
-        for tag, path in figures.items():
-            logger.experiment.add_image(tag, imread(path), step, dataformats="HWC")
-        # The trainer has already finalized the logger; without a flush the images could stay buffered.
-        logger.experiment.flush()
-    elif isinstance(logger, WandbLogger):
-        import wandb
-
-        logger.experiment.log(
-            {**{tag: wandb.Image(str(path)) for tag, path in figures.items()}, "trainer/global_step": step}
-        )
-
-
 def objective_record(rule: SelectionRule, objective: float) -> dict[str, Any]:
     """What a sweep maximises, for run_info.json: `objective` (`RunResult.objective`) and what it is.
 
@@ -330,42 +301,3 @@ def describe_objective(record: Mapping[str, Any]) -> str:
     if record["negated"]:
         return f"{value:.4g} = minus the {record['quantity']} {-value:.4g}"
     return f"{value:.4g} = the {record['quantity']}"
-
-
-def hparam_metrics(
-    history: plots.History, selected_step: int, results: Mapping[str, Any] | None = None
-) -> dict[str, float]:
-    """The run's metrics for the loggers' hyperparameter views, under `hp/`.
-
-    `hp/val/...`: every validation value of the selected check (`selected_step`), the tiebreak
-    aside; `hp/test/<set>/<level>_<metric>`: the test `results` as in metrics.json, undefined ones
-    left out.
-    """
-    found = {}
-    for key, points in history.items():
-        at_step = [value for step, value in points if step == selected_step]
-        if key.startswith("val/") and key != plots.TIEBREAK_KEY and at_step:
-            found[f"hp/{key}"] = at_step[-1]
-    for name, block in (results or {}).items():
-        for level in ("utt", "sys"):
-            for metric in metrics.METRIC_NAMES:
-                value = block[level][metric]
-                if metrics.defined(value):
-                    found[f"hp/test/{name}/{level}_{metric}"] = float(value)
-    return found
-
-
-def log_hparams(
-    logger: Logger | bool | None, params: Mapping[str, Any], values: Mapping[str, float], step: int
-) -> None:
-    """Give the loggers the hyperparameters `params` with the metrics `values` (`hparam_metrics`) at `step`.
-
-    TensorBoard's HParams tab shows them together; wandb keeps the metrics in the run's summary,
-    beside its config; other loggers have metrics.json and run_info.json as the record.
-    """
-    if isinstance(logger, TensorBoardLogger):
-        logger.log_hyperparams(dict(params), metrics=dict(values), step=step)
-        # The trainer has already finalized the logger; without a flush the values could stay buffered.
-        logger.experiment.flush()
-    elif isinstance(logger, WandbLogger):
-        logger.experiment.summary.update(dict(values))
