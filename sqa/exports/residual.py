@@ -40,9 +40,11 @@ def residual_sigma(export: str | Path) -> tuple[float | None, str | None]:
     sigma = check_sigma(run_record(export, "learning_check"))
     if sigma is not None:
         return sigma, None
-    test = export_json(export, "metrics.json")
-    block = test.get("avg", {}).get("utt", {}) if isinstance(test, dict) else {}
-    sigma = _positive(block.get("rmse")) if isinstance(block, dict) else None
+    block: Any = export_json(export, "metrics.json")
+    # Any level may be missing or of another type in a metrics.json sqa did not write.
+    for key in ("avg", "utt", "rmse"):
+        block = block.get(key) if isinstance(block, dict) else None
+    sigma = _positive(block)
     if sigma is not None:
         return sigma, (
             f"this export records no validation RMSE (run_info.json learning_check.valid.rmse; older "

@@ -57,3 +57,13 @@ def test_the_smallest_positive_rmse_is_a_sigma_and_an_integer_one_is_a_float():
     assert one == 1.0 and type(one) is float
     assert check_sigma({"valid": {"rmse": math.nan}}) is None
     assert check_sigma({"valid": [0.4]}) is None and check_sigma(None) is None
+
+
+@pytest.mark.parametrize(
+    "metrics", [{}, {"avg": {}}, {"avg": {"utt": {}}}, {"avg": [0.7]}, {"avg": {"utt": [0.7]}}, [0.7]]
+)
+def test_a_metrics_json_missing_a_level_or_of_another_shape_gives_no_sigma_and_the_reason(tmp_path, metrics):
+    folder = export_with(tmp_path)
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    sigma, note = residual_sigma(folder)
+    assert sigma is None and note.startswith("this export records neither a validation RMSE")

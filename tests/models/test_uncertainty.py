@@ -289,44 +289,34 @@ def test_a_tiny_uncertain_model_beats_the_constant_and_reports_calibration(
     assert header.startswith("sample_id,system_id,test_set,mos,pred,spread,lo50,hi50,lo90,hi90")
 
 
-# The small songs corpus: every recipe with its own rater noise, fewer but longer-rated systems
-# than the small default corpus, so each test system has a couple of test clips to rank by.
-SONGS_CLIPS_PER_SYSTEM = 6
-SONGS_SYSTEMS_PER_BATCH = (8, 8, 8, 6, 6)
-
-
 @pytest.fixture(scope="module")
-def small_songs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The songs corpus of seed 0 (rater noise SD 0.2-1.0 per recipe), small enough for a slow test."""
-    root = tmp_path_factory.mktemp("small-songs") / "synthetic-songs"
+def songs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The songs corpus of `data=synthetic_songs` (seed 0, rater noise SD 0.2-1.0 per recipe)."""
     return generate(
-        root,
-        seed=0,
-        clips_per_system=SONGS_CLIPS_PER_SYSTEM,
-        systems_per_batch=SONGS_SYSTEMS_PER_BATCH,
-        rater_spread=(0.2, 1.0),
-        songs=True,
+        tmp_path_factory.mktemp("songs") / "synthetic-songs", seed=0, rater_spread=(0.2, 1.0), songs=True
     )
 
 
 @pytest.mark.slow
-def test_the_spread_ranks_systems_by_rater_spread_on_the_songs_corpus(small_songs_root, tmp_path):
-    """Issue 31: 90 % coverage of clip means in [0.85, 0.95]; spread ranking SRCC > 0.5 (unmet: xfail).
+def test_the_spread_ranks_systems_by_rater_spread_on_the_songs_corpus(songs_root, tmp_path):
+    """Issue 31: 90 % coverage of clip means in [0.85, 0.95]; the spread ranks systems (SRCC > 0.5).
 
-    150 Adam steps on the small songs corpus (about 3 min on 2 loaded cores).
+    The listeners' spread apart from the model's error (`model.error_spread`), Adam to the epoch
+    limit (about 3,400 steps, 4-5 min on 2 idle cores). Measured over seeds 0/1/2: SRCC 0.617,
+    0.637 and 0.603 against the recorded rater_spread (0.399 for seed 0 without error_spread).
     """
     overrides = [
         "data=synthetic_songs",
-        f"data.corpus.root={small_songs_root}",
-        f"data.corpus.clips_per_system={SONGS_CLIPS_PER_SYSTEM}",
-        f"+data.corpus.systems_per_batch={list(SONGS_SYSTEMS_PER_BATCH)}",
+        f"data.corpus.root={songs_root}",
+        "data.num_workers=0",
         "model=uncertainty",
+        "model.error_spread=true",
         "loss=gaussian_nll",
         "optim=adam",
         "optim.lr=3e-3",
         "head_init=train_mean",
-        "trainer.max_steps=150",
-        "trainer.val_check_interval=25",
+        "trainer.max_steps=5000",
+        "trainer.val_check_interval=500",
         "trainer.enable_progress_bar=false",
         "early_stopping_patience=null",
         "bootstrap=20",
@@ -335,16 +325,12 @@ def test_the_spread_ranks_systems_by_rater_spread_on_the_songs_corpus(small_song
     record = json.loads((tmp_path / "run" / "calibration.json").read_text(encoding="utf-8"))
     assert 0.85 <= record["clip_mos"]["coverage90"] <= 0.95
     ranking = record["spread_ranking"]
-    info = json.loads((small_songs_root / "info" / "sys_info.json").read_text(encoding="utf-8"))
+    info = json.loads((songs_root / "info" / "sys_info.json").read_text(encoding="utf-8"))
     systems = ranking["systems"]
+    # The true spread is the recorded rater noise; the observed one (the report's `srcc`) is that
+    # of about 4 test clips of 5 rounded, clipped ratings per system, itself a noisy ranking.
     true_srcc = stats.spearmanr(
         [s["pred_spread"] for s in systems], [info[s["system_id"]]["rater_spread"] for s in systems]
     )[0]
-    figures = (
-        f"spread SRCC {ranking['srcc']:.3f} against the observed rater spread over "
-        f"{ranking['n_systems']} systems, {true_srcc:.3f} against the recorded rater_spread"
-    )
-    # Not met yet (measured 0.306 and 0.024; 0.378 on the full corpus): an xfail at run time, not
-    # a marker, so the coverage check above still fails the test, and a model that ranks passes.
-    if ranking["srcc"] <= 0.5:
-        pytest.xfail(f"issue 31: the spread does not rank systems yet: {figures}")
+    assert ranking["n_systems"] == 34
+    assert true_srcc > 0.5, f"SRCC {true_srcc:.3f} against rater_spread, {ranking['srcc']:.3f} observed"
