@@ -1,7 +1,8 @@
 """A run folder: one run at a time, and a previous run's outputs resumed or started over.
 
 A run holds an exclusive `flock` on `<run_dir>/.lock` while it runs. The kernel releases it when
-the process ends, however it ends, so a killed run leaves no stale lock behind. A directory that
+the process ends, however it ends, so a killed run leaves no stale lock behind; a refused claim
+removes the lock file it made. A directory that
 holds a previous run's outputs is resumed (`resume=true`) or started over (`overwrite=true`);
 anything else is refused before a file is written. A run records the names it writes
 (`sqa.core.ownership`), and `overwrite=true` refuses a directory holding anything else. Starting
@@ -13,6 +14,7 @@ back (`restore_previous`), and so does the next claim of the directory after a k
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -125,34 +127,59 @@ def lock(run_dir: str | Path, options: Options = HYDRA) -> Iterator[None]:
         )
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_NAME
-    fd = open_no_follow(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise RunDirError(
-            f"{run_dir} is in use by another run ({_owner(path)}); wait for it to finish or choose "
-            f"another run directory ({options.directory}=...)"
-        ) from None
+    created = not os.path.lexists(path)
+    fd = _locked(path, options)
     os.ftruncate(fd, 0)
     os.write(fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode())
     _held[run_dir] = [fd, 1]
+    refused = False
     try:
         # Only the holder of a fresh lock may restore: a run killed after setting the previous
         # run aside and before it started training is undone here.
         restore_previous(run_dir)
         yield
+    except RunDirError:
+        refused = True
+        raise
     finally:
-        _release(run_dir)
+        # A refused claim leaves the folder as it found it: no lock file where there was none.
+        _release(run_dir, remove=created and refused)
 
 
-def _release(run_dir: Path) -> None:
+def _locked(path: Path, options: Options) -> int:
+    """A descriptor of the lock file `path` holding its exclusive flock; held elsewhere: RunDirError."""
+    while True:
+        fd = open_no_follow(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunDirError(
+                f"{path.parent} is in use by another run ({_owner(path)}); wait for it to finish or "
+                f"choose another run directory ({options.directory}=...)"
+            ) from None
+        # A refused claim removes the file it created (`_release`): a lock taken on a file removed
+        # between this open and the flock guards nothing, so the path is opened again.
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def _release(run_dir: Path, remove: bool = False) -> None:
+    """Drop one hold of `run_dir`'s lock; the last closes it, first removing the file if `remove`."""
     entry = _held[run_dir]
     entry[1] -= 1
     if entry[1] == 0:
         del _held[run_dir]
-        # Closing the descriptor drops the flock; the file stays (removing it would race with a
-        # process that has opened it and waits to lock it).
+        if remove:
+            # Removed while still locked: a process that opened it meanwhile finds it gone once it
+            # gets the flock (`_locked`) and opens the path anew.
+            with contextlib.suppress(FileNotFoundError):
+                (run_dir / LOCK_NAME).unlink()
+        # Closing the descriptor drops the flock.
         os.close(entry[0])
 
 

@@ -186,7 +186,7 @@ class ClaimRunDirectory(Callback):
                 # Hydra's job logging, configured next, would append to the link's target.
                 raise RunDirError(f"{run_dir / LOG_NAME}: {LINK_REFUSED}")
         except RunDirError as err:
-            self.on_run_end()
+            self._release(err)
             remove_unused(made, UNUSED)
             # Hydra turns a callback's exceptions into warnings and runs the job anyway; only an
             # exit stops it before it writes into the directory.
@@ -194,8 +194,16 @@ class ClaimRunDirectory(Callback):
 
     def on_run_end(self, **kwargs: Any) -> None:
         """Release the lock taken in `on_run_start`; forget the folders made for the run."""
+        self._release()
+
+    def _release(self, refusal: RunDirError | None = None) -> None:
+        """Release the claims (as refused by `refusal`: their new lock files go) and the made folders."""
         while self._claims:
-            self._claims.pop().__exit__(None, None, None)
+            claim = self._claims.pop()
+            if refusal is None:
+                claim.__exit__(None, None, None)
+            else:
+                claim.__exit__(RunDirError, refusal, refusal.__traceback__)
         while self._made:
             _made.pop(self._made.pop(), None)
 

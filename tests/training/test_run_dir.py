@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities import rank_zero_only
 
-from sqa.core import ownership
+from sqa.core import ownership, run_folder
 from sqa.core.run_folder import (
     LINK_REFUSED,
     LOCK_NAME,
@@ -78,7 +78,9 @@ def other_run():
 
 
 def is_free(run_dir: Path) -> bool:
-    """Whether another run could lock `run_dir` now (a fresh open of its `.lock`)."""
+    """Whether another run could lock `run_dir` now (a fresh open of its `.lock`, or none there)."""
+    if not (run_dir / LOCK_NAME).exists():
+        return True
     fd = os.open(run_dir / LOCK_NAME, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -402,7 +404,50 @@ def test_a_previous_run_is_refused_with_both_ways_out(tmp_path, synthetic_root):
     with pytest.raises(RunDirError, match="resume=true.*overwrite=true") as err:
         run(cfg, tmp_path)
     assert "checkpoints" in str(err.value) and "metrics.json" in str(err.value)
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name != ".lock") == before
+    # Not even a lock file is left behind.
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("had_lock", [False, True], ids=["no_lock_file", "lock_file_of_an_earlier_run"])
+@pytest.mark.parametrize("through", ["run", "hydra_callback"])
+def test_a_refused_claim_leaves_the_lock_file_as_it_found_it(tmp_path, claim, had_lock, through):
+    # A folder of the user's files: no run of sqa's, so every claim of it is refused.
+    write_tree(tmp_path, {"notes.txt": "theirs", "metrics.json": "theirs"}, owned=False)
+    earlier = "PID 4242 on host-b\n"
+    if had_lock:
+        (tmp_path / LOCK_NAME).write_text(earlier, encoding="utf-8")
+    before = tree(tmp_path)
+    if through == "run":
+        with pytest.raises(RunDirError, match="which sqa did not write"), lock(tmp_path):
+            prepare(tmp_path, resume=False, overwrite=True)
+    else:
+        with pytest.raises(SystemExit, match="which sqa did not write"):
+            claim(tmp_path, "overwrite=true")
+    # The lock file this claim made goes with the refusal; one that was there stays (it is not
+    # the refused claim's to remove), holding what this claim wrote into it while it held it.
+    assert tree(tmp_path) == before
+    assert (tmp_path / LOCK_NAME).exists() is had_lock
+    assert is_free(tmp_path)
+
+
+def test_a_lock_taken_on_a_removed_lock_file_is_taken_again_on_the_current_one(tmp_path, monkeypatch):
+    # Between this claim's open of .lock and its flock, a refused claim removes the file it had
+    # made and another run makes a new one: a flock on the removed file would guard nothing.
+    opened = []
+
+    def open_then_replaced(path: Path, flags: int) -> int:
+        fd = os.open(path, flags | os.O_CREAT)
+        if not opened:
+            path.unlink()
+            path.write_text("", encoding="utf-8")
+        opened.append(fd)
+        return fd
+
+    monkeypatch.setattr(run_folder, "open_no_follow", open_then_replaced)
+    with lock(tmp_path):
+        assert len(opened) == 2
+        assert not is_free(tmp_path)
+    assert is_free(tmp_path)
 
 
 @pytest.mark.parametrize("finished", [True, False], ids=["finished_run", "failed_start"])
