@@ -10,6 +10,15 @@ from sqa.scoring.scorer_warnings import DomainWarning
 MEAN_DOMAIN = "mean"
 
 
+def check_domain_asked(domain: str | int | None, embedded: int | None) -> None:
+    """Refuse a `domain` for a model without domain IDs (`embedded` None): it would change nothing."""
+    if domain is not None and embedded is None:
+        raise ValueError(
+            f"domain {domain!r}: this model has no domain embedding (it was trained without domain "
+            "IDs), so it scores every clip alike; leave the domain out"
+        )
+
+
 def resolve_domain(domain: str | int | None, domains: list[str], embedded: int | None = None) -> int:
     """Index of `domain` (a name or an index) in `domains`; None means the first one.
 

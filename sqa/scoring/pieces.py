@@ -12,9 +12,16 @@ import torch
 
 from sqa.core.spread import pooled
 from sqa.data.batching import pad_batch
+from sqa.models.backbone import W2V_HOP
 from sqa.models.predictor import MOSPredictor
 from sqa.scoring.clips import Piece, PreparedClip
 from sqa.scoring.retrieval import RetrievalScoring
+
+
+def chunk_length(chunk_seconds: float, sample_rate: int, min_samples: int) -> int:
+    """Samples per window for `chunk_seconds`: whole 20 ms hops (at least 4), at least `min_samples`."""
+    hops = max(4, round(chunk_seconds * sample_rate / W2V_HOP))
+    return max(min_samples, hops * W2V_HOP)
 
 
 @torch.inference_mode()

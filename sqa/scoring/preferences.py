@@ -33,12 +33,14 @@ listener rating both clips the probability errs towards ½ too.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqa.core.spread import listener_probability, probability
 from sqa.data.audio import AudioError, os_path
 from sqa.scoring.inputs import numbered_csv_rows
+from sqa.scoring.results import SpreadScore
 
 PAIR_COLUMNS = ("a", "b")
 
@@ -75,6 +77,40 @@ def preference(
         return Preference(score_a, score_b, difference, p, "listener")
     p = None if sigma is None else float(probability(difference, sigma))
     return Preference(score_a, score_b, difference, p)
+
+
+def check_sigma(sigma: float | None) -> None:
+    """Refuse a σ given by hand that is not a positive finite number (None: the export's)."""
+    if sigma is not None and not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be a positive number, got {sigma!r}")
+
+
+def preference_of(
+    a: SpreadScore, b: SpreadScore, sigma: float | None, export_sigma: float | None, distribution: str | None
+) -> Preference:
+    """The `Preference` of two scored clips: a σ given by hand, else their spreads, else the export's σ.
+
+    A σ given by hand asks the MOS question, whatever the export; an export with a spread
+    (`distribution`) answers a listener's. A clip without a score (no vocal activity under
+    `vocal_only`) is a ValueError.
+    """
+    for name, clip in zip("ab", (a, b), strict=True):
+        if clip.score is None:
+            raise ValueError(f"clip {name} has no score (no vocal activity); no preference can be given")
+    if sigma is not None:
+        return preference(a.score, b.score, sigma)
+    spreads = None if distribution is None else (a.spread, b.spread, distribution)
+    return preference(a.score, b.score, export_sigma, spreads)
+
+
+def preference_note(sigma: float | None, note: str | None) -> str | None:
+    """What `prefer` says once of `residual_sigma`'s (σ, note): the note, and the way out where σ is None."""
+    if sigma is not None or note is None:
+        return note
+    return (
+        f"{note}: preferences give the score difference only, no probability; pass sigma= (the "
+        "residual spread of its scores) to get one"
+    )
 
 
 @dataclass

@@ -21,6 +21,7 @@ import numpy as np
 
 from sqa.core import ownership
 from sqa.core.atomic import atomic_write, atomic_write_text
+from sqa.data.vocal import vocal_activity
 
 # Default window and hop in backbone frames: 1 s and 0.5 s at the 20 ms frame rate.
 WINDOW_FRAMES = 50
@@ -93,6 +94,28 @@ def build_timeline(
         scores,
         shares >= VOCAL_SHARE,
     )
+
+
+def clip_timeline(
+    frame_scores: np.ndarray,
+    wav: np.ndarray,
+    sample_rate: int,
+    hop: int,
+    window_seconds: float | None = None,
+    hop_seconds: float | None = None,
+) -> Timeline:
+    """The timeline of a clip's frame scores (T,), one every `hop` samples of its waveform wav (N,).
+
+    Windows of `window_seconds` (default 50 frames: 1 s) every `hop_seconds` (25 frames: 0.5 s),
+    rounded to whole frames. Each backbone frame takes the vocal flag of the 20 ms activity frame
+    it starts in (`sqa.data.vocal.vocal_activity` of the whole waveform).
+    """
+    frame_seconds = hop / sample_rate
+    window = window_frames(window_seconds, frame_seconds, WINDOW_FRAMES, "window_seconds")
+    step = window_frames(hop_seconds, frame_seconds, HOP_FRAMES, "hop_seconds")
+    activity = vocal_activity(wav, sample_rate)
+    at = np.minimum(np.arange(frame_scores.shape[0]) * hop // activity.hop, activity.vocal.shape[0] - 1)
+    return build_timeline(frame_scores, activity.vocal[at], frame_seconds, window, step)
 
 
 def csv_text(timeline: Timeline) -> str:
