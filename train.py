@@ -19,7 +19,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from sqa.core.run_folder import RunDirError
+from sqa.core.run_lock import RunDirError
 from sqa.data.corpus import CorpusError
 from sqa.exports.config import ExportError
 from sqa.training.run import run

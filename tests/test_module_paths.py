@@ -1,8 +1,8 @@
 """Modules split into sibling modules keep every public path they had, and keep their classes.
 
-`sqa.scoring.scorer`, `sqa.scoring.cli`, `sqa.reports.compare`, `sqa.models.distillmos` and
-`sqa.training`'s run, ensemble, callbacks, run_outputs and lit_module each had a part moved into
-modules of their own; users' code, exports, configs and checkpoints (callback state keys) still
+`sqa.scoring.scorer`, `sqa.scoring.cli`, `sqa.reports.compare`, `sqa.models.distillmos`,
+`sqa.core.run_folder` and `sqa.training`'s run, ensemble, callbacks, run_outputs and lit_module
+each had a part moved into modules of their own; users' code, exports, configs and checkpoints (callback state keys) still
 name the old paths, so each module imports its moved names back and lists every public name in
 `__all__`, and the classes they name by module stay where they are.
 """
@@ -148,6 +148,27 @@ NAMES = {
         "write_test_outputs",
     ),
     "sqa.training.lit_module": ("LossFn", "MOSModule", "OptimizerFactory", "labelled"),
+    "sqa.core.run_folder": (
+        "HYDRA",
+        "LINK_REFUSED",
+        "LOCK_NAME",
+        "LOG_NAME",
+        "OUTPUTS",
+        "PREVIOUS",
+        "REWRITTEN",
+        "RUN_NAMES",
+        "Options",
+        "RunDirError",
+        "claimed",
+        "discard_previous",
+        "lock",
+        "missing_folders",
+        "open_no_follow",
+        "prepare",
+        "previous_outputs",
+        "remove_unused",
+        "restore_previous",
+    ),
 }
 # Classes whose dotted path configs and exports write (`_target_`): they never leave their module.
 TARGETS = (

@@ -45,7 +45,9 @@ from sqa.baselines.dnsmos import DNSMOS
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json
 from sqa.core.provenance import package_versions
-from sqa.core.run_folder import Options, RunDirError, claimed, discard_previous
+from sqa.core.run_folder import claimed
+from sqa.core.run_lock import Options, RunDirError
+from sqa.core.set_aside import discard_previous
 from sqa.data.corpus import ROLES, Clip, Corpus, CorpusError
 from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
 from sqa.data.synthetic import load_synthetic, load_synthetic_mushra

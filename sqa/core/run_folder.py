@@ -1,37 +1,52 @@
 """A run folder: one run at a time, and a previous run's outputs resumed or started over.
 
-A run holds an exclusive `flock` on `<run_dir>/.lock` while it runs. The kernel releases it when
-the process ends, however it ends, so a killed run leaves no stale lock behind; a refused claim
-removes the lock file it made. A directory that
-holds a previous run's outputs is resumed (`resume=true`) or started over (`overwrite=true`);
-anything else is refused before a file is written. A run records the names it writes
+A run holds the directory's lock while it runs (`sqa.core.run_lock`). A directory that holds a
+previous run's outputs is resumed (`resume=true`) or started over (`overwrite=true`); anything
+else is refused before a file is written. A run records the names it writes
 (`sqa.core.ownership`), and `overwrite=true` refuses a directory holding anything else. Starting
-over moves the previous run's outputs into `.sqa-previous/` and removes them only once the new
-run has checked its configuration whole (`discard_previous`); a run that stops before puts them
-back (`restore_previous`), and so does the next claim of the directory after a kill. Training,
-`eval.py` and `sqa-baseline` claim their directories here (`claimed`).
+over sets the previous run's outputs aside until the new run gets going (`sqa.core.set_aside`).
+Training, `eval.py` and `sqa-baseline` claim their directories here (`claimed`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import os
 import shutil
-import socket
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from sqa.core import ownership
+from sqa.core.run_lock import HYDRA, LINK_REFUSED, LOCK_NAME, Options, RunDirError, lock, open_no_follow
+from sqa.core.set_aside import PREVIOUS, discard_previous, restore_previous
+
+# The names of the lock and the set-aside run stay importable from here, where they began.
+__all__ = [
+    "HYDRA",
+    "LINK_REFUSED",
+    "LOCK_NAME",
+    "LOG_NAME",
+    "OUTPUTS",
+    "PREVIOUS",
+    "REWRITTEN",
+    "RUN_NAMES",
+    "Options",
+    "RunDirError",
+    "claimed",
+    "discard_previous",
+    "lock",
+    "missing_folders",
+    "open_no_follow",
+    "prepare",
+    "previous_outputs",
+    "remove_unused",
+    "restore_previous",
+]
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = ".lock"
-LINK_REFUSED = "is a symbolic link; sqa writes only its own files in a run directory"
 # What a run writes besides config.yaml, run_info.json, data_problems.txt and train.log (which
 # a run that failed before training leaves, and which the next run rewrites). Logger folders use
 # the names of sqa's logger configs.
@@ -52,8 +67,6 @@ OUTPUTS = (
 )
 REWRITTEN = ("config.yaml", "run_info.json", "data_problems.txt", "valid_split.csv", "test_split.csv")
 LOG_NAME = "train.log"
-# Where a run started over keeps the previous run's outputs until its configuration is built.
-PREVIOUS = ".sqa-previous"
 # Every name a run, eval.py or sqa-baseline may create directly in its directory; metrics_<dim>.json
 # are recorded when written (`sqa.core.artefacts.write_metrics`).
 RUN_NAMES = (
@@ -66,121 +79,6 @@ RUN_NAMES = (
     LOCK_NAME,
     PREVIOUS,
 )
-
-
-class Options(NamedTuple):
-    """How the command that claims a run directory names its settings, for the messages."""
-
-    directory: str
-    resume: str | None
-    overwrite: str
-
-
-HYDRA = Options("hydra.run.dir", "resume=true", "overwrite=true")
-
-# Locks this process holds, by resolved run directory: (open lock file, nesting count).
-_held: dict[Path, list[Any]] = {}
-
-
-class RunDirError(RuntimeError):
-    """A run directory is owned by another run or holds a previous run's outputs."""
-
-
-def _owner(lock_path: Path) -> str:
-    """The owner recorded in a lock file ("PID 123 on host"), or a note that it is unknown."""
-    try:
-        # A lock file is written by sqa, but any bytes in it must still give the "in use" message.
-        text = lock_path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        text = ""
-    return text or "a process that has not written its PID yet"
-
-
-def open_no_follow(path: Path, flags: int) -> int:
-    """`os.open(path, flags | O_CREAT)` that refuses a symbolic link (its target is never touched)."""
-    try:
-        return os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-    except OSError:
-        if path.is_symlink():
-            raise RunDirError(f"{path}: {LINK_REFUSED}") from None
-        raise
-
-
-@contextmanager
-def lock(run_dir: str | Path, options: Options = HYDRA) -> Iterator[None]:
-    """Hold `<run_dir>/.lock` for the block; a directory locked by another process is an error.
-
-    Nested use in one process (the Hydra callback, then `run`) shares one lock. `options` names the
-    command's settings in the messages.
-    """
-    run_dir = Path(run_dir).resolve()
-    if run_dir in _held:
-        _held[run_dir][1] += 1
-        try:
-            yield
-        finally:
-            _release(run_dir)
-        return
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(
-            f"{run_dir}: is a file, not a folder; choose another run directory ({options.directory}=...)"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / LOCK_NAME
-    created = not os.path.lexists(path)
-    fd = _locked(path, options)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode())
-    _held[run_dir] = [fd, 1]
-    refused = False
-    try:
-        # Only the holder of a fresh lock may restore: a run killed after setting the previous
-        # run aside and before it started training is undone here.
-        restore_previous(run_dir)
-        yield
-    except RunDirError:
-        refused = True
-        raise
-    finally:
-        # A refused claim leaves the folder as it found it: no lock file where there was none.
-        _release(run_dir, remove=created and refused)
-
-
-def _locked(path: Path, options: Options) -> int:
-    """A descriptor of the lock file `path` holding its exclusive flock; held elsewhere: RunDirError."""
-    while True:
-        fd = open_no_follow(path, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RunDirError(
-                f"{path.parent} is in use by another run ({_owner(path)}); wait for it to finish or "
-                f"choose another run directory ({options.directory}=...)"
-            ) from None
-        # A refused claim removes the file it created (`_release`): a lock taken on a file removed
-        # between this open and the flock guards nothing, so the path is opened again.
-        try:
-            if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-
-
-def _release(run_dir: Path, remove: bool = False) -> None:
-    """Drop one hold of `run_dir`'s lock; the last closes it, first removing the file if `remove`."""
-    entry = _held[run_dir]
-    entry[1] -= 1
-    if entry[1] == 0:
-        del _held[run_dir]
-        if remove:
-            # Removed while still locked: a process that opened it meanwhile finds it gone once it
-            # gets the flock (`_locked`) and opens the path anew.
-            with contextlib.suppress(FileNotFoundError):
-                (run_dir / LOCK_NAME).unlink()
-        # Closing the descriptor drops the flock.
-        os.close(entry[0])
 
 
 def previous_outputs(run_dir: str | Path) -> list[Path]:
@@ -283,39 +181,6 @@ def claimed(
             restore_previous(run_dir)
             # A command that wrote nothing leaves no folder it made only to claim it.
             remove_unused(made, (LOCK_NAME, ownership.MANIFEST))
-
-
-def restore_previous(run_dir: str | Path) -> bool:
-    """Put back the outputs a run that did not get going had set aside (replacing what it wrote).
-
-    Returns whether there were any.
-    """
-    aside = Path(run_dir) / PREVIOUS
-    if not aside.is_dir() or aside.is_symlink():
-        return False
-    for path in sorted(aside.iterdir()):
-        target = Path(run_dir) / path.name
-        _remove(target)
-        os.rename(path, target)
-    aside.rmdir()
-    log.info("put the previous run's outputs back in %s", run_dir)
-    return True
-
-
-def discard_previous(run_dir: str | Path) -> None:
-    """Remove the previous run's outputs set aside by `overwrite=true`: the new run has started."""
-    aside = Path(run_dir) / PREVIOUS
-    if aside.is_dir() and not aside.is_symlink():
-        shutil.rmtree(aside)
-        log.info("removed the previous run's outputs from %s", run_dir)
-
-
-def _remove(path: Path) -> None:
-    """Remove `path` if present: a folder with its contents, a link as a link (never its target)."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        path.unlink()
 
 
 def missing_folders(run_dir: str | Path) -> list[Path]:

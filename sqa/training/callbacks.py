@@ -20,7 +20,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSum
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 
-from sqa.core.run_folder import discard_previous
+from sqa.core.set_aside import discard_previous
 from sqa.reports.plots import History
 from sqa.training.checkpoint_io import AtomicCheckpointIO, checkpoint_step
 from sqa.training.model_summary import summary_table

@@ -23,17 +23,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sqa.core import ownership
-from sqa.core.run_folder import (
-    LINK_REFUSED,
-    LOCK_NAME,
-    LOG_NAME,
-    RunDirError,
-    lock,
-    missing_folders,
-    open_no_follow,
-    prepare,
-    remove_unused,
-)
+from sqa.core.run_folder import LOG_NAME, missing_folders, prepare, remove_unused
+from sqa.core.run_lock import LINK_REFUSED, LOCK_NAME, RunDirError, lock, open_no_follow
 
 log = logging.getLogger(__name__)
 

@@ -16,26 +16,26 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities import rank_zero_only
 
-from sqa.core import ownership, run_folder
+from sqa.core import ownership, run_lock
 from sqa.core.run_folder import (
     LINK_REFUSED,
     LOCK_NAME,
     LOG_NAME,
     PREVIOUS,
     RunDirError,
-    _owner,
     discard_previous,
     lock,
     prepare,
     previous_outputs,
 )
+from sqa.core.run_lock import _owner
 from sqa.training.run import run
 from sqa.training.run_dir import ClaimRunDirectory, NoFollowFileHandler
 from tests.conftest import REPO
 
 HOLD = """
 import sys, time
-from sqa.core.run_folder import lock
+from sqa.core.run_lock import lock
 with lock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(600)
@@ -443,7 +443,7 @@ def test_a_lock_taken_on_a_removed_lock_file_is_taken_again_on_the_current_one(t
         opened.append(fd)
         return fd
 
-    monkeypatch.setattr(run_folder, "open_no_follow", open_then_replaced)
+    monkeypatch.setattr(run_lock, "open_no_follow", open_then_replaced)
     with lock(tmp_path):
         assert len(opened) == 2
         assert not is_free(tmp_path)
@@ -489,7 +489,7 @@ def test_an_overwrite_removes_train_log_only_when_asked(remove_log, left, tmp_pa
 
 def test_an_overwrite_says_what_it_set_aside_and_removed_and_from_where(tmp_path, caplog):
     write_tree(tmp_path, FINISHED)
-    with caplog.at_level(logging.INFO, logger="sqa.core.run_folder"):
+    with caplog.at_level(logging.INFO, logger="sqa.core"):
         prepare(tmp_path, resume=False, overwrite=True)
         discard_previous(tmp_path)
     assert [r.getMessage() for r in caplog.records] == [
