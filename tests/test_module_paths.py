@@ -2,9 +2,9 @@
 
 `sqa.scoring.scorer`, `sqa.scoring.cli`, `sqa.reports.compare`, `sqa.models.distillmos`,
 `sqa.core.run_folder` and `sqa.training`'s run, ensemble, callbacks, run_outputs and lit_module
-each had a part moved into modules of their own; users' code, exports, configs and checkpoints (callback state keys) still
-name the old paths, so each module imports its moved names back and lists every public name in
-`__all__`, and the classes they name by module stay where they are.
+each had a part moved into modules of their own; users' code, exports, configs and checkpoints
+(callback state keys) still name the old paths, so each module imports its moved names back and
+lists every public name in `__all__`, and the classes they name by module stay where they are.
 """
 
 from __future__ import annotations
