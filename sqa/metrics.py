@@ -34,6 +34,10 @@ LEVELS = ("utt", "sys")
 # What a point is at each level, as the reasons for undefined metrics name it.
 UNITS = {"utt": "clip", "sys": "system"}
 AVERAGE_KEY = "avg"
+# Listening-test conditions that are rated but are not systems under test (a MUSHRA hidden
+# reference and its anchors): their test sets are reported on their own, outside every average.
+ROLE_REFERENCE, ROLE_ANCHOR = "reference", "anchor"
+ROLES = (ROLE_REFERENCE, ROLE_ANCHOR)
 CI_KEY = "ci"
 UNDEFINED_KEY = "undefined"
 AVERAGED_OVER_KEY = "averaged_over"

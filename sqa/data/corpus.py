@@ -21,16 +21,17 @@ from pathlib import Path
 
 from sqa.data.audio import AudioError, audio_info
 
+# The role names began here and are kept importable from here (`sqa.metrics` defines them).
+from sqa.metrics import ROLE_ANCHOR as ROLE_ANCHOR
+from sqa.metrics import ROLE_REFERENCE as ROLE_REFERENCE
+from sqa.metrics import ROLES as ROLES
+
 SPLITS = ("train", "valid", "test")
 # Split names used by other toolkits (ESPnet, SHEET, VoiceMOS lists), accepted in CSV manifests
 # and SingMOS-Pro split.json.
 SPLIT_ALIASES = {"dev": "valid", "val": "valid", "validation": "valid", "eval": "test"}
 
 
-# Listening-test conditions that are rated but are not systems under test (a MUSHRA hidden
-# reference and its anchors): their clips are scored on their own, outside the headline metrics.
-ROLE_REFERENCE, ROLE_ANCHOR = "reference", "anchor"
-ROLES = (ROLE_REFERENCE, ROLE_ANCHOR)
 # The domain of a clip whose corpus names none (a CSV manifest without `domain_id`).
 DEFAULT_DOMAIN = "default"
 

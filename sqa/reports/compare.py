@@ -131,8 +131,10 @@ def compare_groups(
     exactly 0); a_runs and b_runs (each run's value) where a side has several runs. Where the
     metric is undefined for any run the entry has `undefined` (the reason, naming the run) and no
     difference, interval or p; the average leaves such sets out and then lists the sets it is
-    over under `averaged_over`. With fewer points than `metrics.MIN_INTERVAL_POINTS` the entry
-    has the difference but `no_interval` (the reason) instead of an interval and p.
+    over under `averaged_over`. Sets named `reference` and `anchor` (`metrics.ROLES`) get their
+    own entries and are never averaged, as in metrics.json. With fewer points than
+    `metrics.MIN_INTERVAL_POINTS` the entry has the difference but `no_interval` (the reason)
+    instead of an interval and p.
     """
     labels = {"a": run_labels("A", len(runs_a)), "b": run_labels("B", len(runs_b))}
     preds = dict(zip([*labels["a"], *labels["b"]], [*runs_a, *runs_b], strict=True))
@@ -164,9 +166,11 @@ def compare_groups(
                 reason = metrics.undefined_reasons(p, tt, metrics.UNITS[level], (metric,)).get(metric)
                 if reason is not None:
                     reasons.setdefault(name, {}).setdefault(level, f"{label}: {reason}")
-    # The average is over the sets where the metric is defined for every run, the same for all.
+    # The average is over the sets where the metric is defined for every run, the same for all,
+    # and leaves a listening test's reference and anchor sets out, as metrics.json's does.
+    headline = [name for name in groups if name not in metrics.ROLES]
     over = {
-        level: {metric: [name for name in groups if level not in reasons.get(name, {})]}
+        level: {metric: [name for name in headline if level not in reasons.get(name, {})]}
         for level in metrics.LEVELS
     }
     for label in preds:
@@ -203,7 +207,7 @@ def compare_groups(
                 diffs = side_draws["b"] - side_draws["a"]
                 entry = welch(b - a, values["a"], values["b"], diffs) if seeds else summarise(b - a, diffs)
             result[name][level] = {"a": a, "b": b, **entry, **runs}
-            if name == metrics.AVERAGE_KEY and len(sets) < len(groups):
+            if name == metrics.AVERAGE_KEY and len(sets) < len(headline):
                 result[name][level]["averaged_over"] = sets
     return result
 

@@ -315,6 +315,33 @@ def test_a_set_undefined_for_one_run_only_is_left_out_of_both_runs_averages():
         assert avg["averaged_over"] == ["t1", "t2"] and "averaged_over" not in result["t1"][level]
 
 
+def test_the_average_leaves_out_the_reference_and_anchor_sets_as_metrics_json_does():
+    # A listening test's hidden reference and anchors: rated, but not systems under test. A set
+    # named "anchors" is an ordinary set, averaged like t1.
+    rng = np.random.default_rng(11)
+    layout = {"t1": 10, "anchors": 8, "reference": 6, "anchor": 8}
+    systems = [f"{name}s{i}" for name, n in layout.items() for i in range(n) for _ in range(3)]
+    sets = [name for name, n in layout.items() for _ in range(3 * n)]
+    true = rng.uniform(1, 5, len(sets))
+    roles = np.isin(sets, metrics.ROLES)
+    # Their predictions are noise: averaged in, they would pull both sides' averages down.
+    pred_a = np.where(roles, rng.uniform(1, 5, len(sets)), true + rng.normal(0, 1.0, len(true)))
+    pred_b = np.where(roles, rng.uniform(1, 5, len(sets)), true + rng.normal(0, 0.5, len(true)))
+    result = compare.compare(list(pred_a), list(pred_b), list(true), systems, sets, resamples=50)
+    assert set(result) == {*layout, "avg"}
+    for run, pred in (("a", pred_a), ("b", pred_b)):
+        reference = metrics.evaluate_sets(list(pred), list(true), systems, sets, apart=metrics.ROLES)
+        everything = metrics.evaluate_sets(list(pred), list(true), systems, sets)
+        for level in metrics.LEVELS:
+            expected = reference["avg"][level]["srcc"]
+            assert result["avg"][level][run] == pytest.approx(expected, rel=1e-12)
+            assert abs(everything["avg"][level]["srcc"] - expected) > 0.01
+            for name in layout:
+                assert result[name][level][run] == pytest.approx(reference[name][level]["srcc"], rel=1e-12)
+    # Every set that can be averaged is: the average lists no subset.
+    assert not any("averaged_over" in r for r in result["avg"].values())
+
+
 def test_a_level_undefined_in_every_set_is_undefined_on_average(tmp_path, capsys):
     # Two systems per set: no system-level SRCC anywhere; the utterance level is defined.
     true = [1.0, 2.0, 3.0, 4.0, 2.0, 3.0, 4.0, 5.0]
