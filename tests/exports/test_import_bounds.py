@@ -10,7 +10,6 @@ Python, as data. Each rule is tested on both sides of its threshold.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ import yaml
 from sqa.exports import importers
 from sqa.exports.config import MAX_ARCH_INTEGER
 from sqa.exports.format import MAX_PARAMETERS, ExportError, load_export
-from sqa.models.ssl import S3prlWav2Vec2, s3prl_upstream_names
+from sqa.models.ssl import S3prlWav2Vec2
 from sqa.models.ssl.interop import MAX_CONV_LAYERS, conv_layers
 from tests.models.test_ssl_sources import FAIRSEQ_TINY, fairseq_reference_model
 
@@ -100,16 +99,10 @@ def test_a_small_file_declaring_a_huge_encoder_is_refused_before_it_is_built(
     upstream = converted_upstream(tmp_path / "huge.pt", HUGE)
     assert upstream.stat().st_size < 4096
     args = import_args(tmp_path, upstream)
-    # Importing s3prl and the first meta-device init (which imports torch._dynamo) take seconds
-    # once per process; they are not what is timed.
-    s3prl_upstream_names()
-    with torch.device("meta"):
-        S3prlWav2Vec2(model_config=FAIRSEQ_TINY)
     devices = record_builds(monkeypatch)
-    start = time.perf_counter()
     assert importers.main(args) == 1
-    elapsed = time.perf_counter() - start
-    assert devices == ["meta"] and elapsed < 1.0, (devices, elapsed)
+    # Counted on the meta device only: 38 billion parameters never get memory.
+    assert devices == ["meta"], devices
     err = capsys.readouterr().err.strip()
     found = re.fullmatch(
         rf"sqa-import: {re.escape(str(upstream))}: its model_cfg declares a wav2vec2 of 48 layers of "
@@ -149,9 +142,9 @@ def test_model_cfg_integers_have_the_exports_bounds_before_anything_is_built(
         tmp_path / "deep.pt", {**FAIRSEQ_TINY, "encoder_layers": 10**9, "encoder_embed_dim": 8}
     )
     devices = record_builds(monkeypatch)
-    start = time.perf_counter()
     assert importers.main(import_args(tmp_path, upstream)) == 1
-    assert devices == [] and time.perf_counter() - start < 1.0
+    # Refused from the integers alone: not even the meta device builds a billion modules.
+    assert devices == []
     assert capsys.readouterr().err.strip() == (
         f"sqa-import: {upstream}: model_cfg.encoder_layers is 1000000000; an export's sizes are at most "
         f"{MAX_ARCH_INTEGER}"
