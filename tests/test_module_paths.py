@@ -1,10 +1,11 @@
 """Modules split into sibling modules keep every public path they had, and keep their classes.
 
 `sqa.scoring.scorer`, `sqa.scoring.cli`, `sqa.reports.compare`, `sqa.models.distillmos`,
-`sqa.core.run_folder` and `sqa.training`'s run, ensemble, callbacks, run_outputs and lit_module
-each had a part moved into modules of their own; users' code, exports, configs and checkpoints
-(callback state keys) still name the old paths, so each module imports its moved names back and
-lists every public name in `__all__`, and the classes they name by module stay where they are.
+`sqa.core.run_folder`, `sqa.exports.importers` and `sqa.training`'s run, ensemble, callbacks,
+run_outputs and lit_module each had a part moved into modules of their own; users' code,
+exports, configs and checkpoints (callback state keys) still name the old paths, so each module
+imports its moved names back and lists every public name in `__all__`, and the classes they name
+by module stay where they are.
 """
 
 from __future__ import annotations
@@ -148,6 +149,25 @@ NAMES = {
         "write_test_outputs",
     ),
     "sqa.training.lit_module": ("LossFn", "MOSModule", "OptimizerFactory", "labelled"),
+    "sqa.exports.importers": (
+        "KINDS",
+        "SAMPLE_RATE",
+        "SHEET_SSL",
+        "SINGMOS_PRO_DEFAULT_DOMAIN",
+        "SINGMOS_SSL",
+        "SINGMOS_UPSTREAMS",
+        "SOURCE_POOLING",
+        "Converted",
+        "LayoutError",
+        "build_predictor",
+        "convert_sheet",
+        "convert_singmos_pro",
+        "convert_singmos_v1",
+        "import_predictor",
+        "main",
+        "read_sheet_config",
+        "read_weights",
+    ),
     "sqa.core.run_folder": (
         "HYDRA",
         "LINK_REFUSED",
