@@ -1,11 +1,11 @@
 """Modules split into sibling modules keep every public path they had, and keep their classes.
 
 `sqa.scoring.scorer`, `sqa.scoring.cli`, `sqa.reports.compare`, `sqa.models.distillmos`,
-`sqa.core.run_folder`, `sqa.exports.importers` and `sqa.training`'s run, ensemble, callbacks,
-run_outputs and lit_module each had a part moved into modules of their own; users' code,
-exports, configs and checkpoints (callback state keys) still name the old paths, so each module
-imports its moved names back and lists every public name in `__all__`, and the classes they name
-by module stay where they are.
+`sqa.core.run_folder`, `sqa.exports.importers`, `sqa.models.ssl.interop` and `sqa.training`'s
+run, ensemble, callbacks, run_outputs and lit_module each had a part moved into modules of their
+own; users' code, exports, configs and checkpoints (callback state keys) still name the old
+paths, so each module imports its moved names back and lists every public name in `__all__`,
+and the classes they name by module stay where they are.
 """
 
 from __future__ import annotations
@@ -167,6 +167,25 @@ NAMES = {
         "main",
         "read_sheet_config",
         "read_weights",
+    ),
+    "sqa.models.ssl.interop": (
+        "MAX_CONV_LAYERS",
+        "conv_layers",
+        "convert_fairseq_state_dict",
+        "existing",
+        "fairseq_task_normalize",
+        "load_fairseq2_checkpoint",
+        "load_torch_file",
+        "load_torchaudio_checkpoint",
+        "load_transformers_dir",
+        "load_weights_into",
+        "patch_torchaudio_for_s3prl",
+        "read_s3prl_checkpoint",
+        "s3prl_cached_checkpoint",
+        "s3prl_checkpoint_url",
+        "s3prl_configs",
+        "s3prl_upstream_names",
+        "transformers_do_normalize",
     ),
     "sqa.core.run_folder": (
         "HYDRA",

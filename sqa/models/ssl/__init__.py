@@ -16,8 +16,9 @@ pass instead of keeping them (less memory, about one more forward pass of time),
 only. It changes neither the outputs nor the state_dict keys, so it is a training setting and not
 part of `export_config()`: an exported model is rebuilt without it and scores the same.
 
-Layout: `base` (the shared forward and plumbing), one module per library, and `interop` (import
-shims, checkpoint loaders, key bridges). Configs and exports name the classes here, e.g.
+Layout: `base` (the shared forward and plumbing), one module per library, `interop` (checkpoint
+loaders, key bridges), `s3prl_files` (s3prl's import shim, hub entries and upstream configs) and
+`files` (local weight files read with clear errors). Configs and exports name the classes here, e.g.
 `sqa.models.ssl.TorchaudioWav2Vec2`; the libraries themselves are imported only when a class of
 theirs is built.
 """
@@ -32,7 +33,7 @@ from sqa.models.ssl.base import (
     resolve_normalize,
 )
 from sqa.models.ssl.fairseq2_wav2vec2 import FAIRSEQ2_NORMALIZE, Fairseq2Config, Fairseq2Wav2Vec2
-from sqa.models.ssl.interop import (
+from sqa.models.ssl.s3prl_files import (
     patch_torchaudio_for_s3prl,
     s3prl_cached_checkpoint,
     s3prl_configs,

@@ -8,9 +8,9 @@ import torch
 
 from sqa.core.masking import frame_mask
 from sqa.models.ssl.base import HiddenStates, Wav2Vec2Backbone, Wav2Vec2Parts, plain, resolve_normalize
-from sqa.models.ssl.interop import (
+from sqa.models.ssl.files import load_weights_into
+from sqa.models.ssl.s3prl_files import (
     conv_layers,
-    load_weights_into,
     patch_torchaudio_for_s3prl,
     read_s3prl_checkpoint,
     s3prl_cached_checkpoint,
@@ -40,7 +40,7 @@ class S3prlWav2Vec2(Wav2Vec2Backbone):
     (that is what `export_config()` stores). `normalize=None` follows the task config's
     `normalize` (fairseq's default, false, when it has none), as s3prl's own wav2vec2 expert does.
     Of the task config only `normalize` is read, and kept. The model config's
-    `conv_feature_layers` is parsed as data (`interop.conv_layers`), never evaluated as code.
+    `conv_feature_layers` is parsed as data (`s3prl_files.conv_layers`), never evaluated as code.
     """
 
     def __init__(
