@@ -1,11 +1,11 @@
 """Modules split into sibling modules keep every public path they had, and keep their classes.
 
 `sqa.scoring.scorer`, `sqa.scoring.cli`, `sqa.reports.compare`, `sqa.models.distillmos`,
-`sqa.core.run_folder`, `sqa.exports.importers`, `sqa.models.ssl.interop` and `sqa.training`'s
-run, ensemble, callbacks, run_outputs and lit_module each had a part moved into modules of their
-own; users' code, exports, configs and checkpoints (callback state keys) still name the old
-paths, so each module imports its moved names back and lists every public name in `__all__`,
-and the classes they name by module stay where they are.
+`sqa.core.run_folder`, `sqa.exports.importers`, `sqa.models.ssl.interop`, `sqa.baselines.cli`
+and `sqa.training`'s run, ensemble, callbacks, run_outputs and lit_module each had a part moved
+into modules of their own; users' code, exports, configs and checkpoints (callback state keys)
+still name the old paths, so each module imports its moved names back and lists every public
+name in `__all__`, and the classes they name by module stay where they are.
 """
 
 from __future__ import annotations
@@ -186,6 +186,21 @@ NAMES = {
         "s3prl_configs",
         "s3prl_upstream_names",
         "transformers_do_normalize",
+    ),
+    "sqa.baselines.cli": (
+        "BASELINES",
+        "BASELINE_RANGE",
+        "CORPORA",
+        "DEFAULT_RATE_FILTER",
+        "OPTIONS",
+        "Baseline",
+        "BaselineModel",
+        "evaluate_on_scale",
+        "main",
+        "read_corpus",
+        "run_info",
+        "score_clips",
+        "score_corpus",
     ),
     "sqa.core.run_folder": (
         "HYDRA",

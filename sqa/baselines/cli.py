@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Any, NamedTuple
 
 from sqa import metrics
 from sqa.baselines import distillmos, dnsmos
+from sqa.baselines.corpora import BASELINE_RANGE, CORPORA, DEFAULT_RATE_FILTER, read_corpus
 from sqa.baselines.distillmos import DistillMOS
 from sqa.baselines.dnsmos import DNSMOS
 from sqa.core import artefacts
@@ -48,19 +48,28 @@ from sqa.core.provenance import package_versions
 from sqa.core.run_folder import claimed
 from sqa.core.run_lock import Options, RunDirError
 from sqa.core.set_aside import discard_previous
-from sqa.data.corpus import ROLES, Clip, Corpus, CorpusError
-from sqa.data.readers import read_csv_manifest, read_singmos_pro, read_vmc24
-from sqa.data.synthetic import load_synthetic, load_synthetic_mushra
+from sqa.data.corpus import ROLES, Clip, CorpusError
 from sqa.data.validate import Problem, format_report
 from sqa.reports import tables
 from sqa.reports.scale import fit_line
 
-CORPORA = ("synthetic", "synthetic_mushra", "singmos_pro", "singmos_vmc24", "csv")
-# The baselines' own scale (DNSMOS and Distill-MOS alike): a corpus on it needs no map.
-BASELINE_RANGE = (1.0, 5.0)
-# The sample-rate filter of each corpus's data config, so test sets match a default training run.
-DEFAULT_RATE_FILTER = {"singmos_pro": 16000}
 Baseline = DNSMOS | DistillMOS
+# Every public name this module had, the corpus reading now in `sqa.baselines.corpora` included.
+__all__ = [
+    "BASELINES",
+    "BASELINE_RANGE",
+    "CORPORA",
+    "DEFAULT_RATE_FILTER",
+    "OPTIONS",
+    "Baseline",
+    "BaselineModel",
+    "evaluate_on_scale",
+    "main",
+    "read_corpus",
+    "run_info",
+    "score_clips",
+    "score_corpus",
+]
 
 
 class BaselineModel(NamedTuple):
@@ -86,39 +95,6 @@ BASELINES = {
         DistillMOS, "Distill-MOS", distillmos.OUTPUTS, ("distillmos", "torch", "numpy", "soundfile", "soxr")
     ),
 }
-
-
-def read_corpus(args: argparse.Namespace) -> Corpus:
-    """The corpus named by the command line (`--corpus` with `--root` or `--manifest`)."""
-    rate = args.sample_rate_filter
-    rate = DEFAULT_RATE_FILTER.get(args.corpus) if rate is None else (rate or None)
-    if args.corpus == "synthetic":
-        # The same default location as conf/data/synthetic.yaml, so a training run's corpus is reused.
-        root = args.root or (
-            Path(os.environ.get("SQA_DATA_DIR", "data"))
-            / f"synthetic-seed{args.seed}-clips{args.clips_per_system}"
-        )
-        return load_synthetic(
-            root, seed=args.seed, clips_per_system=args.clips_per_system, sample_rate_filter=rate
-        )
-    if args.corpus == "synthetic_mushra":
-        root = args.root or (
-            Path(os.environ.get("SQA_DATA_DIR", "data"))
-            / f"synthetic-mushra-seed{args.seed}-clips{args.clips_per_system}"
-        )
-        return load_synthetic_mushra(root, seed=args.seed, clips_per_system=args.clips_per_system)
-    scale = args.score_range or BASELINE_RANGE
-    if args.corpus == "csv":
-        if not args.manifest:
-            raise CorpusError("--corpus csv needs --manifest FILE")
-        return read_csv_manifest(
-            args.manifest, default_split="test", sample_rate_filter=rate, score_range=scale
-        )
-    if not args.root:
-        raise CorpusError(f"--corpus {args.corpus} needs --root DIR")
-    if args.corpus == "singmos_pro":
-        return read_singmos_pro(args.root, sample_rate_filter=rate, score_range=scale)
-    return read_vmc24(args.root, sample_rate_filter=rate, score_range=scale)
 
 
 def evaluate_on_scale(
