@@ -17,7 +17,6 @@ from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.scoring.scorer import DomainWarning
 from sqa.training.run import run
-from tests.conftest import small_corpus_overrides
 from tests.training.test_train import compose_train
 
 # A zero-padded batch of three clips (1 s, 0.56 s, 0.3 s) of three domains.
@@ -148,19 +147,35 @@ def test_the_replayed_batch_scales_are_the_generators():
     )
 
 
+def map_error(
+    gains: np.ndarray, offsets: np.ndarray, true_gains: np.ndarray, true_offsets: np.ndarray
+) -> float:
+    """Mean over domains 1.. of the RMS gap of a·(s − 3) + 3 + b (D,) to the true maps, s in [1.5, 4.5]."""
+    s = np.linspace(1.5, 4.5, 61)[:, None]
+    gap = (gains - true_gains)[1:] * (s - 3) + (offsets - true_offsets)[1:]
+    return float(np.sqrt((gap**2).mean(axis=0)).mean())
+
+
 @pytest.mark.slow
-def test_a_tiny_aligned_model_learns_each_batchs_bias_and_beats_the_constant(small_synthetic_root, tmp_path):
-    """300 Adam steps on the small synthetic corpus (about 8 min on 2 busy cores): offsets follow biases."""
+def test_a_tiny_aligned_model_learns_each_batchs_bias_and_beats_the_constant(synthetic_root, tmp_path):
+    """1500 Adam steps on the default synthetic corpus with the intonation branch: offsets follow biases."""
     overrides = [
-        *small_corpus_overrides(small_synthetic_root),
+        "data=synthetic",
+        f"data.corpus.root={synthetic_root}",
         "model=aligned",
+        # Each batch's offset absorbs the shared model's mean error over that batch's systems: the
+        # pitch-error systems, which a log-mel front end this small cannot hear, left the offsets
+        # at Pearson 0.37-0.64 without the branch (docs/guide.md#aligner).
+        "model.pitch=intonation",
         "optim=adam",
         "optim.lr=3e-3",
         "head_init=train_mean",
-        "trainer.max_steps=300",
+        "trainer.max_steps=1500",
         "trainer.val_check_interval=100",
         "trainer.enable_progress_bar=false",
         "early_stopping_patience=null",
+        "selection.metric=rmse",
+        "selection.level=utt",
         "bootstrap=20",
     ]
     run(compose_train(overrides), tmp_path / "run")
@@ -175,6 +190,10 @@ def test_a_tiny_aligned_model_learns_each_batchs_bias_and_beats_the_constant(sma
     true_offsets = bias - true_gains * bias[0]
     print("offsets", offsets.round(3), "true", true_offsets.round(3))
     print("gains", gains.round(3), "true", true_gains.round(3))
-    # Measured once at 0.73 (offsets) and 0.77 (gains): the issue's 0.8 is not reached on the small
-    # corpus, whose 7-12 systems per batch leave the shared model's system errors in each offset.
-    assert np.corrcoef(offsets, true_offsets)[0, 1] > 0.5
+    # Seeds 0/1/2: offsets Pearson 0.92/0.90/0.89; maps 0.14/0.16/0.14 from the truth against the
+    # identity's 0.39 (0.26-0.28 without the branch). The gains alone are not pinned (Pearson
+    # 0.34/0.23/0.48): the four batches' true gains lie within 0.81-0.95, and 8-12 systems a batch
+    # trade slope against offset.
+    assert np.corrcoef(offsets, true_offsets)[0, 1] > 0.8
+    identity = map_error(np.ones(5), np.zeros(5), true_gains, true_offsets)
+    assert map_error(gains, offsets, true_gains, true_offsets) < 0.5 * identity
