@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
 import yaml
+from hydra import initialize_config_dir
+from omegaconf import OmegaConf
 
 from sqa.training import size_rule
 from sqa.training.run import run
@@ -76,10 +79,42 @@ def test_settings_that_choose_neither_leave_the_rule_on(override):
     assert decide(True, 20, True, [*USER, override], pretrained=True).overrides == (*USER, override, PRESET)
 
 
+def test_an_override_key_ends_at_the_first_equals_sign():
+    # A Hydra multirun's folders are named by their overrides, so a path value may hold "=".
+    override = "init_from=multirun/2026-12-03/optim.lr=0.01/export"
+    assert size_rule.override_key(override) == "init_from"
+    assert chosen([override, "data.corpus.path=runs/seed=1/clips.csv"]) == [override]
+
+
+def test_the_applied_rule_says_what_it_adds_and_how_to_keep_the_default():
+    line = decide(True, 20, True, USER, pretrained=True).line
+    assert line == (
+        "small corpus: 20 training clips (fewer than 80): the size rule adds experiment=small_corpus "
+        "(the frozen pretrained Distill-MOS backbone, Adam, the head started at the training mean; "
+        "docs/selection.md); size_rule=false keeps the default model"
+    )
+
+
 def test_without_the_pretrained_package_the_run_trains_as_configured_and_says_why():
     decision = decide(True, 20, True, USER, pretrained=False)
     assert decision.overrides is None
-    assert "the distillmos package is not installed (pip install 'sqa[distillmos]')" in decision.line
+    assert decision.line == (
+        "small corpus: 20 training clips (fewer than 80): experiment=small_corpus would start from the "
+        "pretrained Distill-MOS backbone, but the distillmos package is not installed (pip install "
+        "'sqa[distillmos]'); training the default model from scratch, which this small often predicts "
+        "no better than the training mean"
+    )
+
+
+def test_train_yaml_composes_alike_inside_a_hydra_app_and_on_its_own_without_a_warning():
+    """Both branches of `compose_train`: Hydra already initialised (train.py) or not (tests, sweeps)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        alone = compose_train(["seed=5", "data.batch_size=4"])
+    with initialize_config_dir(str(size_rule.CONF_DIR), version_base="1.3"):
+        inside = compose_train(["seed=5", "data.batch_size=4"])
+    assert (alone.seed, alone.data.batch_size) == (5, 4)
+    assert OmegaConf.to_container(inside) == OmegaConf.to_container(alone)
 
 
 def test_without_a_command_line_the_rule_only_names_the_preset():
