@@ -430,6 +430,14 @@ def test_a_refused_claim_leaves_the_lock_file_as_it_found_it(tmp_path, claim, ha
     assert is_free(tmp_path)
 
 
+def test_a_refused_claim_whose_lock_file_is_already_gone_still_ends_with_its_refusal(tmp_path):
+    # Someone removed .lock while the claim held it: the refusal, not a missing file, is what ends it.
+    with pytest.raises(RunDirError, match="refused here"), lock(tmp_path):
+        (tmp_path / LOCK_NAME).unlink()
+        raise RunDirError("refused here")
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
 def test_a_lock_taken_on_a_removed_lock_file_is_taken_again_on_the_current_one(tmp_path, monkeypatch):
     # Between this claim's open of .lock and its flock, a refused claim removes the file it had
     # made and another run makes a new one: a flock on the removed file would guard nothing.
