@@ -22,6 +22,8 @@ from sqa.exports.residual import VALID_RMSE_SOURCE
 from sqa.metrics import pair_acc
 from sqa.reports.preferences import (
     PREFERENCES_FILE,
+    calibration,
+    describe,
     evaluate_preferences,
     pair_outcomes,
     preference_accuracy,
@@ -60,6 +62,66 @@ def test_preference_accuracy_on_each_test_set_is_its_pair_acc():
     assert (sets[index[:, 0]] == sets[index[:, 1]]).all() and (index[:, 0] % 4 != index[:, 1] % 4).all()
 
 
+def test_pairs_are_every_two_clips_of_a_group_in_row_order_with_signed_float_differences():
+    # Clips 0, 2, 3, 5 form one group and 1, 4 another (groups given as (test set, song) tuples).
+    groups = [("t", "a"), ("t", "b"), ("t", "a"), ("t", "a"), ("t", "b"), ("t", "a")]
+    systems = ["s1", "s2", "s1", "s3", "s1", "s2"]
+    # Small integer scores held as uint8, as a compact array of 1-5 labels may be: a difference
+    # taken in uint8 wraps (1 - 3 = 254), so the sign of every pair must come from float values.
+    pred, true = [3, 1, 4, 1, 5, 2], [2, 5, 3, 4, 1, 2]
+    pred_u8, true_u8 = np.array(pred, dtype=np.uint8), np.array(true, dtype=np.uint8)
+    for apart in (None, systems):
+        # The reference: itertools.combinations over the clips, which gives i < j in row order and
+        # never a clip with itself; `apart` keeps only pairs of different systems.
+        expected = [
+            (i, j)
+            for i, j in itertools.combinations(range(len(groups)), 2)
+            if groups[i] == groups[j] and (apart is None or apart[i] != apart[j])
+        ]
+        pred_diff, true_diff, index = pair_outcomes(pred_u8, true_u8, groups, apart)
+        assert index.tolist() == [list(pair) for pair in expected]
+        assert pred_diff.tolist() == [float(pred[i] - pred[j]) for i, j in expected]
+        assert true_diff.tolist() == [float(true[i] - true[j]) for i, j in expected]
+    # Without `apart`, 6 + 1 pairs (4 clips' and 2 clips'); the tie (0, 5) in `true` is kept.
+    assert len(pair_outcomes(pred, true, groups)[2]) == 7
+    assert evaluate_preferences(pred, true, groups, sigma=None)["tied"] == 1
+
+
+def test_calibration_bins_are_closed_below_and_the_last_holds_one():
+    # Five bins [0, .2), [.2, .4), [.4, .6), [.6, .8), [.8, 1]: a probability on an edge belongs to
+    # the bin above it, one just below to the bin below, and 1 itself to the last bin. Bin
+    # [.2, .4) is empty: it is left out and the bins after it still reported.
+    below_06, below_08 = np.nextafter(0.6, 0.0), np.nextafter(0.8, 0.0)
+    p = np.array([0.0, 0.1, below_06, 0.6, 0.7, below_08, 0.8, 1.0])
+    outcome = np.array([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0])
+
+    # One bin as plain means of its members, compared to 1e-12.
+    def expected(low: float, high: float, stated: list[float], observed: list[float]) -> object:
+        mean_p, mean_o = sum(stated) / len(stated), sum(observed) / len(observed)
+        return pytest.approx(
+            {
+                "low": low,
+                "high": high,
+                "pairs": len(stated),
+                "stated": mean_p,
+                "observed": mean_o,
+                "gap": mean_o - mean_p,
+            },
+            rel=0,
+            abs=1e-12,
+        )
+
+    assert calibration(p, outcome) == [
+        expected(0.0, 0.2, [0.0, 0.1], [0.0, 1.0]),
+        expected(0.4, 0.6, [below_06], [1.0]),
+        expected(0.6, 0.8, [0.6, 0.7, below_08], [0.0, 1.0, 0.0]),
+        expected(0.8, 1.0, [0.8, 1.0], [1.0, 1.0]),
+    ]
+    # Other bin counts: edges k / bins, 0.5 on the edge of two bins opening the upper one.
+    halves = calibration(np.array([0.25, 0.5, 1.0]), np.ones(3), bins=2)
+    assert [(b["low"], b["high"], b["pairs"]) for b in halves] == [(0.0, 0.5, 1), (0.5, 1.0, 2)]
+
+
 def test_stated_probabilities_are_calibrated_where_residuals_are_normal():
     # Residuals of spread σ, as the formula assumes: every bin's observed rate is its stated one,
     # up to the sampling noise of 400 clips' pairs (which share clips, so are not independent).
@@ -85,6 +147,11 @@ def same_pairs_pair_acc(rows: list[dict]) -> tuple[float, int]:
         and a["mos"] != b["mos"]
     ]
     return float(np.mean(scores)), len(scores)
+
+
+# A set's or the pool's block in preferences.json, as docs/scoring.md lists it ("undefined" only
+# where a number is null).
+SONG_BLOCK_KEYS = {"clips", "songs", "pairs", "tied", "accuracy", "max_gap", "bins"}
 
 
 def song_rows() -> list[dict]:
@@ -113,6 +180,15 @@ def test_song_preference_accuracy_is_pair_acc_of_the_same_pairs():
     rows = song_rows()
     record = song_preferences(rows, 0.5, VALID_RMSE_SOURCE)
     assert record["basis"] == "mos" and record["sigma"] == 0.5 and record["sigma_source"] == VALID_RMSE_SOURCE
+    # The record's fields as docs/scoring.md lists them; `pairs` says in words how pairs are formed,
+    # so a reader of preferences.json alone knows that tied pairs are left out.
+    assert set(record) == {"pairs", "basis", "sigma", "sigma_source", "calibration_bins", "sets", "all"}
+    assert record["pairs"] == (
+        "clips of one test set and song by different systems; pairs tied in the true MOS left out"
+    )
+    assert record["calibration_bins"] == 5 and set(record["sets"]) == {"test1", "test2"}
+    for block in (*record["sets"].values(), record["all"]):
+        assert set(block) == SONG_BLOCK_KEYS
     for name in ("test1", "test2"):
         expected, pairs = same_pairs_pair_acc([r for r in rows if r["test_set"] == name])
         block = record["sets"][name]
@@ -139,10 +215,16 @@ def test_song_preferences_say_why_a_number_is_null():
     assert block["accuracy"] is not None and block["max_gap"] is None and block["bins"] == []
     assert block["undefined"] == {"max_gap": "the run recorded no validation RMSE"}
     tied = [{**r, "mos": 3.0} for r in rows]
-    assert song_preferences(tied, 0.5, "")["all"]["undefined"] == {
+    tied_record = song_preferences(tied, 0.5, "")
+    assert tied_record["all"]["undefined"] == {
         "accuracy": "every pair is tied in the true MOS",
         "max_gap": "every pair is tied in the true MOS",
     }
+    # No untied pair: accuracy and max_gap are null under their own keys (not NaN, and no other key).
+    pooled = tied_record["all"]
+    assert pooled["accuracy"] is None and pooled["max_gap"] is None and pooled["bins"] == []
+    assert set(pooled) == {*SONG_BLOCK_KEYS, "undefined"}
+    json.dumps(tied_record, allow_nan=False)
     alone = [{**r, "system_id": "s1"} for r in rows]
     assert (
         song_preferences(alone, 0.5, "")["sets"]["test1"]["undefined"]["accuracy"]
@@ -150,6 +232,55 @@ def test_song_preferences_say_why_a_number_is_null():
     )
     # Every number is finite or null, so the record is strict JSON.
     json.dumps(no_sigma, allow_nan=False)
+
+
+def test_describe_gives_the_pooled_pairs_figures_and_basis_in_one_line():
+    # The log line of docs/scoring.md: accuracy and max_gap to three decimals, σ to four digits and
+    # its source, the record's own bin count. Hand-built records, one per branch.
+    mos = {
+        "basis": "mos",
+        "sigma": 0.90876,
+        "sigma_source": VALID_RMSE_SOURCE,
+        "calibration_bins": 5,
+        "sets": {},
+        "all": {"pairs": 573, "accuracy": 0.7449, "max_gap": 0.03851, "bins": []},
+    }
+    assert describe(mos) == (
+        "same-song pairs of different systems: 573 untied pairs, accuracy 0.745, max_gap 0.039 over 5 bins "
+        f"(sigma 0.9088, {VALID_RMSE_SOURCE})"
+    )
+    # No σ: max_gap is undefined and its reason shown, while accuracy is still a number.
+    why = "the run recorded no validation RMSE"
+    no_sigma = {
+        **mos,
+        "sigma": None,
+        "sigma_source": why,
+        "calibration_bins": 3,
+        "all": {"pairs": 2, "accuracy": 0.5, "max_gap": None, "bins": [], "undefined": {"max_gap": why}},
+    }
+    assert describe(no_sigma) == (
+        "same-song pairs of different systems: 2 untied pairs, accuracy 0.500, "
+        f"max_gap undefined ({why}) over 3 bins (no sigma)"
+    )
+    # A listener's basis names no σ; with every pair tied, both figures are undefined.
+    tied = "every pair is tied in the true MOS"
+    listener = {
+        **mos,
+        "basis": "listener",
+        "sigma": None,
+        "sigma_source": "not used: the predictor has a spread (laplace)",
+        "all": {
+            "pairs": 0,
+            "accuracy": None,
+            "max_gap": None,
+            "bins": [],
+            "undefined": {"accuracy": tied, "max_gap": tied},
+        },
+    }
+    assert describe(listener) == (
+        f"same-song pairs of different systems: 0 untied pairs, accuracy undefined ({tied}), "
+        f"max_gap undefined ({tied}) over 5 bins (P from the clips' spreads)"
+    )
 
 
 def test_a_predictor_with_a_spread_is_evaluated_as_a_listeners_preference():
@@ -170,7 +301,12 @@ def test_a_predictor_with_a_spread_is_evaluated_as_a_listeners_preference():
         for k, (score, spread) in enumerate(zip(scores, spreads, strict=True))
     ]
     record = song_preferences(rows, 0.7, VALID_RMSE_SOURCE, "gaussian")
-    assert record["basis"] == "listener" and record["sigma"] is None and "spread" in record["sigma_source"]
+    assert record["basis"] == "listener" and record["sigma"] is None
+    # sigma_source says why σ is not used and what the stated and observed figures are, by name.
+    assert record["sigma_source"] == (
+        "not used: the predictor has a spread (gaussian), so P is a listener's from both clips' spreads, "
+        "observed as the share of the clips' rating pairs with A rated higher (ties 1/2)"
+    )
     assert record["all"]["pairs"] == 120 * 119 // 2 and record["all"]["max_gap"] < 0.02
     # Without every clip's ratings there is nothing a listener did to compare: the MOS question.
     rows[0]["ratings"] = []
