@@ -733,3 +733,20 @@ def test_the_json_output_never_overwrites_an_input(tmp_path, capsys, monkeypatch
         == f"sqa-compare: error: --json {target} is one of the inputs; sqa-compare never overwrites an input"
     )
     assert b.read_bytes() == before
+
+
+@pytest.mark.parametrize(("runs_a", "runs_b"), [(1, 1), (1, 2), (2, 1), (3, 3)])
+def test_welch_only_with_several_runs_on_both_sides_and_each_runs_values_with_more_than_two(runs_a, runs_b):
+    # The documented rule: one run on either side leaves the paired clip bootstrap alone (ties, no
+    # seed variance); each run's value is listed wherever there are more than the two runs.
+    rng = np.random.default_rng(2)
+    systems = [f"s{i}" for i in range(10) for _ in range(3)]
+    true = list(rng.uniform(1, 5, 30))
+    a = [list(np.array(true) + rng.normal(0, 1.0, 30)) for _ in range(runs_a)]
+    b = [list(np.array(true) + rng.normal(0, 0.5, 30)) for _ in range(runs_b)]
+    r = compare.compare_groups(a, b, true, systems, ["t"] * 30, resamples=50)["t"]["utt"]
+    several = runs_a > 1 and runs_b > 1
+    assert ("df" in r) is several and ("ties" in r) is not several
+    assert ("a_runs" in r) is (runs_a + runs_b > 2)
+    if "a_runs" in r:
+        assert len(r["a_runs"]) == runs_a and len(r["b_runs"]) == runs_b
