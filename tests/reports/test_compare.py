@@ -750,3 +750,13 @@ def test_welch_only_with_several_runs_on_both_sides_and_each_runs_values_with_mo
     assert ("a_runs" in r) is (runs_a + runs_b > 2)
     if "a_runs" in r:
         assert len(r["a_runs"]) == runs_a and len(r["b_runs"]) == runs_b
+
+
+def test_a_set_undefined_for_side_b_only_names_run_b():
+    rng = np.random.default_rng(4)
+    systems = [f"s{i}" for i in range(8) for _ in range(2)]
+    true = list(rng.uniform(1, 5, 16))
+    result = compare.compare(
+        list(np.array(true) + rng.normal(0, 1, 16)), [3.0] * 16, true, systems, ["t"] * 16
+    )
+    assert result["t"]["utt"]["undefined"] == "B: every clip has the same prediction"
