@@ -62,7 +62,7 @@ class ExportScorer:
     `mode` ("parametric", "knn" or "fusion") and `domain="neighbours"` use the export's
     datastore.pt (`sqa.scoring.retrieval`; refused for an export without one).
     A predictor with a spread (`sqa.models.uncertainty`) also gives each clip the spread of a
-    listener's rating (`score_with_spread`, `ScoreResult.spread`; `distribution` names it, None
+    listener's rating (`Scorer.score_with_spread`, `ScoreResult.spread`; `distribution` names it, None
     for other exports and in the knn and fusion modes, whose scores the spread was never
     calibrated about). A chunked clip's spread pools its windows' by kept frames, and
     `domain="mean"`'s pools the domains' (`sqa.core.spread.pooled`: the root of the weighted mean
