@@ -7,10 +7,11 @@
 #
 # pyproject.toml [tool.sqa.mutation] maps each module to its tests; [tool.mutmut] holds the
 # settings every module shares. Each module runs in its own copy of the working tree under
-# $MUTATION_DIR (default /tmp/sqa-mutation/<module>), with [tool.mutmut] narrowed to the module and
-# its tests, at nice 19 with one child; a rerun there reuses the results of unchanged functions.
+# $MUTATION_DIR/<dotted module> (default /tmp/sqa-mutation/sqa.data.vocal for sqa/data/vocal.py:
+# two modules may share a file name), with [tool.mutmut] narrowed to the module and its tests, at
+# nice 19 with one child; a rerun there reuses the results of unchanged functions.
 # It prints each module's score ("killed / mutants") and its surviving mutants;
-# `cd $MUTATION_DIR/<module> && mutmut show <name>` shows one as a diff. Needs the dev extra.
+# `cd $MUTATION_DIR/<dotted module> && mutmut show <name>` shows one as a diff. Needs the dev extra.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -29,7 +30,8 @@ print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["tool"]["sqa"]["mutat
 fi
 
 for module in "${modules[@]}"; do
-    work=$base/$(basename "${module%.py}")
+    dotted=${module%.py}
+    work=$base/${dotted//\//.}
     mkdir -p "$work"
     # The tracked and untracked (not ignored) files of the working tree; mutants/ is kept.
     git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C "$work"
