@@ -130,10 +130,13 @@ def _ratings_or_mean(
 
 
 def _per_clip_mean(nll: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Mean over clips of each clip's mean NLL over its ratings: every clip weighs the same."""
-    counts = valid.sum(dim=1)
-    per_clip = (nll * valid).sum(dim=1) / counts.clamp_min(1.0)
-    return _masked_mean(per_clip, (counts > 0).to(per_clip.dtype))
+    """Mean over clips of each clip's mean NLL (B, R) over its valid ratings: every clip weighs the same."""
+    return _mean_over_clips((nll * valid).sum(dim=1), valid.sum(dim=1))
+
+
+def _mean_over_clips(total: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Mean over the clips with ratings of each clip's NLL `total` (B,) divided by its rating count (B,)."""
+    return _masked_mean(total / counts.clamp_min(1.0), (counts > 0).to(total.dtype))
 
 
 def gaussian_nll(
@@ -165,7 +168,7 @@ def gaussian_nll(
         + within / listener
         + n * (mean - out.score) ** 2 / shared
     )
-    return _masked_mean(nll / n.clamp_min(1.0), (n > 0).to(nll.dtype))
+    return _mean_over_clips(nll, n)
 
 
 def laplace_nll(
