@@ -8,6 +8,7 @@ naming a file sqa did not write, and the folder is as it was. A previous run set
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -361,7 +362,8 @@ def test_a_run_directory_written_before_records_is_started_over_only_by_its_reco
     )
 
 
-def test_restoring_puts_back_files_folders_and_links_over_what_the_new_run_wrote(tmp_path):
+def test_restoring_puts_back_files_folders_and_links_over_what_the_new_run_wrote(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="sqa.core.set_aside")
     run_dir = tmp_path / "run"
     before = previous_run(run_dir)
     (run_dir / "plots.link").symlink_to(run_dir / "plots", target_is_directory=True)
@@ -376,6 +378,8 @@ def test_restoring_puts_back_files_folders_and_links_over_what_the_new_run_wrote
         (run_dir / "plots.link").symlink_to(tmp_path, target_is_directory=True)
         assert run_folder.restore_previous(run_dir) is True
         assert run_folder.restore_previous(run_dir) is False  # nothing left to restore
+    # Said once, naming the folder: the second call found nothing to put back.
+    assert caplog.messages == [f"put the previous run's outputs back in {run_dir}"]
     assert snapshot(run_dir) == before
     assert (run_dir / "plots.link").readlink() == run_dir / "plots"
     assert sorted(os.listdir(tmp_path)) == ["run"]  # the new link's target was never followed
