@@ -123,6 +123,61 @@ def test_one_run_a_side_says_seed_variance_is_not_included_in_one_line(tmp_path,
     assert compare.SEED_NOTE not in capsys.readouterr().out
 
 
+def test_two_runs_a_side_print_welchs_table_and_one_run_a_side_the_bootstraps(tmp_path, capsys):
+    a, b = offset_runs(tmp_path, "a", [1.0, 1.5]), offset_runs(tmp_path, "b", [0.25, 0.5])
+    a, b = list(map(str, a)), list(map(str, b))
+    assert compare.main([*a, "--", *b, "--metric", "rmse", "--resamples", "20", "--seed", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == [
+        "rmse: B - A of the means over runs (A: 2, B: 2); "
+        "Welch's t over seed-to-seed and clip variance, 20 paired resamples (seed 3)",
+        f"A = {a[0]}, {a[1]}",
+        f"B = {b[0]}, {b[1]}",
+    ]
+    assert lines[3].split() == ["set", "level", "A", "B", "B-A", "95", "%", "interval", "p"] + [
+        "df",
+        "seed",
+        "SE",
+        "clip",
+        "SE",
+    ]
+    # By hand: seed variances (1/8)/2 and (1/32)/2, no clip variance (every resample gives the
+    # offsets); SE² = 5/64, df = (5/64)² / ((1/16)² + (1/64)²) = 25/17.
+    se, df, diff = np.sqrt(5 / 64), 25 / 17, 0.375 - 1.25
+    half = stats.t.ppf(0.975, df) * se
+    p = 2 * stats.t.sf(abs(diff) / se, df)
+    row = ["1.250", "0.375", "-0.875", f"[{diff - half:+.3f},", f"{diff + half:+.3f}]", f"{p:.3f}"]
+    assert lines[4].split() == ["t", "utt", *row, "1.5", f"{se:.3f}", "0.000"]
+    # The system means are off by the same offsets: the same row at system level.
+    assert lines[5] == lines[4].replace("t        utt  ", "t        sys  ")
+    assert compare.SEED_NOTE not in lines and len(lines) == 6
+    # One run on side A, two on B: no Welch, the ties column, and the one-line note.
+    assert compare.main([a[0], "--", *b, "--metric", "rmse", "--resamples", "20"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "rmse: B - A of the means over runs (A: 1, B: 2); 20 paired resamples (seed 0)"
+    assert lines[3] == compare.SEED_NOTE and lines[4].split()[-1] == "ties"
+
+
+def welch_row(p: float, df: float) -> dict[str, dict[str, dict]]:
+    """A one-set result of several runs a side with this p and these degrees of freedom."""
+    row = {"a": 1.0, "b": 0.5, "diff": -0.5, "ci": [-0.9, -0.1], "p": p, "significant": True}
+    return {"t": {"utt": {**row, "df": df, "seed_se": 0.125, "clip_se": 0.0625}}}
+
+
+@pytest.mark.parametrize(
+    ("p", "df", "shown"),
+    [
+        (0.000999, 99.9, ["<0.001", "99.9"]),
+        (0.001, 100.0, ["0.001", "100"]),
+        (0.0014, 100.5, ["0.001", "100"]),
+    ],
+)
+def test_welch_rows_show_p_below_a_thousandth_and_df_from_100_without_decimals(p, df, shown):
+    lines = compare.format_comparison(welch_row(p, df), "rmse", seeds=True).splitlines()
+    assert lines[1].split()[7:10] == [*shown, "0.125"]
+    assert lines[1].endswith("0.062  significant (B better)")
+
+
 def test_the_ways_of_naming_the_sides_agree(tmp_path, capsys):
     a, b = offset_runs(tmp_path, "a", CLOSE), offset_runs(tmp_path, "b", B_OFFSETS)
     a, b = list(map(str, a)), list(map(str, b))
