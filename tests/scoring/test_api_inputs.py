@@ -80,15 +80,31 @@ def test_a_list_mixing_paths_and_arrays_comes_back_in_input_order(predictor, tmp
 
 def test_sample_rate_applies_to_arrays_only(predictor, tmp_path):
     path = write(tmp_path / "song.wav", 0.5)
-    with pytest.raises(ValueError, match=r"^sample_rate 16000 applies to arrays only; a file is read at its"):
-        predictor.score(path, 16000)
-    with pytest.raises(ValueError, match="applies to arrays only"):
-        predictor.score([path, path], 16000)
+    refused = (
+        "sample_rate 16000 applies to arrays only; a file is read at its header's rate: leave sample_rate out"
+    )
+    for audio in (path, [path, path]):
+        with pytest.raises(ValueError, match=f"^{re.escape(refused)}$"):
+            predictor.score(audio, 16000)
+    with pytest.raises(
+        ValueError, match="^sample_rate applies to arrays only; a file is read at its header's rate$"
+    ):
+        predictor.timeline(path, 16000)
     assert predictor.score([], 16000) == [] and predictor.score([]) == []
     message = "score() needs the sample_rate of an array, e.g. score(audio, 44100); a path needs none"
     for audio in (np.zeros(1600), [path, np.zeros(1600)]):
-        with pytest.raises(TypeError, match=re.escape(message)):
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
             predictor.score(audio)
+
+
+def test_a_timeline_keeps_the_scorers_sample_limit_and_names_an_array_audio(default_export, tmp_path):
+    path = write(tmp_path / "song.wav", 0.5)  # 8000 samples at 16 kHz
+    limited = Scorer(default_export, max_samples=7999)
+    with pytest.raises(AudioError, match=f"^{re.escape(str(path))}: .* exceeds the limit of 7999 samples$"):
+        limited.timeline(path)
+    assert Scorer(default_export, max_samples=8000).timeline(path).frame_scores.shape == (24,)
+    with pytest.raises(AudioError, match="^audio: the audio holds NaN or infinite samples$"):
+        limited.timeline(np.full(1600, np.nan), 16000)
 
 
 def test_an_unreadable_path_raises_naming_it(predictor, tmp_path):
