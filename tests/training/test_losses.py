@@ -134,3 +134,15 @@ def test_utmosv2_config_is_its_weighted_pairwise_and_mse_terms_by_hand():
 def test_weighted_sum_needs_one_weight_per_loss():
     with pytest.raises(ValueError, match="one weight per loss"):
         losses.weighted_sum(pred([3.0]), torch.tensor([3.0]), losses=[losses.margin_l1], weights=[])
+
+
+def test_weighted_sum_passes_the_label_mask_to_every_term():
+    out, target = pred([3.0, 5.0]), torch.tensor([2.0, 1.0])
+    mask = torch.tensor([True, False])
+    terms = [losses.margin_l1, losses.clipped_mse]
+    # Only the first clip counts: error 1 (above both losses' margins) gives 1 in each term.
+    masked = losses.weighted_sum(out, target, mask, losses=terms, weights=[0.7, 0.2])
+    assert masked.item() == pytest.approx(0.7 * 1.0 + 0.2 * 1.0)
+    # Unmasked, the second clip's error 4 counts too: (1 + 4) / 2 and (1 + 16) / 2.
+    whole = losses.weighted_sum(out, target, losses=terms, weights=[0.7, 0.2])
+    assert whole.item() == pytest.approx(0.7 * 2.5 + 0.2 * 8.5)
