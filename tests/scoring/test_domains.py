@@ -15,6 +15,7 @@ from sqa.exports.format import export_predictor
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.scoring import cli as score
+from sqa.scoring.domains import default_domain_note, scored_domains
 from sqa.scoring.scorer import DomainWarning
 
 DOMAINS = ["p1", "p2", "p3"]
@@ -79,3 +80,14 @@ def test_the_mean_over_domains_is_the_mean_of_the_per_domain_scores(domain_expor
 def test_mean_is_refused_for_a_model_without_domain_ids(default_export):
     with pytest.raises(ValueError, match="no domain embedding"):
         sqa.load(default_export, domain="mean")
+
+
+def test_mean_takes_the_domains_both_listed_and_embedded_and_an_unnamed_default_is_index_0():
+    assert scored_domains("mean", [], 3) == ([0, 1, 2], None)
+    assert scored_domains("mean", ["a", "b"], 3) == ([0, 1], None)
+    assert scored_domains("mean", ["a", "b", "c", "d"], 3) == ([0, 1, 2], None)
+    assert default_domain_note([], 2) == (
+        "scoring as domain 0 (index 0), the first of the 2 this model was trained with (domain IDs), "
+        "because no domain was given; --domain NAME|INDEX (domain=) picks one, "
+        "--domain mean averages over all"
+    )

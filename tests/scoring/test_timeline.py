@@ -9,7 +9,7 @@ import soundfile as sf
 import sqa
 from benchmarks.timeline import KINDS, localisation
 from sqa.scoring import cli as score
-from sqa.scoring.timeline import build_timeline, safe_stems
+from sqa.scoring.timeline import Timeline, build_timeline, csv_text, safe_stems
 from tests.scoring.test_scoring import sung_phrase
 
 
@@ -57,6 +57,29 @@ def test_window_and_hop_default_to_one_and_a_half_seconds_and_are_checked(defaul
     padded = np.concatenate([sung_phrase(2.0), np.zeros(32000, dtype=np.float32)])
     flags = model.timeline(padded, 16000).vocal
     assert flags[0] and not flags[-1]
+
+
+def test_rows_the_lowest_window_and_the_csv_of_a_hand_made_timeline():
+    timeline = Timeline(
+        frame_seconds=0.02,
+        frame_scores=np.zeros(99),
+        start_s=np.array([0.0, 0.5, 1.0]),
+        end_s=np.array([1.0, 1.5, 1.98]),
+        score=np.array([3.25, 2.5, 2.5]),
+        vocal=np.array([True, False, True]),
+    )
+    assert timeline.rows() == [
+        {"start_s": 0.0, "end_s": 1.0, "score": 3.25, "vocal": True},
+        {"start_s": 0.5, "end_s": 1.5, "score": 2.5, "vocal": False},
+        {"start_s": 1.0, "end_s": 1.98, "score": 2.5, "vocal": True},
+    ]
+    assert all(type(value) is bool for value in (row["vocal"] for row in timeline.rows()))
+    # The first of the two lowest windows, not the first window.
+    assert timeline.lowest() == (0.5, 1.5)
+    # Seconds to 2 decimals, scores whole (repr), flags in lower case, one \n per line.
+    assert csv_text(timeline) == (
+        "start_s,end_s,score,vocal\n0.00,1.00,3.25,true\n0.50,1.50,2.5,false\n1.00,1.98,2.5,true\n"
+    )
 
 
 def test_safe_stems_are_distinct_and_hold_no_path_characters():
