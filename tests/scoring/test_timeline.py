@@ -9,7 +9,7 @@ import soundfile as sf
 import sqa
 from benchmarks.timeline import KINDS, localisation
 from sqa.scoring import cli as score
-from sqa.scoring.timeline import Timeline, build_timeline, csv_text, safe_stems
+from sqa.scoring.timeline import Timeline, build_timeline, csv_text, plot_timeline, safe_stems
 from tests.scoring.test_scoring import sung_phrase
 
 
@@ -80,6 +80,42 @@ def test_rows_the_lowest_window_and_the_csv_of_a_hand_made_timeline():
     assert csv_text(timeline) == (
         "start_s,end_s,score,vocal\n0.00,1.00,3.25,true\n0.50,1.50,2.5,false\n1.00,1.98,2.5,true\n"
     )
+
+
+def test_the_plot_draws_window_scores_at_their_centres_and_shades_only_non_vocal_windows(
+    tmp_path, monkeypatch
+):
+    from matplotlib.figure import Figure
+
+    drawn = []
+    save = Figure.savefig
+    monkeypatch.setattr(
+        Figure, "savefig", lambda figure, *a, **k: (drawn.append(figure), save(figure, *a, **k))
+    )
+    timeline = Timeline(
+        frame_seconds=0.02,
+        frame_scores=np.zeros(99),
+        start_s=np.array([0.0, 0.5, 1.0]),
+        end_s=np.array([1.0, 1.5, 1.98]),
+        score=np.array([3.25, 2.5, 2.0]),
+        vocal=np.array([True, False, True]),
+    )
+    plot_timeline(timeline, "one.wav", tmp_path / "one.png", (1.0, 5.0))
+    (figure,) = drawn
+    (axes,) = figure.axes
+    (line,) = axes.lines
+    assert line.get_xdata().tolist() == [0.5, 1.0, 1.49] and line.get_ydata().tolist() == [3.25, 2.5, 2.0]
+    assert (line.get_marker(), line.get_label(), line.get_color()) == (".", "window score", "tab:blue")
+    # One shaded span, over the one non-vocal window, behind the line.
+    (span,) = axes.patches
+    assert span.get_x() == 0.5 and span.get_width() == 1.0 and span.get_zorder() < line.get_zorder()
+    assert span.get_facecolor() == (0.85, 0.85, 0.85, 1.0) and span.get_linewidth() == 0
+    assert axes.get_xlim() == (0.0, 1.98) and axes.get_ylim() == (1.0, 5.0)
+    assert (axes.get_title(), axes.get_xlabel(), axes.get_ylabel()) == ("one.wav", "time (s)", "score")
+    assert [text.get_text() for text in axes.texts] == ["shaded: not vocal"]
+    # An 800 x 300 PNG: its width and height are the IHDR chunk's first two big-endian words.
+    header = (tmp_path / "one.png").read_bytes()[16:24]
+    assert (int.from_bytes(header[:4], "big"), int.from_bytes(header[4:], "big")) == (800, 300)
 
 
 def test_safe_stems_are_distinct_and_hold_no_path_characters():
