@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -181,3 +183,17 @@ def test_the_lowest_window_finds_an_injected_degradation(synthetic_root, tmp_pat
     assert 0.2 < result["baseline"] < 0.35
     assert set(result["by_kind"]) == set(KINDS)
     assert result["rate"] >= HIT_RATE, result
+
+
+def test_a_plot_without_matplotlib_names_the_feature_and_the_extra(tmp_path, monkeypatch):
+    from sqa.core.extras import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    timeline = build_timeline(np.ones(4), np.ones(4, dtype=bool), 0.02, window=2, hop=2)
+    with pytest.raises(MissingExtraError) as error:
+        plot_timeline(timeline, "one.wav", tmp_path / "one.png", (1.0, 5.0))
+    assert str(error.value) == (
+        "sqa-score --timeline's plots needs the Python package 'matplotlib', which is not installed: "
+        "pip install 'sqa[all]' (or `bash scripts/setup.sh`, which installs every extra)"
+    )
+    assert not (tmp_path / "one.png").exists()
