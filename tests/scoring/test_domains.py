@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import warnings
 
 import numpy as np
@@ -15,7 +16,7 @@ from sqa.exports.format import export_predictor
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.scoring import cli as score
-from sqa.scoring.domains import default_domain_note, scored_domains
+from sqa.scoring.domains import default_domain_note, resolve_domain, scored_domains
 from sqa.scoring.scorer import DomainWarning
 
 DOMAINS = ["p1", "p2", "p3"]
@@ -91,3 +92,31 @@ def test_mean_takes_the_domains_both_listed_and_embedded_and_an_unnamed_default_
         "because no domain was given; --domain NAME|INDEX (domain=) picks one, "
         "--domain mean averages over all"
     )
+
+
+def test_domain_indices_and_the_embedding_bound_on_both_sides():
+    assert resolve_domain("1", ["a", "b"]) == 1 and resolve_domain(1, ["a", "b"]) == 1
+    # Digits past nine are out of range without being parsed, whatever they would read as.
+    for text in ("2", "12345678901", "1" * 5000):
+        with pytest.raises(ValueError) as error:
+            resolve_domain(text, ["a", "b"])
+        assert str(error.value) == f"domain index {text} out of range for domains ['a', 'b']"
+    # A listed domain at the embedding's size is refused; one below it is scored.
+    assert resolve_domain("b", ["a", "b", "c"], embedded=2) == 1
+    refused = (
+        "domain 'c' (index 2): the export's config.yaml lists domains ['a', 'b', 'c'], but its model "
+        "embeds only 2 (model.num_domains): the first 2 of the list can be scored"
+    )
+    for ask in (scored_domains, lambda d, ds, e: resolve_domain(d, ds, e)):
+        with pytest.raises(ValueError, match=f"^{re.escape(refused)}$"):
+            ask("c", ["a", "b", "c"], 2)
+
+
+def test_the_default_domain_is_said_only_for_a_model_of_several_domains():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert scored_domains(None, ["a"], 1) == ([0], None)
+        assert scored_domains(None, ["a", "b"], None) == ([0], None)
+    with pytest.warns(DomainWarning) as said:
+        assert scored_domains(None, ["a", "b"], 2) == ([0], default_domain_note(["a", "b"], 2))
+    assert len(said) == 1
