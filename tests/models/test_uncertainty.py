@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,27 @@ def test_a_clip_without_ratings_falls_back_to_its_mean_and_an_unlabelled_one_cou
     assert got.item() == pytest.approx(expected.item())
 
 
+@pytest.mark.parametrize("nll", [gaussian_nll, laplace_nll])
+def test_a_batchs_label_columns_give_the_likelihood_of_the_overall_column_and_its_mask(nll):
+    # Training passes targets and masks (B, K), the overall MOS in column 0: the loss is that of
+    # column 0 alone. Clip 2's overall label is missing (masked), so with no ratings it counts for
+    # nothing; its second column is labelled and must not count.
+    out = prediction([3.0, 2.0, 1.0], [0.5, 1.0, 2.0])
+    target = torch.tensor([[4.0, 1.0], [2.5, 5.0], [math.nan, 2.0]])
+    mask = torch.tensor([[True, True], [True, True], [False, True]])
+    ratings = torch.tensor([[4.0, 5.0], [math.nan, math.nan], [math.nan, math.nan]])
+    overall = nll(out, target[:, 0], mask=mask[:, 0], ratings=ratings)
+    assert nll(out, target, mask=mask, ratings=ratings).item() == pytest.approx(overall.item())
+    # Without ratings, each labelled clip's overall MOS alone: clips 1 and 2 by hand.
+    var = torch.tensor([0.25, 1.0])
+    if nll is gaussian_nll:
+        by_hand = F.gaussian_nll_loss(torch.tensor([3.0, 2.0]), torch.tensor([4.0, 2.5]), var).item()
+    else:
+        by_hand = ((math.log(1.0) + 1.0 / 0.5) + (math.log(2.0) + 0.5 / 1.0)) / 2
+    assert nll(out, target, mask=mask).item() == pytest.approx(by_hand)
+    assert nll(out, target[:, 0], mask=mask[:, 0]).item() == pytest.approx(by_hand)
+
+
 def test_with_a_listener_spread_a_clips_ratings_have_scipys_multivariate_normal_likelihood():
     # Spread² = σ_L² + σ_M²: σ_M differs by clip here only to check each clip uses its own.
     score, listener, error = [3.0, 2.2, 4.1], [0.5, 0.9, 0.3], [0.4, 0.2, 0.7]
@@ -131,7 +153,8 @@ def test_an_error_spread_is_one_parameter_added_in_quadrature_and_only_for_a_gau
 
 def test_a_likelihood_loss_refuses_a_predictor_without_spread_and_a_mismatched_loss_is_refused():
     out = prediction([3.0], [1.0])._replace(spread=None)
-    with pytest.raises(ValueError, match="spread"):
+    message = "a likelihood loss needs a predictor with a spread (sqa.models.uncertainty)"
+    with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
         gaussian_nll(out, torch.tensor([3.0]))
     with pytest.raises(ValueError, match="laplace_nll"):
         MOSModule(tiny("laplace"), gaussian_nll, None)
