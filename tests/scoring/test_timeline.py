@@ -11,7 +11,16 @@ import soundfile as sf
 import sqa
 from benchmarks.timeline import KINDS, localisation
 from sqa.scoring import cli as score
-from sqa.scoring.timeline import Timeline, build_timeline, csv_text, plot_timeline, safe_stems
+from sqa.scoring.timeline import (
+    Timeline,
+    build_timeline,
+    check_timeline_folder,
+    clip_timeline,
+    csv_text,
+    plot_timeline,
+    safe_stems,
+    write_timeline,
+)
 from tests.scoring.test_scoring import sung_phrase
 
 
@@ -123,6 +132,63 @@ def test_the_plot_draws_window_scores_at_their_centres_and_shades_only_non_vocal
 def test_safe_stems_are_distinct_and_hold_no_path_characters():
     stems = safe_stems(["a/song 1.wav", "b/song 1.wav", "c/SONG 1.flac", "../..wav", "x/évé$.wav"])
     assert stems == ["song_1", "song_1-2", "SONG_1-3", "clip", "v"]
+    # Only dots and underscores are trimmed from the ends.
+    assert safe_stems(["XyloX.wav", "_a_.wav", "a.wav", "A.wav", "a.flac"]) == [
+        "XyloX",
+        "a",
+        "a-2",
+        "A-3",
+        "a-4",
+    ]
+
+
+def test_windows_start_every_hop_and_one_more_only_where_the_hop_misses_the_end():
+    def starts(total: int, window: int, hop: int) -> list[int]:
+        timeline = build_timeline(np.arange(total, dtype=float), np.ones(total, dtype=bool), 1.0, window, hop)
+        assert timeline.end_s[-1] == total and (timeline.end_s - timeline.start_s <= window).all()
+        return timeline.start_s.astype(int).tolist()
+
+    assert starts(3, 4, 1) == [0]  # a clip shorter than a window: one window
+    assert starts(8, 4, 1) == [0, 1, 2, 3, 4]
+    assert starts(8, 4, 4) == [0, 4]  # the hop lands on the end: no empty window after it
+    assert starts(9, 4, 4) == [0, 4, 8]
+
+
+def test_window_and_hop_round_to_whole_frames_of_at_least_one():
+    frames, wav = np.arange(10, dtype=float), np.zeros(3200, dtype=np.float32)
+    # 20 ms frames: 0.01 s rounds to no frame, so one; 0.05 s to 2 (round half to even), 0.07 s to 4.
+    one = clip_timeline(frames, wav, 16000, 320, window_seconds=0.01, hop_seconds=0.01)
+    assert one.score.tolist() == frames.tolist()
+    wide = clip_timeline(frames, wav, 16000, 320, window_seconds=0.07, hop_seconds=0.05)
+    assert wide.start_s.tolist() == pytest.approx([0.0, 0.04, 0.08, 0.12])
+    with pytest.raises(ValueError, match="^hop_seconds must be a positive number of seconds, got 0$"):
+        clip_timeline(frames, wav, 16000, 320, hop_seconds=0)
+
+
+def test_a_users_file_in_the_timeline_folder_is_refused_and_never_replaced(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    folder = tmp_path / "timelines"
+    folder.mkdir()
+    (folder / "one.png").write_text("mine")
+    # one.csv is free, but one.png is the user's: still refused, naming it.
+    assert check_timeline_folder(folder, ["one", "two"], overwrite=True) == (
+        f"{folder / 'one.png'}: exists and was not written by sqa; choose another --timeline folder"
+    )
+    timeline = build_timeline(np.ones(4), np.ones(4, dtype=bool), 0.02, window=2, hop=2)
+    for name in ("one.csv", "one.png"):
+        (folder / name).write_text("mine")
+        with pytest.raises(FileExistsError):
+            write_timeline(folder, "one", timeline, "one.wav", (1.0, 5.0), overwrite=False)
+        assert (folder / name).read_text() == "mine"
+        (folder / name).unlink()
+    titles = []
+    save = Figure.savefig
+    monkeypatch.setattr(
+        Figure, "savefig", lambda f, *a, **k: (titles.append(f.axes[0].get_title()), save(f, *a, **k))
+    )
+    write_timeline(folder, "one", timeline, "one.wav", (1.0, 5.0), overwrite=False)
+    assert (folder / "one.csv").read_text() == csv_text(timeline) and titles == ["one.wav"]
 
 
 def test_timeline_option_writes_a_csv_and_a_png_per_clip_and_never_a_users_file(
