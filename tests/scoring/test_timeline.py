@@ -187,8 +187,8 @@ def test_a_users_file_in_the_timeline_folder_is_refused_and_never_replaced(tmp_p
     monkeypatch.setattr(
         Figure, "savefig", lambda f, *a, **k: (titles.append(f.axes[0].get_title()), save(f, *a, **k))
     )
-    write_timeline(folder, "one", timeline, "one.wav", (1.0, 5.0), overwrite=False)
-    assert (folder / "one.csv").read_text() == csv_text(timeline) and titles == ["one.wav"]
+    write_timeline(folder, "two", timeline, "two.wav", (1.0, 5.0), overwrite=False)
+    assert (folder / "two.csv").read_text() == csv_text(timeline) and titles == ["two.wav"]
 
 
 def test_timeline_option_writes_a_csv_and_a_png_per_clip_and_never_a_users_file(
