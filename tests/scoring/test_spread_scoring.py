@@ -101,11 +101,13 @@ def test_pooled_spread_is_the_weighted_rms_on_hand_numbers():
     assert pooled(np.array([0.7, 0.7, 0.7]), np.array([5, 1, 9])) == pytest.approx(0.7)
 
 
-def test_a_chunked_clips_spread_pools_its_windows_by_kept_frames(uncertain_export):
-    wav = sung_phrase(7.0)
+# 2.5 s in windows of 2 s: two windows (75 and 49 kept frames); 7 s: six.
+@pytest.mark.parametrize(("seconds", "windows"), [(2.5, 2), (7.0, 6)])
+def test_a_chunked_clips_spread_pools_its_windows_by_kept_frames(uncertain_export, seconds, windows):
+    wav = sung_phrase(seconds)
     chunked = Scorer(uncertain_export, chunk_seconds=2.0)
     pieces = chunked.prepare(wav)
-    assert len(pieces) > 2
+    assert len(pieces) == windows
     spreads, kept = [], []
     for piece, _, (lo, hi) in pieces:
         spreads.append(alone(chunked, piece)[1])
