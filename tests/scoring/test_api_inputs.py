@@ -103,6 +103,12 @@ def test_a_timeline_keeps_the_scorers_sample_limit_and_names_an_array_audio(defa
     with pytest.raises(AudioError, match=f"^{re.escape(str(path))}: .* exceeds the limit of 7999 samples$"):
         limited.timeline(path)
     assert Scorer(default_export, max_samples=8000).timeline(path).frame_scores.shape == (24,)
+    # Files scored in batches keep the limit too: the long one fails alone, naming it.
+    short = write(tmp_path / "short.wav", 0.25, seed=1)
+    results = list(Scorer(default_export, max_samples=7999, batch_size=2).score_files([short, path, short]))
+    assert [r.error is None for r in results] == [True, False, True]
+    assert results[1].error.endswith("exceeds the limit of 7999 samples")
+    assert results[0].score == results[2].score == pytest.approx(limited.score(short), abs=1e-6)
     with pytest.raises(AudioError, match="^audio: the audio holds NaN or infinite samples$"):
         limited.timeline(np.full(1600, np.nan), 16000)
 
