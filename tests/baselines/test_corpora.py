@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile as sf
 
 from sqa.baselines import corpora
 from sqa.data.corpus import CorpusError
@@ -37,6 +40,10 @@ def test_singmos_pro_keeps_16k_clips_unless_a_rate_or_0_is_given(tmp_path):
     assert len(corpora.read_corpus(args("singmos_pro", root=root, sample_rate_filter=0)).clips) == 10
     only = corpora.read_corpus(args("singmos_pro", root=root, sample_rate_filter=24000))
     assert {clip.system_id for clip in only.clips} == {"s2"} and len(only.clips) == 2
+    assert corpora.read_corpus(args("singmos_pro", root=root, score_range=[0.0, 10.0])).score_range == (
+        0.0,
+        10.0,
+    )
 
 
 def test_a_csv_manifest_keeps_every_rate_and_takes_the_scale_given(tmp_path):
@@ -46,6 +53,13 @@ def test_a_csv_manifest_keeps_every_rate_and_takes_the_scale_given(tmp_path):
     assert {clip.split for clip in corpus.clips} == {"test"}  # no split column: all test clips
     scaled = corpora.read_corpus(args("csv", manifest=manifest, score_range=[0.0, 10.0]))
     assert scaled.score_range == (0.0, 10.0)
+    # A rate asked for is kept alone: one clip stored at 24 kHz.
+    sf.write(tmp_path / "C-u00.wav", np.zeros(2400), 24000)
+    with manifest.open("a") as fh:
+        fh.write("C-u00.wav,3,C,C-u00\n")
+    assert len(corpora.read_corpus(args("csv", manifest=manifest)).clips) == 5
+    only = corpora.read_corpus(args("csv", manifest=manifest, sample_rate_filter=24000))
+    assert [clip.sample_id for clip in only.clips] == ["C-u00"]
 
 
 @pytest.mark.parametrize(
@@ -77,10 +91,18 @@ def test_a_synthetic_corpus_lies_where_a_training_run_puts_it_unless_a_root_is_g
     monkeypatch.setenv("SQA_DATA_DIR", str(tmp_path))
     corpora.read_corpus(args(corpus, seed=3, clips_per_system=5))
     corpora.read_corpus(args(corpus, seed=3, clips_per_system=5, root=tmp_path / "mine"))
+    monkeypatch.delenv("SQA_DATA_DIR")
+    corpora.read_corpus(args(corpus, seed=3, clips_per_system=5, sample_rate_filter=16000))
     expected = {"seed": 3, "clips_per_system": 5}
+    filtered = dict(expected)
     if corpus == "synthetic":
-        expected["sample_rate_filter"] = None
-    assert calls == [(tmp_path / folder, expected), (tmp_path / "mine", expected)]
+        expected["sample_rate_filter"], filtered["sample_rate_filter"] = None, 16000
+    # Without SQA_DATA_DIR, under data/ of the working directory, as conf/data/synthetic.yaml says.
+    assert calls == [
+        (tmp_path / folder, expected),
+        (tmp_path / "mine", expected),
+        (Path("data") / folder, filtered),
+    ]
 
 
 def test_vmc24_reads_every_rate_on_the_scale_given(tmp_path, monkeypatch):
