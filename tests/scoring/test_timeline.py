@@ -70,15 +70,32 @@ def test_window_and_hop_default_to_one_and_a_half_seconds_and_are_checked(defaul
     assert flags[0] and not flags[-1]
 
 
-def test_rows_the_lowest_window_and_the_csv_of_a_hand_made_timeline():
-    timeline = Timeline(
+def three_windows(scores: list[float]) -> Timeline:
+    """A 2 s clip's windows [0, 1), [0.5, 1.5), [1, 1.98) with `scores`, the middle one not vocal."""
+    return Timeline(
         frame_seconds=0.02,
         frame_scores=np.zeros(99),
         start_s=np.array([0.0, 0.5, 1.0]),
         end_s=np.array([1.0, 1.5, 1.98]),
-        score=np.array([3.25, 2.5, 2.5]),
+        score=np.array(scores),
         vocal=np.array([True, False, True]),
     )
+
+
+def saved_figures(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The matplotlib figures saved from now on, in order (each is still saved)."""
+    from matplotlib.figure import Figure
+
+    figures = []
+    save = Figure.savefig
+    monkeypatch.setattr(
+        Figure, "savefig", lambda figure, *a, **k: (figures.append(figure), save(figure, *a, **k))
+    )
+    return figures
+
+
+def test_rows_the_lowest_window_and_the_csv_of_a_hand_made_timeline():
+    timeline = three_windows([3.25, 2.5, 2.5])
     assert timeline.rows() == [
         {"start_s": 0.0, "end_s": 1.0, "score": 3.25, "vocal": True},
         {"start_s": 0.5, "end_s": 1.5, "score": 2.5, "vocal": False},
@@ -96,21 +113,8 @@ def test_rows_the_lowest_window_and_the_csv_of_a_hand_made_timeline():
 def test_the_plot_draws_window_scores_at_their_centres_and_shades_only_non_vocal_windows(
     tmp_path, monkeypatch
 ):
-    from matplotlib.figure import Figure
-
-    drawn = []
-    save = Figure.savefig
-    monkeypatch.setattr(
-        Figure, "savefig", lambda figure, *a, **k: (drawn.append(figure), save(figure, *a, **k))
-    )
-    timeline = Timeline(
-        frame_seconds=0.02,
-        frame_scores=np.zeros(99),
-        start_s=np.array([0.0, 0.5, 1.0]),
-        end_s=np.array([1.0, 1.5, 1.98]),
-        score=np.array([3.25, 2.5, 2.0]),
-        vocal=np.array([True, False, True]),
-    )
+    drawn = saved_figures(monkeypatch)
+    timeline = three_windows([3.25, 2.5, 2.0])
     plot_timeline(timeline, "one.wav", tmp_path / "one.png", (1.0, 5.0))
     (figure,) = drawn
     (axes,) = figure.axes
@@ -166,8 +170,6 @@ def test_window_and_hop_round_to_whole_frames_of_at_least_one():
 
 
 def test_a_users_file_in_the_timeline_folder_is_refused_and_never_replaced(tmp_path, monkeypatch):
-    from matplotlib.figure import Figure
-
     folder = tmp_path / "timelines"
     folder.mkdir()
     (folder / "one.png").write_text("mine")
@@ -182,13 +184,10 @@ def test_a_users_file_in_the_timeline_folder_is_refused_and_never_replaced(tmp_p
             write_timeline(folder, "one", timeline, "one.wav", (1.0, 5.0), overwrite=False)
         assert (folder / name).read_text() == "mine"
         (folder / name).unlink()
-    titles = []
-    save = Figure.savefig
-    monkeypatch.setattr(
-        Figure, "savefig", lambda f, *a, **k: (titles.append(f.axes[0].get_title()), save(f, *a, **k))
-    )
+    drawn = saved_figures(monkeypatch)
     write_timeline(folder, "two", timeline, "two.wav", (1.0, 5.0), overwrite=False)
-    assert (folder / "two.csv").read_text() == csv_text(timeline) and titles == ["two.wav"]
+    assert (folder / "two.csv").read_text() == csv_text(timeline)
+    assert [figure.axes[0].get_title() for figure in drawn] == ["two.wav"]
 
 
 def test_timeline_option_writes_a_csv_and_a_png_per_clip_and_never_a_users_file(
