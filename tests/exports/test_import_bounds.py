@@ -20,6 +20,7 @@ from sqa.exports import importers
 from sqa.exports.config import MAX_ARCH_INTEGER
 from sqa.exports.format import MAX_PARAMETERS, ExportError, load_export
 from sqa.models.ssl import S3prlWav2Vec2
+from sqa.models.ssl.files import load_torch_file
 from sqa.models.ssl.interop import MAX_CONV_LAYERS, conv_layers
 from tests.models.test_ssl_sources import FAIRSEQ_TINY, fairseq_reference_model
 
@@ -207,3 +208,14 @@ def test_conv_feature_layers_parse_as_fairseq_evaluates_them_within_a_bound() ->
             conv_layers(spec, "cfg")
     with pytest.raises(ValueError, match=r"written as fairseq does \(a string\); got \[\[8, 2, 1\]\]"):
         conv_layers([[8, 2, 1]], "cfg")
+
+
+def test_a_torch_file_that_pickles_code_is_refused_before_any_of_it_runs(tmp_path: Path) -> None:
+    # `weights_only` loading refuses any class outside torch's tensor allowlist: no code in a
+    # downloaded checkpoint runs. `Path` stands for any such class.
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"weights": torch.zeros(2), "where": Path("/x")}, path)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} cannot be read as a checkpoint: "):
+        load_torch_file(path, "a checkpoint")
+    torch.save({"weights": torch.zeros(2)}, path)
+    assert load_torch_file(path, "a checkpoint")["weights"].tolist() == [0.0, 0.0]

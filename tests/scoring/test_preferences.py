@@ -31,6 +31,8 @@ from sqa.reports.preferences import (
     song_preferences,
 )
 from sqa.scoring import cli as score
+from sqa.scoring.preferences import check_sigma, preference_note, preference_of
+from sqa.scoring.results import SpreadScore
 from sqa.scoring.scorer import PreferenceWarning
 from sqa.training.evaluation import evaluate
 from sqa.training.run import run
@@ -437,3 +439,31 @@ def test_pairs_option_writes_a_preference_per_pair_and_names_bad_rows(default_ex
     assert score.main(args) == 2
     assert "needs columns a and b" in capsys.readouterr().err
     assert score.main([*args, str(tmp_path / "a.wav")]) == 2
+
+
+def test_sigma_given_by_hand_is_refused_unless_a_positive_finite_number():
+    for sigma in (None, 1e-9, 2, 0.5):
+        check_sigma(sigma)
+    for sigma in (0, 0.0, -1.0, math.inf, math.nan, "1"):
+        with pytest.raises(ValueError) as error:
+            check_sigma(sigma)
+        assert str(error.value) == f"sigma must be a positive number, got {sigma!r}"
+
+
+def test_a_preference_names_the_clip_without_a_score_and_keeps_both_scores():
+    scored, silent = SpreadScore(3.0, 0.5, None), SpreadScore(None, None, None)
+    for a, b, name in ((silent, scored, "a"), (scored, silent, "b")):
+        with pytest.raises(ValueError) as error:
+            preference_of(a, b, None, 0.4, None)
+        assert str(error.value) == f"clip {name} has no score (no vocal activity); no preference can be given"
+    listener = preference_of(SpreadScore(3.5, 0.5, None), scored, None, None, "gaussian")
+    assert (listener.score_a, listener.score_b, listener.basis) == (3.5, 3.0, "listener")
+
+
+def test_the_sigma_note_adds_the_way_out_only_when_there_is_no_sigma():
+    assert preference_note(0.3, "from the test RMSE") == "from the test RMSE"
+    assert preference_note(None, None) is None and preference_note(0.3, None) is None
+    assert preference_note(None, "no residual spread recorded") == (
+        "no residual spread recorded: preferences give the score difference only, no probability; "
+        "pass sigma= (the residual spread of its scores) to get one"
+    )
