@@ -6,6 +6,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -31,7 +32,7 @@ from sqa.reports.preferences import (
     song_preferences,
 )
 from sqa.scoring import cli as score
-from sqa.scoring.preferences import check_sigma, preference_note, preference_of
+from sqa.scoring.preferences import check_sigma, preference_note, preference_of, read_pairs
 from sqa.scoring.results import SpreadScore
 from sqa.scoring.scorer import PreferenceWarning
 from sqa.training.evaluation import evaluate
@@ -467,3 +468,29 @@ def test_the_sigma_note_adds_the_way_out_only_when_there_is_no_sigma():
         "no residual spread recorded: preferences give the score difference only, no probability; "
         "pass sigma= (the residual spread of its scores) to get one"
     )
+
+
+def test_a_pairs_csv_is_read_with_absolute_and_relative_paths_and_its_faults_named(tmp_path):
+    one, two = tmp_path / "one.wav", tmp_path / "two.wav"
+    for path in (one, two):
+        sf.write(path, np.zeros(1600), 16000)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text(f"a,b\n{one},two.wav\n", encoding="utf-8")
+    read = read_pairs(pairs)
+    assert (read.pairs, read.lines, read.problems) == ([(str(one), str(two))], [2], [])
+    pairs.write_text("a,b\n", encoding="utf-8")
+    assert read_pairs(pairs).problems == [f"{pairs}: the pairs CSV holds no rows"]
+    for header, lacks, columns in (("a,c", "b", "a, c"), ("", "a, b", "none")):
+        pairs.write_text(header + "\n", encoding="utf-8")
+        with pytest.raises(ValueError) as error:
+            read_pairs(pairs)
+        assert str(error.value) == (
+            f"{pairs}: a pairs CSV needs columns a and b (audio paths); it lacks {lacks} (columns: {columns})"
+        )
+    pairs.write_bytes(b"a,b\n\xe9.wav,two.wav\n")
+    with pytest.raises(
+        ValueError, match=rf"^{re.escape(str(pairs))}: not UTF-8 text \(.*\); save the pairs as UTF-8$"
+    ):
+        read_pairs(pairs)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path))}: cannot read the pairs CSV \("):
+        read_pairs(tmp_path)
