@@ -5,8 +5,9 @@
 #   scripts/mutation.sh sqa/training/selection.py             one module (minutes on 2 CPU cores)
 #   scripts/mutation.sh sqa/metrics.py 'sqa.metrics.x_weighted_average*'   only these mutants
 #
-# pyproject.toml [tool.sqa.mutation] maps each module to its tests; [tool.mutmut] holds the
-# settings every module shares. Each module runs in its own copy of the working tree under
+# pyproject.toml [tool.sqa.mutation] maps each module to its tests, or to another module whose tests it
+# shares; [tool.mutmut] holds the settings every module shares. Each module runs in its own copy of
+# the working tree under
 # $MUTATION_DIR/<dotted module> (default /tmp/sqa-mutation/sqa.data.vocal for sqa/data/vocal.py:
 # two modules may share a file name), with [tool.mutmut] narrowed to the module and its tests, at
 # nice 19 with one child; a rerun there reuses the results of unchanged functions.
@@ -45,9 +46,15 @@ from pathlib import Path
 module, path = sys.argv[1], Path(sys.argv[2])
 text = path.read_text(encoding="utf-8")
 config = tomllib.loads(text)["tool"]
-tests = config["sqa"]["mutation"].get(module)
+mapping = config["sqa"]["mutation"]
+tests = mapping.get(module)
 if tests is None:
     sys.exit(f"{module}: not in pyproject.toml [tool.sqa.mutation]")
+# A module given another module's path runs that module's tests.
+if isinstance(tests, str):
+    if not isinstance(mapping.get(tests), list):
+        sys.exit(f"{module}: maps to {tests}, which has no list of tests in [tool.sqa.mutation]")
+    tests = mapping[tests]
 # A module's own `-k EXPR` narrows the shared one (pytest keeps only the last -k it is given).
 args = list(config["mutmut"]["pytest_add_cli_args"])
 if "-k" in tests:
