@@ -120,3 +120,13 @@ def test_the_default_domain_is_said_only_for_a_model_of_several_domains():
     with pytest.warns(DomainWarning) as said:
         assert scored_domains(None, ["a", "b"], 2) == ([0], default_domain_note(["a", "b"], 2))
     assert len(said) == 1
+
+
+def test_the_scorers_one_domain_is_the_index_asked_and_none_for_the_mean(domain_export, default_export):
+    # `domain` is the index fed to the model beside each clip (the s3prl import tests score by it).
+    assert [sqa.load(domain_export, domain=d).domain for d in ("p3", 1, "0")] == [2, 1, 0]
+    with pytest.warns(DomainWarning):
+        assert sqa.load(domain_export).domain == 0
+    assert sqa.load(domain_export, domain="mean").domains == [0, 1, 2]
+    assert sqa.load(domain_export, domain="mean").domain is None
+    assert sqa.load(default_export).domain == 0

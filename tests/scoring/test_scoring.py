@@ -466,12 +466,14 @@ def test_scoring_warnings_point_at_the_callers_line(default_export, tmp_path):
     wav = sung_phrase(8, seed=3)
     with pytest.warns(ClipWarning) as caught:
         Scorer(default_export).score(np.zeros(1600, dtype=np.float32), 16000)
+    with pytest.warns(ClipWarning) as silent:
+        Scorer(default_export, vocal_only=True).score(np.zeros(16000, dtype=np.float32), 16000)
     with pytest.warns(ChunkWarning) as chunked:
         Scorer(default_export, chunk_seconds=5).score(wav, 16000)
     sf.write(tmp_path / "long.wav", wav, 16000, subtype="FLOAT")
     with pytest.warns(ChunkWarning) as from_files:
         list(Scorer(default_export, chunk_seconds=5).score_files([tmp_path / "long.wav"]))
-    assert [w.filename for w in [*caught, *chunked, *from_files]] == [__file__] * 3
+    assert [w.filename for w in [*caught, *silent, *chunked, *from_files]] == [__file__] * 4
 
 
 # What sqa-score is asked to score (sqa.scoring.inputs), without scoring it: files need not be audio.

@@ -17,6 +17,7 @@ from sqa.core.spread import INTERVAL_LEVELS, interval, listener_probability, poo
 from sqa.data.audio import load_audio
 from sqa.exports.format import export_predictor
 from sqa.scoring.scorer import Scorer, SpreadScore
+from tests.exports.test_datastore import clips, export_with_store
 from tests.models.test_uncertainty import tiny
 from tests.scoring.test_scoring import run_score, sung_phrase, write_clips
 
@@ -158,3 +159,18 @@ def test_prefer_uses_the_clips_spreads_and_a_given_sigma_asks_about_the_mos(unce
     with out.open() as fh:
         (row,) = csv.DictReader(fh)
     assert float(row["p_a_better"]) == pytest.approx(by_hand, abs=1e-6)
+
+
+def test_knn_and_fusion_scores_drop_the_spread_and_the_head_with_a_datastore_keeps_it(tmp_path):
+    # The spread was calibrated about the head's own score: a kNN or fused score carries none, while
+    # the head's score looked up as its neighbours' domain is still the head's, and keeps it.
+    model = tiny(num_domains=2, domain_dim=4)
+    export = export_with_store(tmp_path, model, domains=[0, 0, 0, 1, 1, 1])
+    head = Scorer(export, domain="neighbours")
+    assert head.retrieval is not None and head.distribution == "gaussian"
+    assert all(s.spread is not None and s.spread > 0 for s in head.score_with_spread(clips(), 16000))
+    for mode in ("knn", "fusion"):
+        scorer = Scorer(export, mode=mode, domain=0)
+        assert scorer.distribution is None, mode
+        for clip in scorer.score_with_spread(clips(), 16000):
+            assert (clip.spread, clip.interval90) == (None, None), mode
