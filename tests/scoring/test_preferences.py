@@ -413,9 +413,15 @@ def test_prefer_uses_the_validation_rmse_and_says_when_it_falls_back(default_exp
     # Without a validation RMSE: the test RMSE, said once; without either, no probability.
     (export / "run_info.json").unlink()
     (export / "metrics.json").write_text(json.dumps({"avg": {"utt": {"rmse": 0.8}}}))
-    with pytest.warns(PreferenceWarning, match="test RMSE 0.8"):
-        fallback = sqa.load(export).prefer(good, noisy, 16000)
+    falling_back = sqa.load(export)
+    with pytest.warns(PreferenceWarning, match="test RMSE 0.8") as said:
+        fallback = falling_back.prefer(good, noisy, 16000)
+        falling_back.prefer(noisy, good, 16000)
+    assert len(said) == 1  # once per loaded export, not once per preference
     assert fallback.p_a_better == pytest.approx(probability(fallback.difference, 0.8))
+    # A sigma given by hand is checked before anything is scored.
+    with pytest.raises(ValueError, match="sigma must be a positive number, got -1.0"):
+        falling_back.prefer(good, noisy, 16000, sigma=-1.0)
     (export / "metrics.json").unlink()
     with pytest.warns(PreferenceWarning, match="neither a validation RMSE"):
         assert sqa.load(export).prefer(good, noisy, 16000).p_a_better is None

@@ -174,3 +174,15 @@ def test_knn_and_fusion_scores_drop_the_spread_and_the_head_with_a_datastore_kee
         assert scorer.distribution is None, mode
         for clip in scorer.score_with_spread(clips(), 16000):
             assert (clip.spread, clip.interval90) == (None, None), mode
+
+
+def test_a_clip_without_vocal_activity_has_no_score_spread_or_interval_and_its_batch_mates_keep_theirs(
+    uncertain_export,
+):
+    scorer = Scorer(uncertain_export, vocal_only=True)
+    silent, sung = np.zeros(16000, np.float32), sung_phrase(1.5)
+    with pytest.warns(UserWarning, match="audio\\[0\\]"):
+        first, second = scorer.score_with_spread([silent, sung], 16000)
+    assert first == SpreadScore(None, None, None)
+    assert second == Scorer(uncertain_export, vocal_only=True).score_with_spread(sung, 16000)
+    assert second.spread > 0 and second.interval90[0] < second.score < second.interval90[1]
