@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import json
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -18,8 +20,9 @@ import sqa
 from sqa.exports.format import export_predictor
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
+from sqa.reports import learning
 from sqa.scoring import cli as score
-from sqa.scoring.scorer import ClipWarning
+from sqa.scoring.scorer import ClipWarning, LearningWarning
 from tests.conftest import REPO
 
 
@@ -194,3 +197,25 @@ def test_help_does_not_import_torch():
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert result.stdout.strip() == "False", result.stderr
+
+
+@pytest.mark.parametrize(("rmse", "said"), [(1.0, True), (0.5, False)])
+def test_loading_an_export_says_its_learning_check_only_when_it_did_not_beat_the_constant(
+    default_export, tmp_path, rmse, said
+):
+    # At the constant's RMSE the model is no better; below it, with an SRCC interval above 0, better.
+    check = {
+        "train_mean": 3.0,
+        "test": {"clips": 8, "rmse": rmse, "constant_rmse": 1.0, "srcc": 0.6, "srcc_ci": [0.2, 0.8]},
+        "valid": None,
+    }
+    export = tmp_path / "export"
+    shutil.copytree(default_export, export)
+    (export / "run_info.json").write_text(json.dumps({"learning_check": check}), encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scorer = sqa.load(export)
+    sentence = learning.sentence(check)
+    assert sentence.startswith("This model predicts no better" if said else "This model beats")
+    assert [(w.category, str(w.message)) for w in caught] == ([(LearningWarning, sentence)] if said else [])
+    assert scorer.learning_warning == (sentence if said else None)

@@ -71,8 +71,8 @@ def test_vocal_only_in_the_api_scores_the_vocal_span_and_gives_none_with_a_warni
         assert vocal.score(0.1 * np.random.default_rng(0).standard_normal(RATE), RATE) is None
 
 
-def test_an_export_trained_on_vocal_spans_trims_by_default_and_the_caller_can_say_otherwise(
-    tiny_run, tmp_path
+def test_an_export_recording_vocal_only_trims_by_default_and_the_caller_can_say_otherwise(
+    default_export, tmp_path
 ):
     """Both sources of `vocal_only`: the export's record (the default) and the caller's argument."""
     import shutil
@@ -82,7 +82,7 @@ def test_an_export_trained_on_vocal_spans_trims_by_default_and_the_caller_can_sa
     wav = sung_phrase(2)
     around = padded(wav, np.zeros(3 * RATE, np.float32))
     export = tmp_path / "export"
-    shutil.copytree(tiny_run[1] / "export", export)
+    shutil.copytree(default_export, export)
     config = export / "config.yaml"
     text = config.read_text(encoding="utf-8")
     assert "vocal_only: false" in text
@@ -92,9 +92,13 @@ def test_an_export_trained_on_vocal_spans_trims_by_default_and_the_caller_can_sa
     assert recorded.score(around, RATE) == recorded.score(wav, RATE)
     told = sqa.load(export, vocal_only=False)
     assert abs(told.score(around, RATE) - told.score(wav, RATE)) > 0.02
-    plain = sqa.load(tiny_run[1] / "export")
+    plain = sqa.load(default_export)
     assert not plain.vocal_only and plain.score(around, RATE) == told.score(around, RATE)
-    assert sqa.load(tiny_run[1] / "export", vocal_only=True).score(around, RATE) == recorded.score(wav, RATE)
+    assert sqa.load(default_export, vocal_only=True).score(around, RATE) == recorded.score(wav, RATE)
+    # An export written before the record existed was trained on whole clips.
+    config.write_text(text.replace("vocal_only: false\n", ""), encoding="utf-8")
+    assert "vocal_only" not in config.read_text(encoding="utf-8")
+    assert not sqa.load(export).vocal_only
     config.write_text(text.replace("vocal_only: false", "vocal_only: 'yes'"), encoding="utf-8")
     with pytest.raises(ExportError, match="vocal_only must be true or false, got 'yes'"):
         sqa.load(export)
