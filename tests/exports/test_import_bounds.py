@@ -210,6 +210,30 @@ def test_conv_feature_layers_parse_as_fairseq_evaluates_them_within_a_bound() ->
         conv_layers([[8, 2, 1]], "cfg")
 
 
+def test_conv_feature_layers_read_only_list_plus_list_and_list_times_n_naming_where() -> None:
+    # Anything else is refused whole, even where Python would compute something (a tuple times n).
+    for spec in ("2 + [(8, 2, 1)]", "[(8, 2, 1)] + 2", "[(8, 2, 1)] * [(8, 2, 1)]", "2 * 3", "(8, 2, 1) * 2"):
+        with pytest.raises(ValueError) as error:
+            conv_layers(spec, "cfg")
+        assert str(error.value) == "cfg: conv_feature_layers: only list + list and list * n are read", spec
+    # The count of a sum is the sum of the counts.
+    with pytest.raises(ValueError, match=rf"declares 300 convolutions; at most {MAX_CONV_LAYERS}$"):
+        conv_layers("[(8, 2, 1)] * 200 + [(8, 2, 1)] * 100", "cfg")
+    # A fault anywhere inside, in a tuple, a list or either side of an operator, names where.
+    for spec in ("[(8, 2, x)]", "[(8, 2, 1)] * n + [(8, 2, 1)]", "[(8, 2, 1)] + [(8, 2, 1)] * n"):
+        with pytest.raises(ValueError, match=r"^cfg: conv_feature_layers holds '\w'; only integers"):
+            conv_layers(spec, "cfg")
+
+
+def test_a_refused_conv_spec_is_quoted_to_its_first_80_characters() -> None:
+    layers = ", ".join(["(512, 3, 2)"] * 8)
+    for spec in (f"[{layers}, (0, 2, 2)]", f"[{layers}"):
+        with pytest.raises(ValueError) as error:
+            conv_layers(spec, "cfg")
+        assert len(spec) > 81 and repr(spec[:80]) in str(error.value)
+        assert repr(spec[:81]) not in str(error.value)
+
+
 def test_a_torch_file_that_pickles_code_is_refused_before_any_of_it_runs(tmp_path: Path) -> None:
     # `weights_only` loading refuses any class outside torch's tensor allowlist: no code in a
     # downloaded checkpoint runs. `Path` stands for any such class.

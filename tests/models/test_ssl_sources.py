@@ -9,6 +9,7 @@ the whole module, so any download attempt fails the test that made it.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import os
 import re
@@ -41,6 +42,7 @@ from sqa.models.ssl import (
     s3prl_upstream_names,
 )
 from sqa.models.ssl.interop import s3prl_checkpoint_url
+from sqa.models.ssl.s3prl_files import _ckpt_assignments, s3prl_configs
 from tests.conftest import REPO
 
 # Both hubs and s3prl's downloads are unreachable: a connection attempt fails the test.
@@ -570,11 +572,24 @@ def test_s3prl_named_upstream_comes_from_the_local_cache_only(
         S3prlWav2Vec2(upstream="wav2vec2_large_ll60k")
     with pytest.raises(ValueError, match="wav2vec2_large_ll60k"):
         S3prlWav2Vec2(upstream="wav2vec2_giant")
-    # The file s3prl would have downloaded for that entry, already in the cache: it loads.
-    source = s3prl_source(tmp_path)
     url = "https://huggingface.co/s3prl/converted_ckpts/resolve/main/wav2vec_vox_new.pt"
     cached = Path(download._urls_to_filepaths(url, download=False))
+    with pytest.raises(FileNotFoundError) as missing:
+        s3prl_configs(upstream="wav2vec2_large_ll60k")
+    assert str(missing.value) == (
+        f"{cached} does not exist: s3prl upstream 'wav2vec2_large_ll60k' is not in the local s3prl cache "
+        f"({cached.parent}). Download {url} to that path on a machine with network access, or pass "
+        "checkpoint= a local s3prl-converted wav2vec2 file."
+    )
+    for both_or_neither in ({"checkpoint": str(cached), "upstream": "wav2vec2"}, {}):
+        with pytest.raises(ValueError) as error:
+            s3prl_configs(**both_or_neither)
+        assert str(error.value) == "give exactly one of checkpoint or upstream"
+    # The file s3prl would have downloaded for that entry, already in the cache: it loads.
+    source = s3prl_source(tmp_path)
     cached.write_bytes((tmp_path / "s3prl_converted.pt").read_bytes())
+    written = torch.load(cached, weights_only=True)
+    assert s3prl_configs(upstream="wav2vec2_large_ll60k") == (written["model_cfg"], written["task_cfg"])
     backbone = S3prlWav2Vec2(upstream="wav2vec2_large_ll60k").eval()
     assert "upstream" not in backbone.export_config()
     with torch.no_grad():
@@ -594,8 +609,24 @@ def test_s3prl_checkpoint_urls_are_what_the_hub_functions_would_fetch() -> None:
             getattr(hubconf, name)()
         assert s3prl_checkpoint_url(name) == urls[0], name
     assert s3prl_checkpoint_url("wav2vec2").endswith("/wav2vec_small.pt")
-    with pytest.raises(ValueError, match="wav2vec2_giant"):
-        s3prl_checkpoint_url("wav2vec2_giant")
+    # Neither a name hubconf lacks nor an entry that assigns no URL and calls no other entry has one.
+    for name in ("wav2vec2_giant", "wav2vec2_custom"):
+        with pytest.raises(ValueError) as error:
+            s3prl_checkpoint_url(name)
+        assert str(error.value) == f"s3prl's wav2vec2 hubconf names no checkpoint URL for {name!r}"
+
+
+def test_only_a_constant_assigned_to_kwargs_ckpt_is_a_checkpoint_url() -> None:
+    source = """
+def entry(key, **kwargs):
+    url = "https://example.org/name.pt"
+    kwargs["other"] = "https://example.org/other.pt"
+    kwargs[key] = "https://example.org/key.pt"
+    kwargs["ckpt"] = url
+    kwargs["ckpt"] = "https://example.org/ckpt.pt"
+"""
+    (function,) = ast.parse(source).body
+    assert _ckpt_assignments(function) == [(7, "https://example.org/ckpt.pt")]
 
 
 def test_torchaudio_presets_are_builders() -> None:
