@@ -151,6 +151,9 @@ def test_files_are_decoded_in_this_process_unless_workers_are_asked(default_expo
     # A worker decodes in its own process: nothing is recorded in this one.
     assert all(r.error is None for r in scorer.score_files(paths, num_workers=1))
     assert decoded_in == [os.getpid()] * 2
+    # `score` (the API's paths) starts no process either.
+    decoded_in.clear()
+    assert len(scorer.score(paths)) == 2 and decoded_in == [os.getpid()] * 2
 
 
 def test_output_in_a_missing_folder_is_refused_before_scoring(default_export, tmp_path, capsys, monkeypatch):
