@@ -223,6 +223,14 @@ def test_conv_feature_layers_read_only_list_plus_list_and_list_times_n_naming_wh
     for spec in ("[(8, 2, x)]", "[(8, 2, 1)] * n + [(8, 2, 1)]", "[(8, 2, 1)] + [(8, 2, 1)] * n"):
         with pytest.raises(ValueError, match=r"^cfg: conv_feature_layers holds '\w'; only integers"):
             conv_layers(spec, "cfg")
+    # What it holds is quoted to 80 characters, and the message says it never runs.
+    name = "x" * 100
+    with pytest.raises(ValueError) as error:
+        conv_layers(f"[(8, 2, {name})]", "cfg")
+    assert str(error.value) == (
+        f"cfg: conv_feature_layers holds {name[:80]!r}; only integers, tuples, lists, + and * are read "
+        "(it is never evaluated as code)"
+    )
 
 
 def test_a_refused_conv_spec_is_quoted_to_its_first_80_characters() -> None:

@@ -30,6 +30,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
+from sqa.core.extras import MissingExtraError
 from sqa.models.backbone import conv_frame_lengths
 from sqa.models.ssl import (
     TINY_TORCHAUDIO,
@@ -42,7 +43,7 @@ from sqa.models.ssl import (
     s3prl_upstream_names,
 )
 from sqa.models.ssl.interop import s3prl_checkpoint_url
-from sqa.models.ssl.s3prl_files import _ckpt_assignments, s3prl_configs
+from sqa.models.ssl.s3prl_files import _ckpt_assignments, read_s3prl_checkpoint, s3prl_configs
 from tests.conftest import REPO
 
 # Both hubs and s3prl's downloads are unreachable: a connection attempt fails the test.
@@ -649,6 +650,66 @@ def test_s3prl_import_shim() -> None:
 
     with pytest.raises(RuntimeError, match="removed"):
         apply_effects_tensor(torch.zeros(1, 10), 16000, [])
+
+
+def test_the_s3prl_shim_fills_in_only_what_torchaudio_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A torchaudio without both APIs (2.9 and later) gets a no-op setter and a stub module.
+    bare = types.ModuleType("torchaudio")
+    monkeypatch.setitem(sys.modules, "torchaudio", bare)
+    # Set, then deleted: monkeypatch restores sys.modules as it was, the shim's own stub included.
+    monkeypatch.setitem(sys.modules, "torchaudio.sox_effects", None)
+    monkeypatch.delitem(sys.modules, "torchaudio.sox_effects")
+    patch_torchaudio_for_s3prl()
+    assert bare.set_audio_backend("sox_io") is None
+    stub = sys.modules["torchaudio.sox_effects"]
+    assert bare.sox_effects is stub and stub.__name__ == "torchaudio.sox_effects"
+    for removed in (stub.apply_effects_tensor, stub.apply_effects_file):
+        with pytest.raises(RuntimeError) as error:
+            removed(torch.zeros(1, 10), 16000, [])
+        assert str(error.value) == "torchaudio.sox_effects was removed in torchaudio 2.9"
+
+    # What an older torchaudio has, as an attribute or an imported submodule, is left alone.
+    def setter(backend: str) -> str:
+        return backend
+
+    older, effects = types.ModuleType("torchaudio"), types.ModuleType("torchaudio.sox_effects")
+    older.set_audio_backend, older.sox_effects = setter, effects
+    monkeypatch.setitem(sys.modules, "torchaudio", older)
+    monkeypatch.delitem(sys.modules, "torchaudio.sox_effects")
+    patch_torchaudio_for_s3prl()
+    assert older.set_audio_backend is setter and older.sox_effects is effects
+    assert "torchaudio.sox_effects" not in sys.modules
+    imported = types.ModuleType("torchaudio")
+    monkeypatch.setitem(sys.modules, "torchaudio", imported)
+    monkeypatch.setitem(sys.modules, "torchaudio.sox_effects", effects)
+    patch_torchaudio_for_s3prl()
+    assert sys.modules["torchaudio.sox_effects"] is effects and not hasattr(imported, "sox_effects")
+    # Without torchaudio: the extra to install, named.
+    monkeypatch.setitem(sys.modules, "torchaudio", None)
+    with pytest.raises(MissingExtraError) as missing:
+        patch_torchaudio_for_s3prl()
+    assert str(missing.value) == (
+        "s3prl wav2vec2 backbones needs the Python package 'torchaudio', which is not installed: "
+        "pip install 'sqa[ssl]' (or `bash scripts/setup.sh`, which installs every extra)"
+    )
+
+
+def test_an_s3prl_checkpoint_that_is_not_one_is_refused_naming_the_file_and_what_it_holds(
+    tmp_path: Path,
+) -> None:
+    expected = "an s3prl-converted wav2vec2 checkpoint (a dict with model_cfg, task_cfg, model_weight)"
+    path = tmp_path / "upstream.pt"
+    with pytest.raises(FileNotFoundError) as error:
+        read_s3prl_checkpoint(str(path))
+    assert str(error.value) == f"{path} does not exist; expected {expected}"
+    path.write_bytes(b"not a torch file")
+    with pytest.raises(ValueError, match=f"^{re.escape(f'{path} cannot be read as {expected}: ')}"):
+        read_s3prl_checkpoint(str(path))
+    for held, found in (({"model_cfg": {}, "task_cfg": {}}, "['model_cfg', 'task_cfg']"), ([1, 2], "list")):
+        torch.save(held, path)
+        with pytest.raises(ValueError) as error:
+            read_s3prl_checkpoint(str(path))
+        assert str(error.value) == f"{path} is not {expected}; found {found}"
 
 
 def test_fairseq2_path_errors(tmp_path: Path) -> None:
