@@ -78,7 +78,12 @@ print(*c['pytest_add_cli_args_test_selection'], '-k', repr(c['pytest_add_cli_arg
         # mutmut maps each function to the tests that called it when it took these stats: without
         # fresh ones, a test added since is never run against the older mutants.
         rm -f mutants/mutmut-stats.json
-        nice -n 19 "$python" -m mutmut run --max-children 1 "$@" >mutmut.log 2>&1 || tail -5 mutmut.log
+        # In a session of its own: mutmut leaves its forkserver processes behind when it ends, and
+        # ending the session ends them.
+        nice -n 19 setsid "$python" -m mutmut run --max-children 1 "$@" >mutmut.log 2>&1 &
+        run=$!
+        wait "$run" || tail -5 mutmut.log
+        pkill -s "$run" || true
         "$python" -m mutmut results --all true >results.txt
         killed=$(grep -c ': killed$' results.txt || true)
         total=$(grep -c ': ' results.txt || true)
