@@ -20,7 +20,8 @@ from omegaconf import OmegaConf
 
 import sqa.training.run
 from sqa.core.resolvers import default_precision
-from sqa.models.predictor import MOSPredictor, Prediction
+from sqa.exports.targets import PREDICTOR_CLASSES
+from sqa.models.predictor import Prediction
 from sqa.training.datamodule import MOSDataModule
 from tests.models.test_ssl_sources import FAIRSEQ2_TINY, FAIRSEQ_TINY, TRANSFORMERS_TINY
 
@@ -43,7 +44,7 @@ def test_experiment_composes_and_instantiates(experiment, synthetic_root):
     datamodule = instantiate(cfg.data)
     assert datamodule.test_names == ["test1", "test2", "test3"]
     predictor = instantiate(cfg.model)
-    assert isinstance(predictor, MOSPredictor)
+    assert isinstance(predictor, PREDICTOR_CLASSES)
     loss = instantiate(cfg.loss)
     optimizer = instantiate(cfg.optim)(predictor.parameters())
     wav = torch.randn(2, 8000)
@@ -244,7 +245,7 @@ def check_data(cfg, option, tmp_path) -> None:
 
 def check_model(cfg, option, tmp_path) -> None:
     predictor = instantiate(cfg.model)
-    assert isinstance(predictor, MOSPredictor)
+    assert isinstance(predictor, PREDICTOR_CLASSES)
     assert predictor(torch.randn(2, 8000), torch.tensor([8000, 6000])).score.shape == (2,)
 
 
@@ -334,7 +335,7 @@ DATA_DEFAULTS = {
     "valid_split_csv": None,
     "test_share": 0.2,
     "test_split_csv": None,
-    "split_by": "clip",
+    "split_by": "auto",
     "on_error": "raise",
     "bucketing": False,
     "max_batch_seconds": None,

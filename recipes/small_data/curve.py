@@ -88,7 +88,7 @@ def one(out: Path, clips: int, seed: int, scale: str, methods: list[str]) -> lis
     ]
     base = out / scale / f"clips{clips}" / f"seed{seed}"
     # The log-mel model from scratch, also where the size rule would pick the small-corpus preset.
-    train(base / "logmel", [*data, "size_rule=false"])
+    train(base / "logmel", [*data, "candidates=null"])
     check = json.loads((base / "logmel" / "run_info.json").read_text(encoding="utf-8"))["learning_check"]
     rows = [{"method": "constant", "rmse": check["test"]["constant_rmse"], "srcc": None, "srcc_ci": None}]
     rows.append({"method": "logmel", **figures(base / "logmel")})
@@ -118,7 +118,7 @@ def one(out: Path, clips: int, seed: int, scale: str, methods: list[str]) -> lis
         if f"midi_{f0}" in methods:
             train(
                 base / f"midi_{f0}",
-                [*data, "size_rule=false", *same_splits, "model.pitch=midi", f"f0.method={f0}"],
+                [*data, "candidates=null", *same_splits, "model.pitch=midi", f"f0.method={f0}"],
             )
             rows.append({"method": f"midi_{f0}", **figures(base / f"midi_{f0}")})
     if "zero_shot" in methods:

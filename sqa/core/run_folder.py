@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 OUTPUTS = (
     "checkpoints",
     "export",
+    # One run folder per candidate model (sqa.training.candidates).
+    "candidates",
     "plots",
     "logs",
     "tensorboard",

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqa.data.corpus import Corpus
+from sqa.data.valid_split import SPLIT_BY
 
 
 def _integer(value: Any) -> bool:
@@ -31,7 +32,7 @@ _KINDS: dict[str, Callable[[Any], bool]] = {
     "a non-empty list of names": lambda v: _names(v) and len(v) > 0,
     "'raise' or 'skip'": lambda v: v in ("raise", "skip"),
     "a share in [0, 1)": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1,
-    "'clip' or 'system'": lambda v: v in ("clip", "system"),
+    "'auto', 'clip', 'system' or 'song'": lambda v: v in SPLIT_BY,
 }
 _ARGUMENTS = {
     "sample_rate": "a positive integer",
@@ -50,7 +51,7 @@ _ARGUMENTS = {
     "judges": "true or false",
     "valid_share": "a share in [0, 1)",
     "test_share": "a share in [0, 1)",
-    "split_by": "'clip' or 'system'",
+    "split_by": "'auto', 'clip', 'system' or 'song'",
 }
 
 

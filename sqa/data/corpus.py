@@ -118,6 +118,19 @@ class Corpus:
         }
         return {d: clips for d, clips in groups.items() if clips}
 
+    def valid_as_test(self) -> Corpus:
+        """The validation clips (`valid_sets`, no references or anchors) as the test sets of a corpus.
+
+        One test set per validation domain, named by it: how a model is scored on its validation
+        clips outside training (candidates, ridge weights).
+        """
+        clips = [
+            replace(c, split="test", test_set=name)
+            for name, group in self.valid_sets().items()
+            for c in group
+        ]
+        return Corpus(clips, self.domains, self.score_range, self.systems)
+
     def test_sets(self) -> dict[str, list[Clip]]:
         """Test clips grouped by test-set name, sorted by name; references and anchors by role.
 

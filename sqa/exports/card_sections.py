@@ -186,3 +186,35 @@ def checkpoint_section(run_info: Mapping[str, Any] | None) -> list[str]:
     else:
         lines.append("- why training stopped: not recorded (a run from before sqa recorded it)")
     return lines
+
+
+def candidates_section(candidates: Mapping[str, Any] | None) -> list[str]:
+    """The candidate models the run compared: each one's validation score (interval) and test metrics."""
+    if not candidates:
+        return []
+    lines = [
+        "## Candidates",
+        "",
+        f"The run trained these models on the same splits and kept `{candidates.get('winner')}`, the best"
+        f" on {candidates.get('compared_on')} (a later candidate must be better by more than the tie"
+        " tolerance).",
+        "",
+        "| candidate | validation | 95 % interval | test utt RMSE | test utt SRCC | test sys SRCC |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def shown(value: Any) -> str:
+        return "n/a" if value is None else f"{value:.4g}"
+
+    for entry in candidates.get("entries") or []:
+        valid, test = entry.get("valid") or {}, entry.get("test") or {}
+        ci = valid.get("ci")
+        lines.append(
+            f"| `{entry.get('name')}` | {shown(valid.get('value'))} |"
+            f" {f'[{ci[0]:.4g}, {ci[1]:.4g}]' if ci else 'n/a'} |"
+            f" {shown((test.get('utt') or {}).get('rmse'))} | {shown((test.get('utt') or {}).get('srcc'))} |"
+            f" {shown((test.get('sys') or {}).get('srcc'))} |"
+        )
+    for name, reason in (candidates.get("skipped") or {}).items():
+        lines.append(f"| `{name}` | skipped: {reason} | | | | |")
+    return lines

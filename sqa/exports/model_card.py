@@ -23,6 +23,7 @@ from sqa.exports.card_sections import (
     _domain_note,
     _predictors,
     _scale_note,
+    candidates_section,
     checkpoint_section,
     members_section,
     metrics_table,
@@ -224,7 +225,10 @@ def render(
         source = members_section(ensemble, model)
     else:
         source = checkpoint_section(run_info)
-    lines += [*source, "", "## Test results", ""]
+    lines += [*source, ""]
+    candidates = candidates_section((run_info or {}).get("candidates"))
+    lines += [*candidates, ""] if candidates else []
+    lines += ["## Test results", ""]
     if known is not None and not metrics:
         lines.append("None recorded by sqa; for its authors' results, see the release.")
     else:

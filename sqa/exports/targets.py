@@ -6,6 +6,7 @@ from sqa.data.pitch import F0Extractor
 from sqa.data.readers import CORPUS_READERS
 from sqa.models.aligner import AlignedPredictor
 from sqa.models.backbone import LogMelBackbone
+from sqa.models.calibrated import CalibratedPredictor
 from sqa.models.crepe import CrepeBackbone
 from sqa.models.distillmos import DistillMosBackbone, DistillMosZeroShot
 from sqa.models.ensemble import EnsemblePredictor
@@ -16,8 +17,15 @@ from sqa.models.uncertainty import UncertainMOSPredictor
 
 # The classes an export may build, by the `_target_` each writes (see sqa.models.config).
 BACKBONE_CLASSES = (LogMelBackbone, DistillMosBackbone, CrepeBackbone, *SSL_BACKBONES)
-# MOSPredictor, its uncertainty and aligner families, and Distill-MOS with its own head (zero-shot).
-PREDICTOR_CLASSES = (MOSPredictor, UncertainMOSPredictor, AlignedPredictor, DistillMosZeroShot)
+# MOSPredictor, its uncertainty and aligner families, Distill-MOS with its own head (zero-shot) and
+# that head calibrated onto a corpus.
+PREDICTOR_CLASSES = (
+    MOSPredictor,
+    UncertainMOSPredictor,
+    AlignedPredictor,
+    DistillMosZeroShot,
+    CalibratedPredictor,
+)
 PREDICTOR_TARGETS = frozenset(cls.export_target() for cls in PREDICTOR_CLASSES)
 ENSEMBLE_TARGET = EnsemblePredictor.export_target()
 BACKBONE_TARGETS = frozenset(cls.export_target() for cls in BACKBONE_CLASSES)

@@ -21,7 +21,7 @@ from sqa.data.corpus import SPLITS, Clip, Corpus, CorpusError, LabelCounts, coun
 from sqa.data.dataset import MIN_SAMPLES, ClipDataset
 from sqa.data.pitch import F0Extractor
 from sqa.data.samplers import BucketBatchSampler, EpochSampler, eval_batches
-from sqa.data.valid_split import carve_test, carve_valid, read_valid_split
+from sqa.data.valid_split import carve_test, carve_valid, read_valid_split, resolve_split_by
 from sqa.data.validate import ON_SCREEN, CorpusProblems, format_report, scale_diagnosis, validate_corpus
 
 log = logging.getLogger(__name__)
@@ -49,10 +49,10 @@ class MOSDataModule(L.LightningDataModule):
 
     A corpus without test clips gets a seeded test split of `test_share` of its training clips
     (`carve_test`), then one without validation clips a validation split of `valid_share`
-    (`carve_valid`): by clip (a share of every system's clips) or by system (system-disjoint),
-    as `split_by` says. `test_split_csv` and `valid_split_csv` (a run's `test_split.csv` and
-    `valid_split.csv`) reuse earlier splits instead. The moved clips are `carved_test` and
-    `carved_valid`. Only
+    (`carve_valid`): by clip (a share of every system's clips), by system or by song (disjoint),
+    or by song where the clips name songs and by clip where not (auto), as `split_by` says.
+    `test_split_csv` and `valid_split_csv` (a run's `test_split.csv` and `valid_split.csv`) reuse
+    earlier splits instead. The moved clips are `carved_test` and `carved_valid`. Only
     `required_splits` must have clips (evaluation needs only `test`). `num_workers` is capped
     at the available CPU cores.
     """
@@ -79,7 +79,7 @@ class MOSDataModule(L.LightningDataModule):
         valid_split_csv: str | None = None,
         test_share: float = 0.2,
         test_split_csv: str | None = None,
-        split_by: str = "clip",
+        split_by: str = "auto",
         required_splits: Sequence[str] = SPLITS,
         vocal_only: bool = False,
     ) -> None:
@@ -152,6 +152,7 @@ class MOSDataModule(L.LightningDataModule):
         if split_csv:
             corpus = corpus.with_test(read_valid_split(split_csv), split_csv)
         elif share:
+            by = resolve_split_by(corpus, by)
             corpus = carve_test(corpus, share, seed, by)
         else:
             return corpus
@@ -167,6 +168,7 @@ class MOSDataModule(L.LightningDataModule):
         if split_csv:
             corpus = corpus.with_valid(read_valid_split(split_csv), split_csv)
         elif not before and share:
+            by = resolve_split_by(corpus, by)
             corpus = carve_valid(corpus, share, seed, by)
         else:
             return corpus

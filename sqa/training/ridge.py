@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 import torch
@@ -43,12 +42,7 @@ def validation_corpus(members: Sequence[Member], corpora: Sequence[Corpus | None
                 f"({len(first)}); ridge weights are fitted on validation clips that every member shares: "
                 "use --method mean, or members trained on the same validation split"
             )
-    clips = [
-        replace(c, split="test", test_set=name)
-        for name, group in corpora[0].valid_sets().items()
-        for c in group
-    ]
-    return Corpus(clips, corpora[0].domains, corpora[0].score_range, corpora[0].systems)
+    return corpora[0].valid_as_test()
 
 
 def fit_ridge(predictions: np.ndarray, labels: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:

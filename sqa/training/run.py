@@ -23,10 +23,9 @@ from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
 from sqa.exports import format as export_format
 from sqa.exports.format import export_predictor
-from sqa.models.backbone import LogMelBackbone
 from sqa.reports import learning
 from sqa.reports.plots import CurveNames, write_curves
-from sqa.training import size_rule
+from sqa.training import candidates
 from sqa.training.builder import ARCHITECTURES, HEAD_INITS, build, init_from, train_means
 from sqa.training.callbacks import StartedOver
 from sqa.training.checkpoint_io import AtomicCheckpointIO, checkpoint_step
@@ -131,25 +130,76 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] | None = 
 
 
 def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None) -> RunResult:
-    """The body of `run` in a claimed run directory.
+    """The body of `run` in a claimed run directory: prepare -> fit -> test -> write and export.
 
     With `cfg.resume`, training continues from `<run_dir>/checkpoints/last.ckpt` (written after
     every validation) and ends exactly as an uninterrupted run with the same seed would. With
     `cfg.test_after_fit` false (a sweep's trials), the selected checkpoint is neither tested nor
-    exported: the run writes its selection, objective and curves only.
+    exported: the run writes its selection, objective and curves only. A train.py run whose
+    command line chose no model trains the configured candidates instead (`sqa.training.candidates`).
     """
     settings = RunSettings.of(cfg)
     export_dir = run_dir / "export"
     last = run_dir / "checkpoints" / "last.ckpt"
-    if settings.resume and not last.is_file():
+    plan = candidates.plan(cfg, overrides)
+    if settings.resume and not last.is_file() and not plan.candidates:
         raise FileNotFoundError(f"resume=true but {last} does not exist (no validation to resume from)")
     if export_dir.exists() and not settings.overwrite_export:
         # Checked before training so that a long run never fails at its very end.
         raise FileExistsError(f"{export_dir} already exists; set overwrite_export=true to replace it")
     # Likewise whether the export may be replaced (sqa's own, holding none of the run's inputs).
     export_format.check_replaceable(export_dir, run_inputs(cfg))
-    if settings.resume:
+    if settings.resume and last.is_file():
         check_resumable(last)
+    if plan.line:
+        log.info("%s", plan.line)
+    if plan.candidates:
+        return candidates.fit_select_export(plan, cfg, run_dir, _candidate_phases)
+    prepared = prepare(cfg, run_dir)
+    fitted = fit(prepared, run_dir)
+    outcome = test(fitted)
+    if fitted.trainer.is_global_zero:
+        finish(fitted, outcome, run_dir, export_dir)
+    return outcome
+
+
+class Prepared(NamedTuple):
+    """A run's configuration, data, model and run_info record, before training."""
+
+    cfg: DictConfig
+    settings: RunSettings
+    datamodule: MOSDataModule
+    module: Any
+    info: dict[str, Any]
+
+
+class Fitted(NamedTuple):
+    """A prepared run after fitting: its trainer, callbacks, logger and where training ended."""
+
+    prepared: Prepared
+    trainer: L.Trainer
+    callbacks: dict[str, Any]
+    logger: Any
+    params: dict[str, Any]
+    end: dict[str, Any]
+
+    @property
+    def history(self) -> dict[str, list[tuple[int, float]]]:
+        """Every logged value of the run by name: [(step, value), ...]."""
+        return self.callbacks["history"].history
+
+    @property
+    def best_path(self) -> str:
+        """The selected checkpoint's file."""
+        return self.callbacks["checkpoint"].best_model_path
+
+
+def prepare(cfg: DictConfig, run_dir: Path) -> Prepared:
+    """Seed, build the data and model of `cfg` and write config.yaml, run_info.json and the splits.
+
+    A corpus with problems is a `CorpusProblems` whose report is also written to the run directory.
+    """
+    settings = RunSettings.of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     L.seed_everything(settings.seed, workers=True)
     # Under DDP every rank runs this function; rank_zero_only.rank (from the launcher's
@@ -159,16 +209,6 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     try:
         datamodule, module = build(cfg)
-        from_scratch = isinstance(module.predictor.backbone, LogMelBackbone) and not settings.init_from
-        size = size_rule.decide(settings.size_rule, len(datamodule.train_clips), from_scratch, overrides)
-        if size.overrides:
-            # The same command line with the small-corpus preset: every setting it gave still wins.
-            cfg = size_rule.compose_train(size.overrides)
-            rename_targets(cfg)
-            settings = RunSettings.of(cfg)
-            if leader:
-                atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-            datamodule, module = build(cfg)
     except CorpusProblems as err:
         if leader:
             # The previous run set aside by overwrite=true comes back first, whole: its own
@@ -186,9 +226,6 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
     if leader:
         counts = datamodule.label_counts()
         log.info("Corpus:\n%s", format_counts(counts))
-        if size.line:
-            log.warning("%s", size.line)
-        info["size_rule"] = size.record()
         if rule.warning:
             log.warning("selection: %s", rule.warning)
         log.info("Selecting checkpoints on %s", rule.describe())
@@ -204,9 +241,17 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
         atomic_write_json(run_dir / "run_info.json", info)
         if datamodule.problems:
             atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
+    return Prepared(cfg, settings, datamodule, module, info)
+
+
+def fit(prepared: Prepared, run_dir: Path) -> Fitted:
+    """Train the prepared model with checkpoints, logs and curves under `run_dir`; resumes as set."""
+    cfg, settings, datamodule, module = prepared.cfg, prepared.settings, prepared.datamodule, prepared.module
+    last = run_dir / "checkpoints" / "last.ckpt"
     interval = log_interval(cfg, datamodule)
-    callbacks = instantiate_callbacks(cfg, run_dir, rule.mode, interval, settings.early_stopping_patience)
-    checkpoint, history = callbacks["checkpoint"], callbacks["history"]
+    callbacks = instantiate_callbacks(
+        cfg, run_dir, module.selection.mode, interval, settings.early_stopping_patience
+    )
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
     trainer: L.Trainer = instantiate(
         cfg.trainer,
@@ -230,39 +275,71 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
     end = training_end(trainer, callbacks.get("early_stopping"))
     if trainer.is_global_zero:
         log.info("Training stopped at step %d: %s", end["step"], end["reason"])
+    return Fitted(prepared, trainer, callbacks, logger, params, end)
+
+
+def test(fitted: Fitted) -> RunResult:
+    """Test the selected checkpoint on every test set (unless test_after_fit is false)."""
+    module, settings = fitted.prepared.module, fitted.prepared.settings
     if settings.test_after_fit:
-        trainer.test(module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
+        fitted.trainer.test(
+            module, datamodule=fitted.prepared.datamodule, ckpt_path=fitted.best_path, verbose=False
+        )
     results = module.test_results if settings.test_after_fit else {}
-    outcome = RunResult(results, float(checkpoint.best_model_score), rule.mode)
-    if not trainer.is_global_zero:
-        # The metrics were gathered from every rank; the first rank writes and exports them.
-        return outcome
-    best = Path(checkpoint.best_model_path).name
-    selected_step = checkpoint_step(checkpoint.best_model_path)
-    info["training_end"] = end
+    score = float(fitted.callbacks["checkpoint"].best_model_score)
+    return RunResult(results, score, module.selection.mode)
+
+
+def finish(
+    fitted: Fitted,
+    outcome: RunResult,
+    run_dir: Path,
+    export_dir: Path | None,
+    record: dict[str, Any] | None = None,
+    last_line: bool = True,
+) -> dict[str, Any]:
+    """Write the run's selection, curves, test outputs and learning check; export to `export_dir`.
+
+    `record` is added to run_info.json (and the export's card); `export_dir` None writes no export.
+    `last_line` says the learning check as the run's last line (a candidate's folder: not). Returns
+    the run_info record written.
+    """
+    cfg, settings, datamodule, module = (
+        fitted.prepared.cfg,
+        fitted.prepared.settings,
+        fitted.prepared.datamodule,
+        fitted.prepared.module,
+    )
+    rule: SelectionRule = module.selection
+    trainer, logger, params, history = fitted.trainer, fitted.logger, fitted.params, fitted.history
+    info = {**fitted.prepared.info, "selection": dict(fitted.prepared.info["selection"]), **(record or {})}
+    best = Path(fitted.best_path).name
+    selected_step = checkpoint_step(fitted.best_path)
+    info["training_end"] = fitted.end
     info["objective"] = objective_record(rule, outcome.objective)
     names = CurveNames(rule.label, curve_set_names(datamodule))
     if not settings.test_after_fit:
         # A sweep's trial: chosen on validation alone, so the test set is left unseen until the
         # chosen settings are run once with testing.
-        report_selection(info, history.history.get("val/selection", []), best, selected_step, run_dir)
-        curves = write_curves(history.history, run_dir / "plots", selected_step, names)
+        report_selection(info, history.get("val/selection", []), best, selected_step, run_dir)
+        curves = write_curves(history, run_dir / "plots", selected_step, names)
         log_figures(logger, {"plots/curves": curves}, step=trainer.global_step)
-        log_hparams(logger, params, hparam_metrics(history.history, selected_step), trainer.global_step)
+        log_hparams(logger, params, hparam_metrics(history, selected_step), trainer.global_step)
         log.info("Validation only (test_after_fit=false): %s was neither tested nor exported", best)
         log.info("Objective (what a sweep maximises): %s", describe_objective(info["objective"]))
-        return outcome
+        return info
     info["scale_shift"] = scale_shift(datamodule)
-    info["learning_check"] = learning_check(module, datamodule, history.history, selected_step)
+    info["learning_check"] = learning_check(module, datamodule, history, selected_step)
     datastore = None
-    if (cfg.get("retrieval") or {}).get("datastore"):
+    if export_dir is not None and (cfg.get("retrieval") or {}).get("datastore"):
         # The selected model's embeddings of the training clips, for kNN and fusion scoring.
         datastore, info["retrieval"] = build_datastore(module.predictor, datamodule)
-    report_selection(info, history.history.get("val/selection", []), best, selected_step, run_dir)
+    report_selection(info, history.get("val/selection", []), best, selected_step, run_dir)
+    results = outcome.test
     figures = write_test_outputs(
         module,
         run_dir,
-        history.history,
+        history,
         heading=f"Test results (best checkpoint {best})",
         score_range=datamodule.corpus.score_range,
         selected_step=selected_step,
@@ -270,7 +347,9 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
         sigma=run_sigma(info["learning_check"]),
     )
     log_figures(logger, figures, step=trainer.global_step)
-    log_hparams(logger, params, hparam_metrics(history.history, selected_step, results), trainer.global_step)
+    log_hparams(logger, params, hparam_metrics(history, selected_step, results), trainer.global_step)
+    if export_dir is None:
+        return info
     export_predictor(
         module.predictor,
         export_dir,
@@ -290,7 +369,11 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
         datastore=datastore,
     )
     log.info("Exported the best model to %s", export_dir)
-    # The run's last line: whether the model beats predicting the training mean.
-    check = info["learning_check"]
-    (log.info if check["verdict"] == "better" else log.warning)("%s", learning.sentence(check))
-    return outcome
+    if last_line:
+        # The run's last line: whether the model beats predicting the training mean.
+        check = info["learning_check"]
+        (log.info if check["verdict"] == "better" else log.warning)("%s", learning.sentence(check))
+    return info
+
+
+_candidate_phases = candidates.Phases(prepare, fit, test, finish, RunResult)

@@ -255,6 +255,16 @@ def learning_check(
         squares += at_step[-1] ** 2 * len(clips)
         labels.extend(c.mos for c in clips)
     valid = (math.sqrt(squares / len(labels)), labels) if labels and math.isfinite(squares) else None
+    return constant_check(module, train_mean, valid)
+
+
+def constant_check(
+    module: MOSModule, train_mean: float, valid: tuple[float, list[float]] | None
+) -> dict[str, Any]:
+    """A tested model against the constant `train_mean` (`sqa.reports.learning`).
+
+    `valid` is (the model's validation RMSE, the validation labels), None where unknown.
+    """
     _, true, _, sets = labelled(module.test_predictions, OVERALL)
     return learning.check(train_mean, valid, module.test_results, true, sets, apart=ROLES)
 

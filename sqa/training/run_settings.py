@@ -26,8 +26,6 @@ class RunSettings:
     head_init: str = "random"
     # Test and export the selected checkpoint after fitting; false validates only (sweep trials).
     test_after_fit: bool = True
-    # Compose a small corpus's default run again with the small-corpus preset (sqa.training.size_rule).
-    size_rule: bool = False
 
     @classmethod
     def of(cls, cfg: DictConfig) -> RunSettings:
@@ -44,5 +42,4 @@ class RunSettings:
             init_from=OmegaConf.to_container(init, resolve=True) if init else None,
             head_init=str(cfg.get("head_init") or "random"),
             test_after_fit=bool(cfg.get("test_after_fit", True)),
-            size_rule=bool(cfg.get("size_rule", False)),
         )

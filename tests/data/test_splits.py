@@ -312,7 +312,9 @@ def test_carving_by_system_needs_two_systems_and_keeps_one_in_training(tmp_path)
     # A one-clip system read first gives nothing and the others still give theirs.
     first = read_csv_manifest(write_manifest(tmp_path, {"E": 1, "A": 4, "B": 2}))
     assert systems(carve_valid(first, 0.5, 0)) == {"A", "B"}
-    with pytest.raises(ValueError, match=r"split_by must be one of \['clip', 'system'\], got 'speaker'"):
+    with pytest.raises(
+        ValueError, match=r"split_by must be one of \['auto', 'clip', 'system', 'song'\], got 'speaker'"
+    ):
         carve_valid(three, 0.5, 0, by="speaker")
 
 

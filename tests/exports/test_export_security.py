@@ -358,6 +358,7 @@ def test_allowed_targets_are_the_public_class_names():
             "sqa.models.uncertainty.UncertainMOSPredictor",
             "sqa.models.aligner.AlignedPredictor",
             "sqa.models.distillmos.DistillMosZeroShot",
+            "sqa.models.calibrated.CalibratedPredictor",
             "sqa.models.ensemble.EnsemblePredictor",
             FUSION,
             "sqa.data.pitch.F0Extractor",

@@ -84,13 +84,6 @@ def test_a_model_worse_than_the_constant_says_so_everywhere(untrained_run, tmp_p
     assert "LearningWarning" not in err
 
 
-def test_a_from_scratch_run_on_a_small_corpus_is_told_so_before_training(untrained_run, tiny_run):
-    for _, run_dir in (untrained_run, tiny_run):
-        log = (run_dir / "train.log").read_text(encoding="utf-8")
-        assert "[WARNING] - small corpus: " in log
-        assert log.index("small corpus: ") < log.index("step ")
-
-
 def test_the_constant_is_the_mean_of_the_training_labels(untrained_run):
     manifest, run_dir = untrained_run
     rows = [line.split(",") for line in manifest.read_text(encoding="utf-8").splitlines()[1:]]

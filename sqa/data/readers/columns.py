@@ -40,7 +40,7 @@ COLUMN_SPELLINGS = {
     "system_id": ("system", "sys", "sys_id", "system_name", "model", "model_id", "model_name"),
     "sample_id": ("sample", "utt_id", "utterance_id", "clip_id"),
     "listener_id": ("listener", "rater", "rater_id", "judge", "judge_id"),
-    "song_id": ("song", "song_name"),
+    "song_id": ("song", "song_name", "item", "item_id"),
 }
 
 

@@ -1,0 +1,286 @@
+"""Candidates: which runs train several models, how the winner is chosen, what the run records."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from omegaconf import OmegaConf
+
+import sqa
+from sqa.training import candidates
+from sqa.training.candidates import Candidate, Tried, chosen, pick, plan, validation_score
+from sqa.training.run import run
+
+SR = 16000
+# (system, split, label, clips): the noise of a clip falls as its label rises; with `flat_valid`
+# every validation clip is rated the training mean (3.0), whatever its noise.
+SYSTEMS = [
+    *((f"tr{i}", "train", q, 4) for i, q in enumerate((1.5, 2.1, 2.7, 3.3, 3.9, 4.5))),
+    ("va0", "valid", 2.0, 4),
+    ("va1", "valid", 4.0, 4),
+    *((f"te{i}", "test", q, 3) for i, q in enumerate((1.8, 3.0, 4.2))),
+]
+# The simpler candidate first: it never learns (learning rate 0) and scores the training mean.
+CANDIDATES = (
+    "+candidates.models.constant=['optim=adam','optim.lr=0.0','head_init=train_mean','trainer.max_steps=4',"
+    "'trainer.val_check_interval=4']",
+    "+candidates.models.learns=['optim=adam','optim.lr=3e-3','trainer.max_steps=24',"
+    "'trainer.val_check_interval=4','early_stopping_patience=null']",
+    "candidates.use=[constant,learns]",
+)
+
+
+def write_corpus(root: Path, flat_valid: bool) -> Path:
+    """Sung-like tones whose noise falls with the label (validation rated flat if asked); a manifest."""
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
+    rows = ["wav_path,score,system_id,sample_id,split"]
+    for system, split, label, clips in SYSTEMS:
+        rated = 3.0 if flat_valid and split == "valid" else label
+        for k in range(clips):
+            t = np.arange(int(SR * (0.4 + 0.1 * k))) / SR
+            tone = 0.3 * np.sin(2 * np.pi * rng.uniform(180, 400) * t)
+            noise = rng.normal(0, 0.3 * (5.0 - label) / 3.5, t.size)
+            sf.write(root / f"{system}-{k}.wav", (tone + noise).astype(np.float32), SR)
+            rows.append(f"{system}-{k}.wav,{rated},{system},{system}-{k},{split}")
+    (root / "manifest.csv").write_text("\n".join(rows) + "\n")
+    return root / "manifest.csv"
+
+
+def overrides(manifest: Path, *more: str) -> list[str]:
+    """A train.py command line on `manifest` that chooses no model: the data, the candidates."""
+    return [
+        "data=csv",
+        f"data.corpus.path={manifest}",
+        "data.num_workers=0",
+        "data.batch_size=8",
+        "trainer.enable_progress_bar=false",
+        "bootstrap=20",
+        *CANDIDATES,
+        *more,
+    ]
+
+
+def trained(tmp_path: Path, flat_valid: bool, *more: str) -> tuple[Path, dict]:
+    """Run the two candidates on a corpus; the run directory and its run_info.json."""
+    manifest = write_corpus(tmp_path / "corpus", flat_valid)
+    line = overrides(manifest, *more)
+    run_dir = tmp_path / "run"
+    run(candidates.compose_train(line), run_dir, line)
+    return run_dir, json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
+
+
+def test_the_candidate_that_learns_wins_where_validation_sounds_like_training(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="sqa")
+    run_dir, info = trained(tmp_path, False, "candidates.ensemble=true")
+    record = info["candidates"]
+    entries = {e["name"]: e for e in record["entries"]}
+    assert record["winner"] == "learns"
+    assert record["compared_on"] == "validation utt rmse (min)"
+    # The constant scores 3.0 on labels 2 and 4: an RMSE of 1 exactly.
+    assert entries["constant"]["valid"]["value"] == pytest.approx(1.0, abs=1e-4)
+    assert entries["learns"]["valid"]["value"] < 1.0 - 1e-3
+    for entry in entries.values():
+        assert entry["valid"]["clips"] == 8
+        lo, hi = entry["valid"]["ci"]
+        assert lo <= entry["valid"]["value"] <= hi
+    # The mean of the two is a candidate of its own, scored on the same clips.
+    joined = entries["ensemble(learns, constant)"]
+    assert joined["folder"] is None and math.isfinite(joined["valid"]["value"])
+    # The winner's test is the run's: metrics.json and the export's record are its own.
+    won = json.loads((run_dir / "candidates" / "learns" / "metrics.json").read_text(encoding="utf-8"))
+    assert json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")) == won
+    assert entries["learns"]["test"]["utt"]["rmse"] == pytest.approx(won["avg"]["utt"]["rmse"])
+    exported = json.loads((run_dir / "export" / "run_info.json").read_text(encoding="utf-8"))
+    assert exported["candidates"] == record
+    card = (run_dir / "export" / "README.md").read_text(encoding="utf-8")
+    assert "## Candidates" in card and "| `constant` | 1 |" in card
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("candidates: learns won")]
+    assert len(said) == 1 and "constant 1 [" in said[0] and ", by 0." in said[0]
+    # Every candidate is exported in its folder, with its own record.
+    for name in ("learns", "constant"):
+        own = json.loads(
+            (run_dir / "candidates" / name / "export" / "metrics.json").read_text(encoding="utf-8")
+        )
+        assert own == json.loads((run_dir / "candidates" / name / "metrics.json").read_text(encoding="utf-8"))
+
+
+def test_the_constant_candidate_wins_where_validation_is_rated_flat_at_the_training_mean(tmp_path):
+    run_dir, info = trained(tmp_path, True)
+    record = info["candidates"]
+    entries = {e["name"]: e for e in record["entries"]}
+    assert entries["constant"]["valid"]["value"] == pytest.approx(0.0, abs=1e-4)
+    assert entries["learns"]["valid"]["value"] > 1e-2
+    assert record["winner"] == "constant"
+    won = json.loads((run_dir / "candidates" / "constant" / "metrics.json").read_text(encoding="utf-8"))
+    assert json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")) == won
+
+
+def tried(name: str, value: float) -> Tried:
+    return Tried(Candidate(name, ()), None, None, None, value, None, 0, {}, Path(name))
+
+
+@pytest.mark.parametrize(
+    ("values", "mode", "winner"),
+    [
+        ((1.0, 0.5), "min", "b"),  # lower error, by more than the tolerance
+        ((1.0, 1.0 - 5e-7), "min", "a"),  # within the tolerance: the simpler stays
+        ((1.0, 1.0 - 2e-6), "min", "b"),  # just beyond it
+        ((0.5, 0.9), "max", "b"),
+        ((0.5, 0.5 + 5e-7), "max", "a"),
+        ((0.9, 0.5), "max", "a"),
+        ((0.5, 0.9), "min", "a"),
+        ((math.nan, 3.0), "min", "b"),  # a NaN never stays best
+        ((3.0, math.nan), "min", "a"),
+    ],
+)
+def test_pick_takes_a_later_candidate_only_when_better_by_more_than_the_tolerance(values, mode, winner):
+    assert pick([tried("a", values[0]), tried("b", values[1])], mode, 1e-6).candidate.name == winner
+
+
+def test_pick_compares_each_candidate_with_the_best_so_far_not_with_the_first():
+    entries = [tried("a", 1.0), tried("b", 0.5), tried("c", 0.7)]
+    assert pick(entries, "min", 1e-6).candidate.name == "b"
+
+
+def compose(*line: str):
+    return candidates.compose_train(list(line))
+
+
+def test_a_command_line_that_chooses_nothing_trains_the_listed_candidates_in_order():
+    line = ["data=csv", "data.corpus.path=x.csv", "seed=2"]
+    chosen_plan = plan(compose(*line), line)
+    assert [c.name for c in chosen_plan.candidates] == ["logmel", "distillmos"]
+    assert chosen_plan.candidates[1].overrides == ("experiment=small_corpus",)
+    assert chosen_plan.overrides == tuple(line)
+    assert "logmel, distillmos" in chosen_plan.line
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "model.pitch=midi",
+        "model/backbone=distillmos",
+        "optim=adam",
+        "experiment=small_corpus",
+        "+init_from.x=1",
+        "trainer.max_steps=5",
+        "finetune.backbone_lr_scale=0.1",
+        "head_init=train_mean",
+    ],
+)
+def test_a_command_line_that_chooses_the_model_or_its_training_trains_it_alone(override):
+    cfg = compose("data=csv", "data.corpus.path=x.csv") if override.startswith("+") else compose(override)
+    chosen_plan = plan(cfg, [override])
+    assert chosen_plan.candidates == ()
+    assert override in chosen_plan.line
+
+
+@pytest.mark.parametrize(
+    "override", ["trainer.val_check_interval=10", "data.batch_size=4", "candidates.ensemble=true", "seed=1"]
+)
+def test_settings_that_choose_no_model_keep_the_candidates(override):
+    assert plan(compose(override), [override]).candidates
+
+
+def test_a_key_that_merely_starts_like_a_chosen_one_chooses_nothing():
+    assert chosen(["models_dir=x", "optimizer_note=1", "+model.pitch=midi"]) == ["+model.pitch=midi"]
+
+
+def test_no_command_line_a_sweep_trial_several_devices_or_candidates_null_train_alone():
+    cfg = compose()
+    assert plan(cfg, None).candidates == () and plan(cfg, None).line is None
+    assert plan(compose("candidates=null"), ["candidates=null"]).candidates == ()
+    trial = plan(compose("test_after_fit=false"), ["test_after_fit=false"])
+    assert trial.candidates == () and "sweep" in trial.line
+    ddp = plan(compose("trainer.devices=2"), ["trainer.devices=2"])
+    assert ddp.candidates == () and "several devices" in ddp.line
+    assert plan(compose("trainer.devices=1"), ["trainer.devices=1"]).candidates
+
+
+def test_a_candidate_that_is_not_a_list_of_overrides_not_defined_or_not_a_name_is_refused():
+    cfg = compose()
+    cfg.candidates.models.logmel = "model.pitch=midi"
+    with pytest.raises(ValueError, match=r"candidates.models.logmel must be a list of overrides"):
+        plan(cfg, [])
+    cfg.candidates.use = ["mine"]
+    with pytest.raises(ValueError, match=r"names 'mine', which candidates.models does not define"):
+        plan(cfg, [])
+    cfg.candidates.use = "logmel"
+    with pytest.raises(ValueError, match=r"candidates.use must be a list"):
+        plan(cfg, [])
+    cfg.candidates.use = ["distillmos", "distillmos"]
+    with pytest.raises(ValueError, match=r"names a candidate twice"):
+        plan(cfg, [])
+    cfg.candidates.models = OmegaConf.create({"../x": []})
+    cfg.candidates.use = ["../x"]
+    with pytest.raises(ValueError, match=r"'\.\./x' is not a name"):
+        plan(cfg, [])
+
+
+def test_the_listed_order_is_kept_and_a_model_can_be_added_from_the_command_line():
+    line = ["+candidates.models.mine=[model.pitch=midi]", "candidates.use=[mine,logmel_pitch]"]
+    listed = plan(compose(*line), line).candidates
+    assert [(c.name, c.overrides) for c in listed] == [
+        ("mine", ("model.pitch=midi",)),
+        ("logmel_pitch", ("model.pitch=intonation",)),
+    ]
+
+
+def block(n: int, value: float, ci: list[float] | None) -> dict:
+    return {"utt": {"n": n, "rmse": value}, "ci": {"utt": {"rmse": ci}}}
+
+
+def test_validation_score_weighs_the_sets_by_their_clips_and_takes_the_interval_of_their_average():
+    results = {
+        "p1": block(1, 2.0, [1.0, 3.0]),
+        "p2": block(3, 1.0, [0.5, 1.5]),
+        "avg": block(4, 9.0, [0.7, 1.9]),
+    }
+    value, ci = validation_score(results, "rmse", "utt")
+    assert value == pytest.approx((2.0 * 1 + 1.0 * 3) / 4)
+    assert ci == [0.7, 1.9]
+    one = {"p1": block(2, 2.0, [1.0, 3.0]), "avg": block(2, 2.0, None)}
+    assert validation_score(one, "rmse", "utt") == (2.0, [1.0, 3.0])
+
+
+def test_a_candidate_needing_the_distillmos_package_is_skipped_when_it_is_missing(monkeypatch):
+    cfg = compose("experiment=small_corpus")
+    real = candidates.importlib.util.find_spec
+    monkeypatch.setattr(
+        candidates.importlib.util, "find_spec", lambda name: None if name == "distillmos" else real(name)
+    )
+    assert "pip install 'sqa[distillmos]'" in candidates.needs_missing_package(cfg)
+    assert candidates.needs_missing_package(compose()) is None
+
+
+def predictions(path: Path) -> dict[str, float]:
+    with path.open(encoding="utf-8", newline="") as fh:
+        return {row["sample_id"]: float(row["pred"]) for row in csv.DictReader(fh)}
+
+
+def test_an_ensemble_that_wins_is_tested_and_exported_as_the_mean_of_its_members(tmp_path, monkeypatch):
+    # Validation decides which wins; here the ensemble is made to, so that its own path runs whole.
+    monkeypatch.setattr(candidates, "pick", lambda tried, mode, tolerance: tried[-1])
+    run_dir, info = trained(tmp_path, False, "candidates.ensemble=true")
+    assert info["candidates"]["winner"] == "ensemble(learns, constant)"
+    assert [m["name"] for m in info["ensemble"]["members"]] == ["learns", "constant"]
+    assert info["learning_check"]["verdict"] in ("better", "no_better", "uncertain")
+    joined = predictions(run_dir / "predictions.csv")
+    parts = [predictions(run_dir / "candidates" / n / "predictions.csv") for n in ("learns", "constant")]
+    assert joined.keys() == parts[0].keys()
+    for key, value in joined.items():
+        assert value == pytest.approx((parts[0][key] + parts[1][key]) / 2, abs=1e-4)
+    config = (run_dir / "export" / "config.yaml").read_text(encoding="utf-8")
+    assert "sqa.models.ensemble.EnsemblePredictor" in config
+    card = (run_dir / "export" / "README.md").read_text(encoding="utf-8")
+    assert "## Members" in card and "## Candidates" in card
+    scores = sqa.load(run_dir / "export").score([str(run_dir.parent / "corpus" / "te0-0.wav")])
+    assert scores[0] == pytest.approx(joined["te0-0"], abs=1e-3)
