@@ -163,8 +163,12 @@ def compose_train(overrides: Sequence[str]) -> DictConfig:
         return compose(config_name="train", overrides=list(overrides))
 
 
+# The package each f0 method needs (all in the `pitch` extra).
+F0_PACKAGES = {"dio": "pyworld", "fcpe": "torchfcpe", "crepe": "torchcrepe"}
+
+
 def needs_missing_package(cfg: DictConfig) -> str | None:
-    """The extra a candidate's backbone needs that is not installed (the distillmos package), or None."""
+    """What a candidate needs that is not installed (the distillmos package, an f0 extractor), or None."""
     backbone = OmegaConf.select(cfg, "model.backbone._target_") or ""
     parts = [OmegaConf.select(cfg, f"model.backbone.{p}._target_") or "" for p in ("first", "second")]
     if (
@@ -172,6 +176,12 @@ def needs_missing_package(cfg: DictConfig) -> str | None:
         and importlib.util.find_spec("distillmos") is None
     ):
         return "the distillmos package is not installed (pip install 'sqa[distillmos]')"
+    method = str(OmegaConf.select(cfg, "f0.method") or "")
+    package = F0_PACKAGES.get(method)
+    if OmegaConf.select(cfg, "model.pitch") and package and importlib.util.find_spec(package) is None:
+        return (
+            f"its pitch branch needs {package} (f0.method={method}), not installed (pip install 'sqa[pitch]')"
+        )
     return None
 
 

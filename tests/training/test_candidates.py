@@ -97,6 +97,9 @@ def test_the_candidate_that_learns_wins_where_validation_sounds_like_training(tm
     # The winner's test is the run's: metrics.json and the export's record are its own.
     won = json.loads((run_dir / "candidates" / "learns" / "metrics.json").read_text(encoding="utf-8"))
     assert json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")) == won
+    # Its configuration is the run's: the one that rebuilds the exported model.
+    own = (run_dir / "candidates" / "learns" / "config.yaml").read_text(encoding="utf-8")
+    assert (run_dir / "config.yaml").read_text(encoding="utf-8") == own
     assert entries["learns"]["test"]["utt"]["rmse"] == pytest.approx(won["avg"]["utt"]["rmse"])
     exported = json.loads((run_dir / "export" / "run_info.json").read_text(encoding="utf-8"))
     assert exported["candidates"] == record
@@ -157,10 +160,15 @@ def compose(*line: str):
 def test_a_command_line_that_chooses_nothing_trains_the_listed_candidates_in_order():
     line = ["data=csv", "data.corpus.path=x.csv", "seed=2"]
     chosen_plan = plan(compose(*line), line)
-    assert [c.name for c in chosen_plan.candidates] == ["logmel", "distillmos"]
-    assert chosen_plan.candidates[1].overrides == ("experiment=small_corpus",)
+    assert [c.name for c in chosen_plan.candidates] == ["logmel_pitch", "distillmos", "calibrated"]
+    assert [c.overrides for c in chosen_plan.candidates] == [
+        ("model.pitch=intonation",),
+        ("experiment=small_corpus",),
+        ("experiment=calibrated",),
+    ]
+    assert chosen_plan.ensemble
     assert chosen_plan.overrides == tuple(line)
-    assert "logmel, distillmos" in chosen_plan.line
+    assert "logmel_pitch, distillmos, calibrated" in chosen_plan.line
 
 
 @pytest.mark.parametrize(
@@ -207,6 +215,7 @@ def test_no_command_line_a_sweep_trial_several_devices_or_candidates_null_train_
 
 def test_a_candidate_that_is_not_a_list_of_overrides_not_defined_or_not_a_name_is_refused():
     cfg = compose()
+    cfg.candidates.use = ["logmel"]
     cfg.candidates.models.logmel = "model.pitch=midi"
     with pytest.raises(ValueError, match=r"candidates.models.logmel must be a list of overrides"):
         plan(cfg, [])
@@ -226,7 +235,7 @@ def test_a_candidate_that_is_not_a_list_of_overrides_not_defined_or_not_a_name_i
 
 
 def test_the_listed_order_is_kept_and_a_model_can_be_added_from_the_command_line():
-    line = ["+candidates.models.mine=[model.pitch=midi]", "candidates.use=[mine,logmel_pitch]"]
+    line = ["+candidates.models.mine=['model.pitch=midi']", "candidates.use=[mine,logmel_pitch]"]
     listed = plan(compose(*line), line).candidates
     assert [(c.name, c.overrides) for c in listed] == [
         ("mine", ("model.pitch=midi",)),
@@ -251,14 +260,29 @@ def test_validation_score_weighs_the_sets_by_their_clips_and_takes_the_interval_
     assert validation_score(one, "rmse", "utt") == (2.0, [1.0, 3.0])
 
 
-def test_a_candidate_needing_the_distillmos_package_is_skipped_when_it_is_missing(monkeypatch):
-    cfg = compose("experiment=small_corpus")
+def test_a_candidate_needing_a_missing_package_is_named_with_its_extra(monkeypatch):
     real = candidates.importlib.util.find_spec
+    missing: set[str] = set()
     monkeypatch.setattr(
-        candidates.importlib.util, "find_spec", lambda name: None if name == "distillmos" else real(name)
+        candidates.importlib.util, "find_spec", lambda name: None if name in missing else real(name)
     )
-    assert "pip install 'sqa[distillmos]'" in candidates.needs_missing_package(cfg)
-    assert candidates.needs_missing_package(compose()) is None
+    distillmos, pitched, plain = (
+        compose("experiment=small_corpus"),
+        compose("model.pitch=intonation"),
+        compose(),
+    )
+    assert [candidates.needs_missing_package(c) for c in (distillmos, pitched, plain)] == [None, None, None]
+    missing.add("distillmos")
+    assert "pip install 'sqa[distillmos]'" in candidates.needs_missing_package(distillmos)
+    assert candidates.needs_missing_package(pitched) is None
+    missing.add("pyworld")
+    assert "needs pyworld (f0.method=dio)" in candidates.needs_missing_package(pitched)
+    assert candidates.needs_missing_package(plain) is None
+    # The f0 method's own package: CREPE's network is torchcrepe.
+    crepe = compose("model.pitch=midi", "f0.method=crepe")
+    assert candidates.needs_missing_package(crepe) is None
+    missing.add("torchcrepe")
+    assert "needs torchcrepe (f0.method=crepe)" in candidates.needs_missing_package(crepe)
 
 
 def predictions(path: Path) -> dict[str, float]:
