@@ -27,8 +27,7 @@ from torch import nn
 from sqa.core.masking import frame_mask
 from sqa.core.prediction import OVERALL, Prediction
 from sqa.models.config import Exportable
-from sqa.models.distillmos import DistillMosBackbone
-from sqa.models.distillmos_weights import attention_state, output_state, package_state_dict
+from sqa.models.distillmos import DistillMosBackbone, attention_head
 from sqa.models.predictor import INTERNAL_RANGE, MAX_RANGE_WIDTH, MIN_RANGE_WIDTH
 
 # The middle of the internal scale, about which the gain scales scores.
@@ -83,13 +82,7 @@ class CalibratedPredictor(Exportable, nn.Module):
             )
         self.config = CalibratedConfig([low, high])
         self.backbone = backbone
-        dim = backbone.output_dim
-        self.attention = nn.Sequential(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, 1))
-        self.output = nn.Linear(dim, 1)
-        if pretrained:
-            state = package_state_dict()
-            self.attention.load_state_dict(attention_state(state))
-            self.output.load_state_dict(output_state(state))
+        self.attention, self.output = attention_head(backbone.output_dim, pretrained)
         for parameter in (*self.attention.parameters(), *self.output.parameters()):
             parameter.requires_grad_(train_head)
         # The identity at the start: the network's own score on 1-5.

@@ -223,13 +223,7 @@ class DistillMosZeroShot(Exportable, nn.Module):
             )
         self.config = ZeroShotConfig()
         self.backbone = backbone
-        dim = backbone.output_dim
-        self.attention = nn.Sequential(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, 1))
-        self.output = nn.Linear(dim, 1)
-        if pretrained:
-            state = package_state_dict()
-            self.attention.load_state_dict(attention_state(state))
-            self.output.load_state_dict(output_state(state))
+        self.attention, self.output = attention_head(backbone.output_dim, pretrained)
 
     @property
     def pooling(self) -> str:
@@ -279,6 +273,21 @@ class DistillMosZeroShot(Exportable, nn.Module):
         valid = torch.arange(int(frame_lengths.max()), device=score.device)[None, :] < frame_lengths[:, None]
         frame_scores = score[:, None] * valid.to(score.dtype)
         return Prediction(score, frame_scores, frame_lengths, score[:, None], frame_scores[..., None])
+
+
+def attention_head(dim: int, pretrained: bool) -> tuple[nn.Sequential, nn.Linear]:
+    """The network's own head on frames of `dim`: attention weights (B, T, 1) and the output layer.
+
+    Attention: Linear(dim, 2·dim), ReLU, Linear(2·dim, 1); output: Linear(dim, 1) of the
+    attention-weighted mean. `pretrained` loads both from the installed package's weights.
+    """
+    attention = nn.Sequential(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, 1))
+    output = nn.Linear(dim, 1)
+    if pretrained:
+        state = package_state_dict()
+        attention.load_state_dict(attention_state(state))
+        output.load_state_dict(output_state(state))
+    return attention, output
 
 
 def zero_shot_predictor() -> DistillMosZeroShot:
