@@ -412,7 +412,8 @@ def fit_select_export(plan_: Plan, cfg: DictConfig, run_dir: Path, phases: Phase
             " ".join(candidate.overrides) or "the configuration as given",
             folder,
         )
-        prepared = phases.prepare(cand_cfg, folder)
+        # The corpus's problems are the run's: reported in the run directory, not the candidate's.
+        prepared = phases.prepare(cand_cfg, folder, run_dir)
         fitted = phases.fit(prepared, folder)
         outcome = phases.test(fitted)
         # Each candidate is exported in its folder: any of them can score, join an ensemble or be

@@ -194,11 +194,14 @@ class Fitted(NamedTuple):
         return self.callbacks["checkpoint"].best_model_path
 
 
-def prepare(cfg: DictConfig, run_dir: Path) -> Prepared:
+def prepare(cfg: DictConfig, run_dir: Path, report_dir: Path | None = None) -> Prepared:
     """Seed, build the data and model of `cfg` and write config.yaml, run_info.json and the splits.
 
-    A corpus with problems is a `CorpusProblems` whose report is also written to the run directory.
+    A corpus with problems is a `CorpusProblems` whose report is also written to `report_dir`
+    (None: `run_dir`; a candidate's: the run directory it belongs to), as is the report of the
+    clips skipped with data.on_error=skip.
     """
+    report_dir = report_dir or run_dir
     settings = RunSettings.of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     L.seed_everything(settings.seed, workers=True)
@@ -213,8 +216,8 @@ def prepare(cfg: DictConfig, run_dir: Path) -> Prepared:
         if leader:
             # The previous run set aside by overwrite=true comes back first, whole: its own
             # report, if it had one, is kept rather than replaced by this one.
-            restored = restore_previous(run_dir)
-            report = run_dir / "data_problems.txt"
+            restored = restore_previous(report_dir)
+            report = report_dir / "data_problems.txt"
             try:
                 atomic_write_text(report, format_report(err.problems) + "\n", exclusive=restored)
                 err.add_note(f"(this report is also in {report})")
@@ -240,7 +243,7 @@ def prepare(cfg: DictConfig, run_dir: Path) -> Prepared:
             info["test_split_csv"] = "test_split.csv"
         atomic_write_json(run_dir / "run_info.json", info)
         if datamodule.problems:
-            atomic_write_text(run_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
+            atomic_write_text(report_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
     return Prepared(cfg, settings, datamodule, module, info)
 
 
