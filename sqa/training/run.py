@@ -142,8 +142,14 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
     export_dir = run_dir / "export"
     last = run_dir / "checkpoints" / "last.ckpt"
     plan = candidates.plan(cfg, overrides)
-    if settings.resume and not last.is_file() and not plan.candidates:
-        raise FileNotFoundError(f"resume=true but {last} does not exist (no validation to resume from)")
+    if settings.resume and not last.is_file():
+        # With candidates, each resumes from its own folder's last checkpoint.
+        own = sorted((run_dir / candidates.FOLDER).glob("*/checkpoints/last.ckpt"))
+        if not plan.candidates or not own:
+            where = run_dir / candidates.FOLDER / "<name>" / "checkpoints" if plan.candidates else last.parent
+            raise FileNotFoundError(
+                f"resume=true but {where / 'last.ckpt'} does not exist (no validation to resume from)"
+            )
     if export_dir.exists() and not settings.overwrite_export:
         # Checked before training so that a long run never fails at its very end.
         raise FileExistsError(f"{export_dir} already exists; set overwrite_export=true to replace it")

@@ -308,3 +308,12 @@ def test_an_ensemble_that_wins_is_tested_and_exported_as_the_mean_of_its_members
     assert "## Members" in card and "## Candidates" in card
     scores = sqa.load(run_dir / "export").score([str(run_dir.parent / "corpus" / "te0-0.wav")])
     assert scores[0] == pytest.approx(joined["te0-0"], abs=1e-3)
+
+
+def test_resume_with_no_candidate_checkpoint_is_a_clear_error_and_trains_nothing(tmp_path):
+    manifest = write_corpus(tmp_path / "corpus", False)
+    line = overrides(manifest, "resume=true")
+    run_dir = tmp_path / "run"
+    with pytest.raises(FileNotFoundError, match=r"candidates/<name>/checkpoints/last.ckpt does not exist"):
+        run(candidates.compose_train(line), run_dir, line)
+    assert not (run_dir / "candidates").exists()
