@@ -36,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.renames import rename_targets
+from sqa.core.run_folder import missing_folders, remove_unused
 from sqa.exports.format import export_predictor
 from sqa.metrics import CI_KEY
 from sqa.models.ensemble import EnsemblePredictor
@@ -412,8 +413,15 @@ def fit_select_export(plan_: Plan, cfg: DictConfig, run_dir: Path, phases: Phase
             " ".join(candidate.overrides) or "the configuration as given",
             folder,
         )
-        # The corpus's problems are the run's: reported in the run directory, not the candidate's.
-        prepared = phases.prepare(cand_cfg, folder, run_dir)
+        made = missing_folders(folder)
+        try:
+            # The corpus's problems are the run's: reported in the run directory, not the candidate's.
+            prepared = phases.prepare(cand_cfg, folder, run_dir)
+        except BaseException:
+            # A candidate stopped before training leaves no folder of its own: only the config.yaml
+            # it had just written there, in folders made for it.
+            remove_unused(made, ("config.yaml",))
+            raise
         fitted = phases.fit(prepared, folder)
         outcome = phases.test(fitted)
         # Each candidate is exported in its folder: any of them can score, join an ensemble or be

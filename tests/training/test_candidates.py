@@ -317,3 +317,12 @@ def test_resume_with_no_candidate_checkpoint_is_a_clear_error_and_trains_nothing
     with pytest.raises(FileNotFoundError, match=r"candidates/<name>/checkpoints/last.ckpt does not exist"):
         run(candidates.compose_train(line), run_dir, line)
     assert not (run_dir / "candidates").exists()
+
+
+def test_a_config_error_in_a_candidate_leaves_no_folder_of_it(tmp_path):
+    manifest = write_corpus(tmp_path / "corpus", False)
+    line = overrides(manifest, "data.batch_size=abc")
+    run_dir = tmp_path / "run"
+    with pytest.raises(Exception, match="batch_size must be a positive integer"):
+        run(candidates.compose_train(line), run_dir, line)
+    assert not run_dir.exists()
