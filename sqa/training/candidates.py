@@ -426,7 +426,7 @@ def fit_select_export(plan_: Plan, cfg: DictConfig, run_dir: Path, phases: Phase
         outcome = phases.test(fitted)
         # Each candidate is exported in its folder: any of them can score, join an ensemble or be
         # evaluated on another corpus (eval.py export=<run dir>/candidates/<name>/export).
-        phases.finish(fitted, outcome, folder, folder / "export", last_line=False)
+        phases.finish(fitted, outcome, folder, folder / "export", result=False)
         rule: SelectionRule = prepared.module.selection
         metric, level, mode = comparison(rule)
         value, interval, valid = validated(prepared.module.predictor, prepared, metric, level)

@@ -305,13 +305,13 @@ def finish(
     run_dir: Path,
     export_dir: Path | None,
     record: dict[str, Any] | None = None,
-    last_line: bool = True,
+    result: bool = True,
 ) -> dict[str, Any]:
     """Write the run's selection, curves, test outputs and learning check; export to `export_dir`.
 
     `record` is added to run_info.json (and the export's card); `export_dir` None writes no export.
-    `last_line` says the learning check as the run's last line (a candidate's folder: not). Returns
-    the run_info record written.
+    `result` marks the run's own result: it alone gets a retrieval datastore and says the learning
+    check as the run's last line (a candidate's folder: false). Returns the run_info record written.
     """
     cfg, settings, datamodule, module = (
         fitted.prepared.cfg,
@@ -340,7 +340,7 @@ def finish(
     info["scale_shift"] = scale_shift(datamodule)
     info["learning_check"] = learning_check(module, datamodule, history, selected_step)
     datastore = None
-    if export_dir is not None and (cfg.get("retrieval") or {}).get("datastore"):
+    if export_dir is not None and result and (cfg.get("retrieval") or {}).get("datastore"):
         # The selected model's embeddings of the training clips, for kNN and fusion scoring.
         datastore, info["retrieval"] = build_datastore(module.predictor, datamodule)
     report_selection(info, history.get("val/selection", []), best, selected_step, run_dir)
@@ -378,7 +378,7 @@ def finish(
         datastore=datastore,
     )
     log.info("Exported the best model to %s", export_dir)
-    if last_line:
+    if result:
         # The run's last line: whether the model beats predicting the training mean.
         check = info["learning_check"]
         (log.info if check["verdict"] == "better" else log.warning)("%s", learning.sentence(check))
