@@ -42,7 +42,7 @@ from sqa.metrics import CI_KEY
 from sqa.models.ensemble import EnsemblePredictor
 from sqa.reports import learning
 from sqa.training.data_record import recorded_data
-from sqa.training.ensemble_testing import tested
+from sqa.training.ensemble.testing import tested
 from sqa.training.run_dir import run_inputs
 from sqa.training.run_outputs import constant_check, run_sigma, scale_shift, write_test_outputs
 from sqa.training.selection import LOSS_SCORES, SelectionRule, selection_score

@@ -12,8 +12,8 @@ import torch
 from sqa.core.artefacts import score_columns
 from sqa.core.prediction import OVERALL
 from sqa.data.corpus import Clip, Corpus
-from sqa.training.ensemble_members import EnsembleError, Member, clip_keys
-from sqa.training.ensemble_testing import tested
+from sqa.training.ensemble.members import EnsembleError, Member, clip_keys
+from sqa.training.ensemble.testing import tested
 
 log = logging.getLogger(__name__)
 

@@ -35,44 +35,19 @@ from sqa.data.audio import AudioError
 from sqa.data.corpus import CorpusError
 from sqa.exports.format import ExportError, check_replaceable, export_json, export_predictor, regular_file
 from sqa.models.ensemble import EnsemblePredictor
-from sqa.training.ensemble_members import (
+from sqa.training.ensemble.members import (
     VALID_SPLIT,
     EnsembleError,
-    Member,
     check_members,
-    clip_keys,
     member_corpus,
     member_record,
     read_member,
     rebased_data,
     shared_corpus,
 )
-from sqa.training.ensemble_testing import tested
+from sqa.training.ensemble.ridge import DEFAULT_ALPHA, ridge_weights, validation_corpus
+from sqa.training.ensemble.testing import tested
 from sqa.training.evaluation import DEFAULT_EVAL_BATCH_SIZE
-from sqa.training.ridge import DEFAULT_ALPHA, fit_ridge, ridge_weights, validation_corpus
-
-# The command and `build_ensemble` live here; the members, their testing and the ridge weights
-# moved out (sqa.training.ensemble_members, .ensemble_testing, .ridge) and stay importable here.
-__all__ = [
-    "DEFAULT_ALPHA",
-    "METHODS",
-    "VALID_SPLIT",
-    "EnsembleError",
-    "Member",
-    "build_ensemble",
-    "check_members",
-    "clip_keys",
-    "fit_ridge",
-    "main",
-    "member_corpus",
-    "member_record",
-    "read_member",
-    "rebased_data",
-    "ridge_weights",
-    "shared_corpus",
-    "tested",
-    "validation_corpus",
-]
 
 log = logging.getLogger(__name__)
 
