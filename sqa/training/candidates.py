@@ -43,6 +43,7 @@ from sqa.models.ensemble import EnsemblePredictor
 from sqa.reports import learning
 from sqa.training.data_record import recorded_data
 from sqa.training.ensemble.testing import tested
+from sqa.training.frame_cache import FrameStore
 from sqa.training.run_dir import run_inputs
 from sqa.training.run_outputs import constant_check, run_sigma, scale_shift, write_test_outputs
 from sqa.training.selection import LOSS_SCORES, SelectionRule, selection_score
@@ -257,6 +258,7 @@ def _tested(predictor: Any, prepared: Any, corpus: Any) -> Any:
         datamodule.eval_batch_size,
         settings.seed,
         settings.bootstrap,
+        prepared.module.frame_store,
     )
 
 
@@ -393,6 +395,8 @@ def fit_select_export(plan_: Plan, cfg: DictConfig, run_dir: Path, phases: Phase
     skipped: dict[str, str] = {}
     metric = level = mode = ""
     tolerance = float((cfg.get("selection") or {}).get("tie_tolerance", 1e-6))
+    # Candidates over the same frozen network (distillmos, calibrated) share its frames of each clip.
+    store = FrameStore()
     for number, candidate in enumerate(plan_.candidates, start=1):
         folder = run_dir / FOLDER / candidate.name
         own_resume = resume and (folder / "checkpoints" / "last.ckpt").is_file()
@@ -422,6 +426,7 @@ def fit_select_export(plan_: Plan, cfg: DictConfig, run_dir: Path, phases: Phase
             # it had just written there, in folders made for it.
             remove_unused(made, ("config.yaml",))
             raise
+        prepared.module.share_frames(store)
         fitted = phases.fit(prepared, folder)
         outcome = phases.test(fitted)
         # Each candidate is exported in its folder: any of them can score, join an ensemble or be

@@ -8,6 +8,12 @@ whole clips (`data.max_train_seconds` null or longer than the clips) and validat
 random training crop is another clip, computed and cached anew. Backbones keep the contract that
 a clip's frames alone equal its frames in a padded batch, so computing the missing clips of a
 batch together is exact.
+
+A `FrameStore` shares caches between modules: the default run's candidates
+(`sqa.training.candidates`) train several models on the same clips, two of them over the same
+frozen pretrained network, and test and validate each again. Modules whose backbones have the same
+fingerprint (class and every parameter and buffer) get one cache, so the network passes each clip
+once for all of them.
 """
 
 from __future__ import annotations
@@ -16,6 +22,17 @@ import hashlib
 
 import torch
 from torch import nn
+
+
+def fingerprint(module: nn.Module) -> bytes:
+    """A digest of a module's class and every parameter and buffer (by name, dtype, shape and value)."""
+    digest = hashlib.blake2b(type(module).__qualname__.encode(), digest_size=16)
+    # Buffers that are not saved (a filterbank made from the settings) shape the frames too.
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        # As bytes, whatever the dtype (numpy has no bfloat16).
+        digest.update(tensor.detach().to("cpu").reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.digest()
 
 
 class FrameCache:
@@ -64,3 +81,14 @@ class FrameCache:
         """Forget every clip (the backbone is about to change)."""
         self.frames_of.clear()
         self.bytes = 0
+
+
+class FrameStore:
+    """Frame caches by backbone fingerprint: modules whose backbones are equal share one cache."""
+
+    def __init__(self) -> None:
+        self.caches: dict[bytes, FrameCache] = {}
+
+    def cache_for(self, backbone: nn.Module, max_bytes: int) -> FrameCache:
+        """The cache of `backbone` as its weights are now (one of up to `max_bytes` made if none yet)."""
+        return self.caches.setdefault(fingerprint(backbone), FrameCache(max_bytes))

@@ -14,7 +14,7 @@ from sqa.core.prediction import OVERALL, Prediction
 from sqa.data.corpus import ROLES
 from sqa.models.predictor import MOSPredictor
 from sqa.training.finetune import backbone_optimizer
-from sqa.training.frame_cache import FrameCache
+from sqa.training.frame_cache import FrameCache, FrameStore
 from sqa.training.losses import NLL_LOSSES
 from sqa.training.prediction_rows import clip_rows, gathered_rows, labelled
 from sqa.training.selection import TIEBREAK_KEY, SelectionRule
@@ -60,6 +60,7 @@ class MOSModule(L.LightningModule):
         freeze_backbone_steps: int = 0,
         backbone_lr_scale: float = 1.0,
         frame_cache_mb: int = 1024,
+        frame_store: FrameStore | None = None,
     ) -> None:
         super().__init__()
         if freeze_backbone_steps < 0:
@@ -79,9 +80,14 @@ class MOSModule(L.LightningModule):
         self._backbone_trainable: list[torch.nn.Parameter] = []
         if frame_cache_mb < 0:
             raise ValueError(f"frame_cache_mb must be 0 or more, got {frame_cache_mb}")
-        self.frame_cache = (
-            FrameCache(frame_cache_mb << 20) if freeze_backbone_steps and frame_cache_mb else None
-        )
+        # An evaluation-only module (no optimizer) never changes its backbone: it may cache too.
+        caching = freeze_backbone_steps or (frame_store is not None and optimizer is None)
+        self._cache_bytes = frame_cache_mb << 20 if caching else 0
+        self.frame_store = frame_store
+        # A shared cache is looked up by the backbone's weights at its first cached pass (after any
+        # init_from or checkpoint restore), so it is found then.
+        own = self._cache_bytes and frame_store is None
+        self.frame_cache = FrameCache(self._cache_bytes) if own else None
         self.selection = selection or SelectionRule("srcc", "sys", tuple(valid_names), "sys srcc")
         # Sums and counts of the training loss since the last validation and of the validation
         # loss of the current one (losses are batch means: weighted by batch size).
@@ -118,13 +124,43 @@ class MOSModule(L.LightningModule):
             return self.predictor.score_frames(frames, frame_lengths, batch["lengths"], *args)
         return self.predictor(batch["wav"], batch["lengths"], *args)
 
+    def share_frames(self, store: FrameStore) -> None:
+        """Before training: take frames from `store`'s cache of this backbone, shared with other modules."""
+        self.frame_store = store
+        self.frame_cache = None
+
     def _frozen(self) -> bool:
         """Whether the backbone is frozen at this step (`freeze_backbone_steps`)."""
         return self._trainer is not None and self.global_step < self.freeze_backbone_steps
 
+    def _untouched(self) -> bool:
+        """Whether the backbone still has the weights it started with (and is in eval mode when used).
+
+        A training step is frozen while global_step < freeze_backbone_steps; an evaluation after
+        step freeze_backbone_steps still sees the starting backbone, as does a module with no optimizer.
+        A later trainer starts at step 0 again: the cache itself keeps that from serving stale frames
+        (an own cache is emptied at every step the backbone learns in, a shared one is found anew
+        by the backbone's weights).
+        """
+        if self.optimizer_factory is None:
+            return True
+        if self.training:
+            return self._frozen()
+        return self.global_step <= self.freeze_backbone_steps
+
     def _cached(self) -> bool:
-        """Whether frames come from the frame cache: a frozen backbone, in a single process."""
-        return self.frame_cache is not None and self._frozen() and self.trainer.world_size == 1
+        """Whether frames come from the frame cache: an untouched backbone, in a single process.
+
+        Only a predictor that scores frames (`score_frames`) has one backbone to cache; an ensemble's
+        members run whole.
+        """
+        if not self._cache_bytes or self.trainer.world_size != 1 or not self._untouched():
+            return False
+        if not hasattr(self.predictor, "score_frames"):
+            return False
+        if self.frame_cache is None:
+            self.frame_cache = self.frame_store.cache_for(self.predictor.backbone, self._cache_bytes)
+        return True
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Seed torch's RNG (dropout) from (seed, step): a resumed run replays every step exactly.
@@ -139,7 +175,11 @@ class MOSModule(L.LightningModule):
             # A frozen backbone gives the same frames at every step (no dropout): what the cache needs.
             self.predictor.backbone.train(not frozen)
             if not frozen and self.frame_cache is not None:
-                self.frame_cache.clear()
+                # Its own cache is freed; a shared one still serves the modules it was shared with.
+                if self.frame_store is None:
+                    self.frame_cache.clear()
+                else:
+                    self.frame_cache = None
             if self.trainer.world_size == 1:
                 # Skips the backbone's backward pass while it is frozen. Under DDP the parameter
                 # set that receives gradients must not change, so there its learning rate alone is 0.

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 
+import lightning as L
 import pytest
 import torch
 
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
-from sqa.training.frame_cache import FrameCache
+from sqa.training.frame_cache import FrameCache, FrameStore, fingerprint
 from sqa.training.lit_module import MOSModule
 from sqa.training.losses import margin_l1
 from tests.training.test_lit_module import items, loader, trainer
@@ -97,3 +99,102 @@ def test_training_with_the_cache_equals_training_without_it(tmp_path, steps):
         assert module.frame_cache.frames_of == {} and module.frame_cache.hits == 0
     with pytest.raises(ValueError, match="frame_cache_mb"):
         MOSModule(cached, margin_l1, torch.optim.SGD, freeze_backbone_steps=1, frame_cache_mb=-1)
+
+
+class Renamed(LogMelBackbone):
+    """The same layers as LogMelBackbone under another class."""
+
+
+def passes(backbone: torch.nn.Module) -> list[int]:
+    """A list that grows by the batch size at each forward pass of `backbone`."""
+    calls: list[int] = []
+    backbone.register_forward_hook(lambda module, args, out: calls.append(len(args[1])))
+    return calls
+
+
+def test_a_fingerprint_follows_every_weight_buffer_and_the_class():
+    torch.manual_seed(0)
+    base = LogMelBackbone(channels=16, conv_layers=1)
+    assert fingerprint(copy.deepcopy(base)) == fingerprint(base)
+    moved = copy.deepcopy(base)
+    with torch.no_grad():
+        next(moved.parameters()).view(-1)[0] += 1e-3
+    unsaved = copy.deepcopy(base)
+    unsaved.fbank[0, 0] += 1e-3  # a buffer that is not in the state dict
+    renamed = Renamed(channels=16, conv_layers=1)
+    renamed.load_state_dict(base.state_dict())
+    assert len({fingerprint(m) for m in (base, moved, unsaved, renamed)}) == 4
+
+
+def shared_fit(
+    tmp_path, backbone: torch.nn.Module, store: FrameStore, steps: int = 2, freeze: int = 2
+) -> tuple[MOSModule, L.Trainer]:
+    """A module over `backbone` sharing `store` and its trainer, after `steps` steps on six clips."""
+    torch.manual_seed(0)
+    module = MOSModule(
+        MOSPredictor(backbone),
+        margin_l1,
+        functools.partial(torch.optim.SGD, lr=0.05),
+        freeze_backbone_steps=freeze,
+    )
+    module.share_frames(store)
+    fitting = trainer(tmp_path, max_steps=steps, limit_val_batches=0)
+    fitting.fit(module, loader(items(3), items(3, offset=3)))
+    return module, fitting
+
+
+def test_modules_over_equal_frozen_backbones_pass_each_clip_once_between_them(tmp_path):
+    torch.manual_seed(0)
+    base = LogMelBackbone(channels=16, conv_layers=1)
+    store = FrameStore()
+    first, second, other = copy.deepcopy(base), copy.deepcopy(base), copy.deepcopy(base)
+    with torch.no_grad():
+        next(other.parameters()).view(-1)[0] += 1e-3
+    counts = [passes(b) for b in (first, second, other)]
+    modules = [shared_fit(tmp_path, b, store)[0] for b in (first, second, other)]
+    # The second found every clip; the one with another weight had its own cache.
+    assert [sum(c) for c in counts] == [6, 0, 6]
+    assert modules[0].frame_cache is modules[1].frame_cache is not modules[2].frame_cache
+    # Sharing changes no number: the same training as a module with its own cache.
+    torch.manual_seed(0)
+    alone = MOSPredictor(copy.deepcopy(base))
+    own = MOSModule(alone, margin_l1, functools.partial(torch.optim.SGD, lr=0.05), freeze_backbone_steps=2)
+    trainer(tmp_path, max_steps=2, limit_val_batches=0).fit(own, loader(items(3), items(3, offset=3)))
+    for (key, a), b in zip(
+        modules[1].predictor.state_dict().items(), alone.state_dict().values(), strict=True
+    ):
+        assert torch.allclose(a, b, atol=1e-6), key
+
+
+@pytest.mark.parametrize(("steps", "expected"), [(2, 0), (3, 3)])
+def test_testing_reuses_frames_only_while_the_backbone_is_as_it_started(tmp_path, steps, expected):
+    # Frozen for 2 steps: after 2 steps the backbone never learned; after 3 it learned at step 2.
+    backbone = LogMelBackbone(channels=16, conv_layers=1)
+    counted = passes(backbone)
+    module, fitting = shared_fit(tmp_path, backbone, FrameStore(), steps=steps)
+    before = sum(counted)
+    module.test_names = ["t"]
+    # Tested by the trainer that trained it, at its last step, as a run tests.
+    fitting.test(module, dataloaders=[loader(items(3))], verbose=False)
+    assert sum(counted) - before == expected
+    # A later trainer starts at step 0: a backbone that learned is still not taken as untouched.
+    trainer(tmp_path).test(module, dataloaders=[loader(items(3))], verbose=False)
+    assert sum(counted) - before == 2 * expected
+    plain = MOSModule(copy.deepcopy(module.predictor), loss=None, optimizer=None, test_names=["t"])
+    trainer(tmp_path).test(plain, dataloaders=[loader(items(3))], verbose=False)
+    assert [r["pred"] for r in module.test_predictions] == pytest.approx(
+        [r["pred"] for r in plain.test_predictions], abs=1e-5
+    )
+
+
+@pytest.mark.parametrize(("shared", "expected"), [(True, 0), (False, 3)])
+def test_an_evaluation_only_module_reads_the_store_it_is_given(tmp_path, shared, expected):
+    backbone = LogMelBackbone(channels=16, conv_layers=1)
+    store = FrameStore()
+    module, _ = shared_fit(tmp_path, backbone, store)
+    counted = passes(backbone)
+    tester = MOSModule(
+        module.predictor, loss=None, optimizer=None, test_names=["t"], frame_store=store if shared else None
+    )
+    trainer(tmp_path).test(tester, dataloaders=[loader(items(3))], verbose=False)
+    assert sum(counted) == expected

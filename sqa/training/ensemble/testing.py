@@ -13,6 +13,7 @@ from sqa.data.corpus import DEFAULT_DOMAIN, Corpus
 from sqa.data.pitch import F0Extractor
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.evaluation import evaluation_corpus
+from sqa.training.frame_cache import FrameStore
 from sqa.training.lit_module import MOSModule
 
 
@@ -24,10 +25,12 @@ def tested(
     batch_size: int,
     seed: int = 0,
     bootstrap: int = 0,
+    frame_store: FrameStore | None = None,
 ) -> MOSModule:
     """`predictor` run over `corpus`'s test clips as `eval.py` runs it; the module holds rows and metrics.
 
-    `config` is the export's config.yaml (its sample rate and domains).
+    `config` is the export's config.yaml (its sample rate and domains). With `frame_store`, a
+    predictor's backbone frames come from (and go to) the store's cache of that backbone.
     """
     domains = list(config.get("domains") or [DEFAULT_DOMAIN])
     datamodule = MOSDataModule(
@@ -39,7 +42,13 @@ def tested(
         required_splits=("test",),
     )
     module = MOSModule(
-        predictor, loss=None, optimizer=None, test_names=datamodule.test_names, seed=seed, bootstrap=bootstrap
+        predictor,
+        loss=None,
+        optimizer=None,
+        test_names=datamodule.test_names,
+        seed=seed,
+        bootstrap=bootstrap,
+        frame_store=frame_store,
     )
     with tempfile.TemporaryDirectory(prefix="sqa-ensemble-") as scratch:
         trainer = L.Trainer(
