@@ -6,6 +6,7 @@ import csv
 import json
 import logging
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from omegaconf import OmegaConf
 
 import sqa
 from sqa.training import candidates
+from sqa.training.callbacks import checkpoint_step
 from sqa.training.candidates import Candidate, Tried, chosen, pick, plan, validation_score
 from sqa.training.run import run
 
@@ -326,3 +328,20 @@ def test_a_config_error_in_a_candidate_leaves_no_folder_of_it(tmp_path):
     with pytest.raises(Exception, match="batch_size must be a positive integer"):
         run(candidates.compose_train(line), run_dir, line)
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("lost", ["learns", "constant"])
+def test_resume_takes_a_finished_candidate_from_its_end_and_trains_the_one_that_was_lost(tmp_path, lost):
+    run_dir, first = trained(tmp_path, False)
+    kept = "constant" if lost == "learns" else "learns"
+    last = run_dir / "candidates" / kept / "checkpoints" / "last.ckpt"
+    step, written = checkpoint_step(last), last.stat().st_mtime_ns
+    # Interrupted while `lost` trained: its folder never held a checkpoint.
+    shutil.rmtree(run_dir / "candidates" / lost)
+    line = overrides(tmp_path / "corpus" / "manifest.csv", "resume=true", "overwrite_export=true")
+    run(candidates.compose_train(line), run_dir, line)
+    again = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
+    # The finished one trained no further step; the other trained as it first did: the same numbers.
+    assert again["candidates"] == first["candidates"]
+    # Not trained again from the start either: its checkpoint is the one it finished with.
+    assert (checkpoint_step(last), last.stat().st_mtime_ns) == (step, written)
