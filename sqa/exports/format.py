@@ -62,6 +62,7 @@ __all__ = [
     "read_architecture",
     "read_bounded",
     "read_export_config",
+    "read_export_weights",
     "read_weights",
     "regular_file",
     "resolve_export",
@@ -270,6 +271,18 @@ def read_architecture(path: str | Path) -> Architecture:
         )
     f0_extractor = build_node(config["f0"], ("f0",), config_path) if config.get("f0") else None
     return Architecture(dict(config["model"]), f0_extractor, config_path)
+
+
+def read_export_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The model.pt of the export at `path`, checked against its config.yaml's architecture.
+
+    The checks of `load_export` (declared sizes before loading, then names, shapes, types and
+    finite values in the architecture's dtypes), without building the model: what a run that
+    starts from an export (`init_from`) copies its weights from.
+    """
+    config_path, weights_path = resolve_export(path)
+    config = read_export_config(config_path)
+    return read_weights(weights_path, _sized_model(config, config_path).state_dict())
 
 
 def export_json(path: str | Path, name: str) -> Any:
