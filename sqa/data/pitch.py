@@ -14,8 +14,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import stat
 import warnings
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import torch
 
 from sqa.core.atomic import atomic_write
 from sqa.core.extras import require
+from sqa.core.reading import ReadError, read_bounded
 
 # torchcrepe's network takes 16 kHz audio; the extractor resamples to it (with resampy, as
 # torchcrepe.predict does) so that the hop is a whole number of samples at any input rate.
@@ -127,26 +126,13 @@ class F0Extractor:
     def _cached(self, path: Path, frames: int) -> np.ndarray | None:
         """The cache entry at `path` if it is a regular file holding a valid track of `frames`; else None.
 
-        Read without following a link or waiting on a FIFO, and at most the bytes such a track takes.
+        Read as an export's files are (`sqa.core.reading.read_bounded`): no link, FIFO or folder,
+        and at most the bytes such a track takes.
         """
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return None  # missing, a link, a folder where its folder should be: recomputed
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > 4 * frames + NPY_HEADER_BYTES:
-                return None
-            with os.fdopen(fd, "rb", closefd=False) as fh:
-                data = fh.read(4 * frames + NPY_HEADER_BYTES + 1)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        try:
-            f0 = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, OSError, EOFError):
-            return None  # not an .npy file, or cut short
+            f0 = np.load(io.BytesIO(read_bounded(path, 4 * frames + NPY_HEADER_BYTES)), allow_pickle=False)
+        except (ReadError, ValueError, EOFError):
+            return None  # missing, not a regular file, too long, not an .npy file, or cut short
         valid = (
             isinstance(f0, np.ndarray)
             and f0.dtype == np.float32
