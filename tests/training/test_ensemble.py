@@ -175,6 +175,19 @@ def test_an_ensemble_of_vocal_only_members_records_vocal_only_and_a_mix_is_refus
     assert not (tmp_path / "m").exists()
 
 
+def test_a_member_with_weights_an_export_load_refuses_is_refused(tmp_path):
+    member = export_member(tiny_predictor(0), tmp_path / "m0", None)
+    other = export_member(tiny_predictor(1), tmp_path / "m1", None)
+    state = torch.load(other / "model.pt", weights_only=True)
+    state["head.0.weight"] = torch.full_like(state["head.0.weight"], 1e300, dtype=torch.float64)
+    torch.save(state, other / "model.pt")
+    with pytest.raises(
+        ExportError, match="'head.0.weight' holds NaN or infinite values once cast to torch.float32"
+    ):
+        build_ensemble([member, other], tmp_path / "ens")
+    assert not (tmp_path / "ens").exists()
+
+
 def test_an_existing_folder_and_a_members_folder_are_never_replaced(members, tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
