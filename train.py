@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from sqa.core.run_lock import RunDirError
 from sqa.data.corpus import CorpusError
 from sqa.exports.config import ExportError
-from sqa.training.run import run
+from sqa.training.run import NoCheckpointError, run
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> float:
     try:
         hydra_cfg = HydraConfig.get()
         return run(cfg, hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task)).objective
-    except (CorpusError, RunDirError, ExportError) as err:
+    except (CorpusError, RunDirError, ExportError, NoCheckpointError) as err:
         # The report is the message: print it as text on stderr, not inside a traceback.
         sys.exit("\n".join(["Error: " + str(err), *getattr(err, "__notes__", [])]))
     except OSError as err:

@@ -1,8 +1,10 @@
-"""Reading the text files users hand to sqa: regular files only, decoded with the bad byte named.
+"""Reading the files users hand to sqa: regular files only, bounded, text decoded with the bad byte named.
 
-Corpus metadata, split files and predictions tables are read here. A FIFO, device, socket or
-folder is refused without a blocking open; text that does not decode names its first bad byte
-and line. Each caller turns `ReadError` into its own error type.
+Corpus metadata, split files and predictions tables are read here (`read_text`); an export's
+files and the f0 cache's entries by `read_bounded`, which also refuses a link and any file
+over its limit before reading it. A FIFO, device, socket or folder is refused without a blocking
+open; text that does not decode names its first bad byte and line. Each caller turns
+`ReadError` into its own error type.
 """
 
 from __future__ import annotations
@@ -49,6 +51,35 @@ def read_bytes(path: Path) -> bytes:
             return fh.read()
     finally:
         os.close(fd)
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of `path` if it is a regular file (no link, FIFO or device) of at most `limit` bytes.
+
+    ReadError otherwise, naming the file: checked on the open descriptor before reading, and at
+    most `limit` + 1 bytes are read (a file that grows meanwhile is refused too).
+    """
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise ReadError(f"{path}: cannot open ({err.strerror})") from None
+    try:
+        # Checked before wrapping the descriptor in a file object, which refuses a directory.
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ReadError(f"{path}: not a regular file")
+        if info.st_size > limit:
+            raise ReadError(f"{path}: {info.st_size} bytes; at most {limit} are read")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    except OSError as err:
+        raise ReadError(f"{path}: cannot read ({err.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ReadError(f"{path}: more than {limit} bytes; at most {limit} are read")
+    return data
 
 
 def read_text(path: Path, encoding: str | None = None, hint: str = "") -> str:

@@ -1,13 +1,18 @@
 """f0 extraction with an on-disk f0 cache.
 
 f0 is computed once per clip and extractor setting and cached (keyed by a hash of the waveform
-and the settings). The pitch features the model computes from it are in
-`sqa.models.pitch_features`.
+and the settings). An entry is used only if it is a regular file holding what `compute` returns
+for that clip: a 1-D float32 array of the clip's frame count, finite, from 0 to `f0_ceil`. Any
+other entry (damaged, truncated, a folder, another shape) is recomputed and replaced; an entry
+that cannot be written (a full disk, a file where its folder should be) is said once in a
+warning naming it, and the f0 is used uncached. The pitch features the model computes from it
+are in `sqa.models.pitch_features`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import warnings
 from pathlib import Path
@@ -17,6 +22,7 @@ import torch
 
 from sqa.core.atomic import atomic_write
 from sqa.core.extras import require
+from sqa.core.reading import ReadError, read_bounded
 
 # torchcrepe's network takes 16 kHz audio; the extractor resamples to it (with resampy, as
 # torchcrepe.predict does) so that the hop is a whole number of samples at any input rate.
@@ -27,6 +33,12 @@ CREPE_BATCH_FRAMES = 512
 # torchcrepe dithers each f0 by up to one 20-cent bin with numpy's global RNG; a fixed seed makes
 # the track (and so the cache and the MIDI notes) reproducible.
 CREPE_DITHER_SEED = 0
+# An .npy file's header: at most this many bytes besides the array's own (numpy writes 128).
+NPY_HEADER_BYTES = 4096
+
+
+class F0CacheWarning(UserWarning):
+    """An f0 cache entry could not be written: the f0 is used, not cached."""
 
 
 class F0Extractor:
@@ -87,15 +99,48 @@ class F0Extractor:
         return {"_target_": f"{__name__}.F0Extractor", **self.settings()}
 
     def __call__(self, wav: np.ndarray, sample_rate: int) -> np.ndarray:
-        """f0 track (T,) float32 of a mono waveform (N,), from the cache when present."""
+        """f0 track (T,) float32 of a mono waveform (N,), from the cache when it holds a valid entry."""
         path = self._cache_path(wav, sample_rate) if self.cache_dir else None
-        if path is not None and path.is_file():
-            return np.load(path)
+        frames = self.frame_count(len(wav), sample_rate)
+        if path is not None:
+            cached = self._cached(path, frames)
+            if cached is not None:
+                return cached
         f0 = self.compute(wav, sample_rate)
         if path is not None:
-            # Atomic: a concurrent run or a kill never leaves a half-written cache entry.
-            atomic_write(path, lambda fh: np.save(fh, f0))
+            try:
+                # Atomic: a concurrent run or a kill never leaves a half-written cache entry.
+                atomic_write(path, lambda fh: np.save(fh, f0))
+            except OSError as err:
+                warnings.warn(
+                    f"f0 cache entry {path}: not written ({err.strerror or err}); the f0 is used uncached",
+                    F0CacheWarning,
+                    stacklevel=2,
+                )
         return f0
+
+    def frame_count(self, samples: int, sample_rate: int) -> int:
+        """The frames T of the f0 track of `samples` samples: WORLD's count, which every method returns."""
+        return int(1000.0 * samples / sample_rate / self.frame_period_ms) + 1
+
+    def _cached(self, path: Path, frames: int) -> np.ndarray | None:
+        """The cache entry at `path` if it is a regular file holding a valid track of `frames`; else None.
+
+        Read as an export's files are (`sqa.core.reading.read_bounded`): no link, FIFO or folder,
+        and at most the bytes such a track takes.
+        """
+        try:
+            f0 = np.load(io.BytesIO(read_bounded(path, 4 * frames + NPY_HEADER_BYTES)), allow_pickle=False)
+        except (ReadError, ValueError, EOFError):
+            return None  # missing, not a regular file, too long, not an .npy file, or cut short
+        valid = (
+            isinstance(f0, np.ndarray)
+            and f0.dtype == np.float32
+            and f0.shape == (frames,)
+            and bool(np.isfinite(f0).all())
+            and bool(((f0 >= 0) & (f0 <= self.f0_ceil)).all())
+        )
+        return f0 if valid else None
 
     def _cache_path(self, wav: np.ndarray, sample_rate: int) -> Path:
         digest = hashlib.sha1(np.ascontiguousarray(wav, dtype=np.float32).tobytes())
@@ -124,7 +169,7 @@ class F0Extractor:
         if self._fcpe is None:
             torchfcpe = require("torchfcpe", "pitch", "f0 extraction (f0.method=fcpe)")
             self._fcpe = torchfcpe.spawn_bundled_infer_model(device="cpu")
-        frames = int(len(wav) / (sample_rate * self.frame_period_ms / 1000)) + 1
+        frames = self.frame_count(len(wav), sample_rate)
         with torch.no_grad():
             f0 = self._fcpe.infer(
                 torch.from_numpy(wav.astype(np.float32))[None, :, None],
@@ -138,7 +183,7 @@ class F0Extractor:
 
     def _crepe_f0(self, wav: np.ndarray, sample_rate: int) -> np.ndarray:
         torchcrepe = require("torchcrepe", "pitch", "f0 extraction (f0.method=crepe)")
-        frames = int(len(wav) / (sample_rate * self.frame_period_ms / 1000)) + 1
+        frames = self.frame_count(len(wav), sample_rate)
         audio = torch.from_numpy(wav.astype(np.float32))[None]
         if sample_rate != CREPE_RATE:
             audio = torchcrepe.resample(audio, sample_rate)

@@ -9,7 +9,11 @@ that low-pass noise (whose correlation decays slowly from lag 0) is not taken fo
 frame is *vocal* when it is both. The vocal span of a clip runs from its first vocal frame to its
 last, widened by up to `ONSET_SECONDS` of active frames on either side (an unvoiced consonant or
 breath that starts a phrase, a decay that ends it), never into inactive ones: silence around a
-clip is never part of its span, whatever its length. Everything here is numpy on a mono waveform.
+clip is never part of its span, whatever its length. Voicing is measured on the waveform with its
+DC offset removed (`without_dc`): an offset correlates at every lag, so the NCCF never falls
+below zero and a sung note with an offset would read as unpitched. Levels are the waveform's as
+it is (an offset is energy in the file: a frame of offset alone is active, never voiced).
+Everything here is numpy on a mono waveform.
 """
 
 from __future__ import annotations
@@ -127,6 +131,19 @@ def frame_voicing(wav: np.ndarray, sample_rate: int, hop: int) -> np.ndarray:
     return out
 
 
+def without_dc(wav: np.ndarray, above: np.ndarray, hop: int) -> np.ndarray:
+    """The waveform (N,) (float64) less its DC offset: the mean of its samples in frames above the floor.
+
+    `above` (F,) marks the `hop`-sample frames at or above FLOOR_DB. Digital silence around a clip
+    is left out of the mean, so padding a clip with it, however long, leaves the offset as it was.
+    A constant is removed, not a filtered band: a high-pass would shape the rumble of low-pass
+    noise into a resonance that reads as a pitch.
+    """
+    wav = np.asarray(wav, dtype=np.float64)
+    inside = np.repeat(above, hop)[: wav.shape[0]]
+    return wav - float(wav[inside].mean()) if inside.any() else wav
+
+
 def vocal_activity(wav: np.ndarray, sample_rate: int) -> VocalActivity:
     """Levels, voicing and masks of the 20 ms frames of a mono waveform (N,) at `sample_rate`."""
     hop = max(1, round(FRAME_SECONDS * sample_rate))
@@ -138,7 +155,7 @@ def vocal_activity(wav: np.ndarray, sample_rate: int) -> VocalActivity:
         # or a noise floor, however long, leaves its threshold (and its span) as it was.
         loud = float(np.percentile(level[above], LOUD_PERCENTILE))
         active &= level >= loud - RELATIVE_DB
-    voicing = frame_voicing(wav, sample_rate, hop)
+    voicing = frame_voicing(without_dc(wav, above, hop), sample_rate, hop)
     return VocalActivity(hop, level, voicing, active, voicing >= VOICING)
 
 

@@ -7,11 +7,10 @@ Every limit is checked before anything is allocated or built (docs/failures.md l
 from __future__ import annotations
 
 import math
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
+from sqa.core import reading
 from sqa.exports.errors import ExportError, _key_path
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -34,26 +33,14 @@ RECORD_OVERHEAD = 1024
 
 
 def read_bounded(path: Path, limit: int) -> bytes:
-    """The bytes of `path` if it is a regular file (no link, FIFO or device) of at most `limit` bytes."""
+    """The bytes of `path` if it is a regular file (no link, FIFO or device) of at most `limit` bytes.
+
+    `sqa.core.reading.read_bounded`, its ReadError an ExportError.
+    """
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as err:
-        raise ExportError(f"{path}: cannot open ({err.strerror})") from err
-    try:
-        # Checked before wrapping the descriptor in a file object, which refuses a directory.
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ExportError(f"{path}: not a regular file")
-        if info.st_size > limit:
-            raise ExportError(f"{path}: {info.st_size} bytes; at most {limit} are read")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise ExportError(f"{path}: more than {limit} bytes; at most {limit} are read")
-    return data
+        return reading.read_bounded(path, limit)
+    except reading.ReadError as err:
+        raise ExportError(str(err)) from None
 
 
 def _is_probability_key(key: str | int) -> bool:

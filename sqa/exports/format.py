@@ -13,7 +13,9 @@ An ensemble (`sqa.models.ensemble`) is one such export: its members' configs in 
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -62,6 +64,7 @@ __all__ = [
     "read_architecture",
     "read_bounded",
     "read_export_config",
+    "read_export_weights",
     "read_weights",
     "regular_file",
     "resolve_export",
@@ -102,12 +105,6 @@ def export_predictor(
     so that scoring trims clips alike unless told otherwise. A `datastore` (the training clips'
     embeddings and labels, `sqa.models.retrieval`) goes to datastore.pt for kNN and fusion scoring.
     """
-    # Here, not at the top: loading an export needs only the core install (no omegaconf).
-    from omegaconf import OmegaConf
-
-    from sqa.core import artefacts
-    from sqa.exports import model_card
-
     directory = Path(directory)
     if directory.exists() and not overwrite:
         raise ExportError(f"{directory}: already exists; pass overwrite=True to replace it")
@@ -122,6 +119,46 @@ def export_predictor(
         "data": dict(data) if data is not None else None,
         "test": dict(test) if test is not None else None,
     }
+    try:
+        _write_export(
+            directory,
+            overwrite,
+            predictor,
+            config,
+            metrics,
+            dimension_metrics,
+            run_info,
+            training,
+            files,
+            datastore,
+        )
+    except OSError as err:
+        # A bind mount is no mount point to os.path.ismount: its rename fails with EBUSY.
+        if err.errno == errno.EBUSY:
+            raise ExportError(_mount_point(directory)) from None
+        raise
+    return directory
+
+
+def _write_export(
+    directory: Path,
+    overwrite: bool,
+    predictor: MOSPredictor,
+    config: dict[str, Any],
+    metrics: Mapping[str, Any] | None,
+    dimension_metrics: Mapping[str, Mapping[str, Any]] | None,
+    run_info: Mapping[str, Any] | None,
+    training: Mapping[str, Any] | None,
+    files: Sequence[Path],
+    datastore: Datastore | None,
+) -> None:
+    """The export's files written to a new folder, then put in place at `directory` (`atomic_dir`)."""
+    # Here, not at the top: loading an export needs only the core install (no omegaconf).
+    from omegaconf import OmegaConf
+
+    from sqa.core import artefacts
+    from sqa.exports import model_card
+
     with atomic_dir(directory, replace=overwrite) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}
         torch.save(state, tmp / "model.pt")
@@ -137,7 +174,6 @@ def export_predictor(
             tensors = {name: t.detach().cpu().contiguous() for name, t in datastore.as_state().items()}
             torch.save(tensors, tmp / DATASTORE_FILE)
         ownership.record_all(tmp)
-    return directory
 
 
 # The training clips' embeddings and labels of an export that has them (read by `sqa.exports.datastore`).
@@ -164,6 +200,8 @@ def check_replaceable(directory: str | Path, inputs: Sequence[str | Path] = ()) 
     directory = Path(directory)
     if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
         raise ExportError(f"{directory}: is not an export folder (a link or a file); nothing was replaced")
+    if os.path.ismount(directory):
+        raise ExportError(_mount_point(directory))
     legacy = ownership.unrecorded_names(directory, EXPORT_FILES)
     if legacy and not _reads_as_export(directory):
         legacy = []
@@ -171,6 +209,15 @@ def check_replaceable(directory: str | Path, inputs: Sequence[str | Path] = ()) 
         ownership.check_replaceable(directory, "overwrite", inputs, also_mine=legacy)
     except ownership.OwnershipError as err:
         raise ExportError(str(err)) from None
+
+
+def _mount_point(directory: Path) -> str:
+    """The one line refusing to write an export over the mount point `directory`."""
+    return (
+        f"{directory}: is a mount point (or in use), which cannot be replaced: an export is written "
+        f"beside it and renamed into place; name a folder inside it, e.g. {directory / 'export'}; "
+        "nothing was replaced"
+    )
 
 
 def _reads_as_export(directory: Path) -> bool:
@@ -270,6 +317,18 @@ def read_architecture(path: str | Path) -> Architecture:
         )
     f0_extractor = build_node(config["f0"], ("f0",), config_path) if config.get("f0") else None
     return Architecture(dict(config["model"]), f0_extractor, config_path)
+
+
+def read_export_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The model.pt of the export at `path`, checked against its config.yaml's architecture.
+
+    The checks of `load_export` (declared sizes before loading, then names, shapes, types and
+    finite values in the architecture's dtypes), without building the model: what a run that
+    starts from an export (`init_from`) copies its weights from.
+    """
+    config_path, weights_path = resolve_export(path)
+    config = read_export_config(config_path)
+    return read_weights(weights_path, _sized_model(config, config_path).state_dict())
 
 
 def export_json(path: str | Path, name: str) -> Any:

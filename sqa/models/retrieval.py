@@ -67,8 +67,13 @@ class Datastore:
         problem = datastore_problem(self.as_state())
         if problem is not None:
             raise ValueError(problem)
-        # ‖e‖² of every entry, once: each search needs them.
-        self.norms = self.embeddings.pow(2).sum(dim=1)
+        # Distances are computed on embeddings divided by a power of two (exactly) that brings
+        # them within ±2, so that ‖e‖² cannot overflow float32 (finite 1e20s square to inf), and
+        # scaled back in float64. Stores of ordinary embeddings (within ±1e15) are used as they are.
+        self.scale = _power_of_two_above(float(self.embeddings.abs().max()))
+        self.scaled = self.embeddings if self.scale == 1.0 else self.embeddings / self.scale
+        # ‖e‖² of every entry (of `scaled`), once: each search needs them.
+        self.norms = self.scaled.pow(2).sum(dim=1)
 
     def __len__(self) -> int:
         return int(self.embeddings.shape[0])
@@ -100,21 +105,28 @@ class Datastore:
         )
 
     def neighbours(self, query: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Squared distances (B, k) and indices (B, k) of the k nearest entries to queries (B, D).
+        """Squared distances (B, k) in float64 and indices (B, k) of the k nearest entries to queries (B, D).
 
         Nearest first; equal distances keep index order. One query at a time (‖e‖² − 2e·q + ‖q‖², a
         matrix-vector product): each row is the same alone and in any batch, and no (N, D)
         temporary is made (0.7 s per query for 20 000 entries of 1024 dimensions, against 40 ms).
+        Entries and query are divided by one power of two `t` (exact) that brings both within
+        ±2, the distances computed in float32 and multiplied by t² in float64: finite for every
+        finite embedding and query (a query that is not finite gives NaN distances).
         """
         k = min(self.k if k is None else k, len(self))
         if query.dim() != 2 or query.shape[1] != self.embeddings.shape[1]:
             raise ValueError(f"query must be (B, {self.embeddings.shape[1]}), got {tuple(query.shape)}")
         distances, indices = [], []
         for row in query.to(self.embeddings):
+            scale = max(self.scale, _power_of_two_above(float(row.abs().max())))
+            ratio = self.scale / scale  # a power of two: 1 unless the query is the larger
+            row = row / scale
             # Rounding can take a distance of ~0 below it.
-            squared = (self.norms - 2.0 * (self.embeddings @ row) + row.pow(2).sum()).clamp_min(0.0)
+            squared = ratio * ratio * self.norms - 2.0 * ratio * (self.scaled @ row) + row.pow(2).sum()
+            squared = squared.clamp_min(0.0)
             order = torch.sort(squared, stable=True).indices[:k]
-            distances.append(squared[order])
+            distances.append(squared[order].double() * scale * scale)
             indices.append(order)
         return torch.stack(distances), torch.stack(indices)
 
@@ -137,6 +149,19 @@ class Datastore:
         votes = torch.zeros(query.shape[0], count, dtype=torch.float64)
         votes.scatter_add_(1, self.domains[indices], weights)
         return votes.argmax(dim=1)
+
+
+# Embeddings within this bound are searched as they are: their squared norms stay far from
+# float32's largest value (3.4e38) for any width sqa builds.
+_UNSCALED = 2.0**50
+
+
+def _power_of_two_above(value: float) -> float:
+    """1 where `value` is at most `_UNSCALED` (or not finite), else a power of two within [value / 2, value].
+
+    The smallest power of two at least `value`, but at most 2^127 (float32's largest power of two).
+    """
+    return 2.0 ** min(127, math.ceil(math.log2(value))) if _UNSCALED < value < math.inf else 1.0
 
 
 def datastore_problem(state: dict[str, torch.Tensor]) -> str | None:

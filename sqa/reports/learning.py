@@ -8,7 +8,9 @@ in one sentence with the numbers, for the console, run_info.json, the model card
 
 Verdicts: `better` (lower RMSE than the constant on validation and test, and a test SRCC
 interval above 0), `no_better` (an RMSE at or above the constant's on validation or test) and
-`uncertain` (lower RMSEs, but the test SRCC interval reaches 0 or could not be computed).
+`uncertain` (lower RMSEs, but the test SRCC interval reaches 0 or could not be computed). A
+model whose RMSE is not a number where the constant's is (its predictions were not finite) is
+`no_better`: it never "beats the constant" with a null RMSE.
 """
 
 from __future__ import annotations
@@ -88,9 +90,14 @@ def _part(record: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 
 def _beats(part: Mapping[str, Any]) -> bool | None:
-    """Whether a part's RMSE is below the constant's (None where either is unknown)."""
+    """Whether a part's RMSE is below the constant's (None where the constant's is unknown).
+
+    A part with a constant's RMSE but none of its own (non-finite predictions) does not beat it.
+    """
     rmse, constant = _finite(part.get("rmse")), _finite(part.get("constant_rmse"))
-    return None if rmse is None or constant is None else rmse < constant
+    if constant is None:
+        return None
+    return rmse is not None and rmse < constant
 
 
 def _interval(part: Mapping[str, Any]) -> tuple[float | None, float | None] | None:

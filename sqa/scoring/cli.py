@@ -63,7 +63,20 @@ def _warning_line(message: Warning | str, *_: object, **__: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `sqa-score`; returns the exit code."""
+    """Entry point of `sqa-score`; returns the exit code (130, as a shell's, when interrupted).
+
+    An interrupt (Ctrl-C, SIGINT) ends it with one line and no traceback; outputs are written only
+    at the end (atomically), so none is written half, and what was there is as it was.
+    """
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        interrupted = "interrupted; no output is left half-written (each is written whole, or not at all)"
+        return _fail([interrupted], 130)
+
+
+def _main(argv: list[str] | None) -> int:
+    """`sqa-score` itself (see `main`)."""
     args = argument_parser().parse_args(argv)
     problems = argument_problems(args)
     if problems:

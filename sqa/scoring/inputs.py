@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqa.core.reading import ReadError, read_bytes
 from sqa.data.audio import AudioError, os_path
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif", ".mp3", ".opus"}
@@ -60,12 +62,13 @@ def numbered_csv_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, 
     """The columns of the CSV at `path` and its rows, each with its line in the file.
 
     A row's line is its last (for a quoted cell over several lines): blank lines are skipped, so
-    rows are not counted from the header. Raises UnicodeDecodeError, csv.Error or OSError.
+    rows are not counted from the header. Only a regular file is opened (a FIFO would block):
+    raises ReadError (missing, not a regular file), UnicodeDecodeError or csv.Error.
     """
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        rows = [(reader.line_num, row) for row in reader]
-        return list(reader.fieldnames or []), rows
+    text = read_bytes(path).decode("utf-8-sig")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows = [(reader.line_num, row) for row in reader]
+    return list(reader.fieldnames or []), rows
 
 
 def _read_manifest(path: Path, inputs: Inputs) -> None:
@@ -73,6 +76,9 @@ def _read_manifest(path: Path, inputs: Inputs) -> None:
         columns, rows = numbered_csv_rows(path)
     except UnicodeDecodeError as err:
         inputs.problems.append(f"{path}: not UTF-8 text ({err}); save the manifest as UTF-8")
+        return
+    except ReadError as err:
+        inputs.problems.append(str(err))
         return
     except (csv.Error, OSError) as err:
         inputs.problems.append(f"{path}: cannot read the CSV manifest ({err})")

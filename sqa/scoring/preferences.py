@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqa.core.reading import ReadError
 from sqa.core.spread import listener_probability, probability
 from sqa.data.audio import AudioError, os_path
 from sqa.scoring.inputs import numbered_csv_rows
@@ -125,11 +126,15 @@ class Pairs:
 def read_pairs(path: Path) -> Pairs:
     """The pairs of a CSV with columns `a` and `b` (audio paths; relative ones from the CSV's folder).
 
-    A missing column is a ValueError naming the file and its columns; a row with an empty cell or
-    a path that is not a file is a problem naming the file, its line and the column.
+    Only a regular file is read (a FIFO, device or folder is a ValueError, never waited on). A
+    missing or repeated column is a ValueError naming the file and its columns; a row with an
+    empty cell, more cells than the header names, or a path that is not a regular file is a
+    problem naming the file, its line and the column.
     """
     try:
         columns, rows = numbered_csv_rows(path)
+    except ReadError as err:
+        raise ValueError(str(err)) from None
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text ({err}); save the pairs as UTF-8") from err
     except (csv.Error, OSError) as err:
@@ -140,10 +145,18 @@ def read_pairs(path: Path) -> Pairs:
             f"{path}: a pairs CSV needs columns a and b (audio paths); it lacks {', '.join(missing)} "
             f"(columns: {', '.join(columns) or 'none'})"
         )
+    repeated = sorted({c for c in columns if columns.count(c) > 1 and c in PAIR_COLUMNS})
+    if repeated:
+        raise ValueError(f"{path}: column {repeated[0]} appears more than once; name each of a and b once")
     out = Pairs()
     if not rows:
         out.problems.append(f"{path}: the pairs CSV holds no rows")
     for line, row in rows:
+        if row.get(None):  # csv.DictReader's key for cells beyond the header's columns
+            out.problems.append(
+                f"{path}, line {line}: {len(columns) + len(row[None])} cells; the header names {len(columns)}"
+            )
+            continue
         found = []
         for column in PAIR_COLUMNS:
             cell = (row.get(column) or "").strip()

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.prediction import OVERALL
 from sqa.data.corpus import Clip, CorpusError, count_labels
-from sqa.exports.format import read_architecture, read_weights
+from sqa.exports.format import read_architecture, read_export_weights, read_weights
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
 from sqa.training.run_settings import RunSettings
@@ -114,15 +114,24 @@ def train_means(clips: list[Clip], dimensions: list[str]) -> list[float]:
 def init_from(predictor: torch.nn.Module, checkpoint: str | Path, modules: list[str]) -> None:
     """Copy the weights of the named top-level submodules from an export (or its model.pt).
 
-    Used for multi-dataset finetuning: stage 2 starts from stage 1's backbone and head. A named
-    module that the checkpoint does not hold, or whose shapes differ, is an error.
+    Used for multi-dataset finetuning: stage 2 starts from stage 1's backbone and head. The
+    weights get the checks of loading an export (`sqa.exports.weights.read_weights`): an export's
+    against its config.yaml's architecture, a model.pt without one against this predictor's, so
+    that the archive's declared size is bounded before it is read and a weight that is not a
+    float, or not finite once cast to the dtype it is trained in, is refused. A named module that
+    the checkpoint does not hold, or whose shapes differ, is an error.
     """
     path = Path(checkpoint)
-    path = path / "model.pt" if path.is_dir() else path
-    if not path.is_file():
-        raise FileNotFoundError(f"init_from: {path} not found (give an export directory or its model.pt)")
-    state = read_weights(path)
+    path = path / "model.pt" if path.is_dir() and (path / "model.pt").exists() else path
     own = predictor.state_dict()
+    if path.is_file() and (path.parent / "config.yaml").exists():
+        state = read_export_weights(path)
+    elif path.is_file():
+        state = read_weights(path, own)
+    elif path.is_dir():
+        state = read_export_weights(path)  # a run directory holding export/
+    else:
+        raise FileNotFoundError(f"init_from: {path} not found (give an export directory or its model.pt)")
     for module in modules:
         keys = [k for k in own if k.startswith(f"{module}.")]
         if not keys or not all(k in state for k in keys):

@@ -264,6 +264,7 @@ def fit(prepared: Prepared, run_dir: Path) -> Fitted:
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False
     trainer: L.Trainer = instantiate(
         cfg.trainer,
+        **first_validation(cfg),
         callbacks=[*callbacks.values(), StartedOver(run_dir)],
         logger=logger,
         default_root_dir=str(run_dir),
@@ -287,9 +288,42 @@ def fit(prepared: Prepared, run_dir: Path) -> Fitted:
     return Fitted(prepared, trainer, callbacks, logger, params, end)
 
 
+class NoCheckpointError(RuntimeError):
+    """Training stopped before any validation selected a checkpoint: nothing to test or export."""
+
+
+def first_validation(cfg: DictConfig) -> dict[str, int]:
+    """`val_check_interval` lowered to `max_steps` where training would stop before validating ({}: kept).
+
+    A run validates every `val_check_interval` steps and tests and exports the checkpoint that
+    validation selected: a shorter run (a smoke test's `trainer.max_steps=2`) would select none.
+    """
+    interval, steps = cfg.trainer.get("val_check_interval"), cfg.trainer.get("max_steps") or -1
+    if isinstance(interval, bool) or not isinstance(interval, int) or not 0 < steps < interval:
+        return {}
+    log.info(
+        "trainer.max_steps=%d ends training before its first validation (trainer.val_check_interval=%d): "
+        "validating at step %d instead, so that a checkpoint is selected",
+        steps,
+        interval,
+        steps,
+    )
+    return {"val_check_interval": steps}
+
+
 def test(fitted: Fitted) -> RunResult:
-    """Test the selected checkpoint on every test set (unless test_after_fit is false)."""
+    """Test the selected checkpoint on every test set (unless test_after_fit is false).
+
+    NoCheckpointError (one line) where training stopped before any validation selected one.
+    """
     module, settings = fitted.prepared.module, fitted.prepared.settings
+    if not fitted.best_path:
+        interval = fitted.prepared.cfg.trainer.get("val_check_interval")
+        raise NoCheckpointError(
+            f"training stopped at step {fitted.end['step']} ({fitted.end['reason']}) before any validation "
+            f"(trainer.val_check_interval={interval}) selected a checkpoint; nothing was tested or "
+            "exported: train for longer, or validate more often"
+        )
     if settings.test_after_fit:
         fitted.trainer.test(
             module, datamodule=fitted.prepared.datamodule, ckpt_path=fitted.best_path, verbose=False

@@ -121,6 +121,54 @@ def test_a_mapping_names_any_columns_and_a_wrong_one_is_refused(tmp_path):
     assert read_csv_manifest(extra, columns={"score_lyrics": "lyr"}).clips[0].extra_scores == {"lyrics": 4.0}
 
 
+def test_columns_given_as_a_string_or_a_non_name_are_refused_in_one_line(tmp_path):
+    tone(tmp_path / "x.wav")
+    manifest = table(tmp_path / "m.csv", "wav_path,mos,system_id\nx.wav,3,s\n")
+    # What `data.corpus.columns=mos` on a command line gives: a string where a mapping belongs
+    # (train.py says the CorpusError in one line, `sqa.training.builder`).
+    assert compose_train(["data=csv", "data.corpus.columns=mos"]).data.corpus.columns == "mos"
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(manifest, columns="mos")
+    assert str(err.value) == (
+        f"{manifest}: data.corpus.columns must map sqa's column names to the table's, got 'mos'; "
+        "e.g. data.corpus.columns={score:mos}"
+    )
+    # The suggested setting reads the table.
+    assert read_with(manifest, suggested_columns(str(err.value))).clips[0].mos == 3.0
+    for value, shown in ((["mos"], "['mos']"), (3, "3"), (None, "None")):
+        with pytest.raises(
+            CorpusError, match=re.escape(f"columns.score must name one column of the table, got {shown}")
+        ):
+            read_csv_manifest(manifest, columns={"score": value})
+
+
+def test_one_column_for_two_of_sqas_is_refused_but_sample_id_may_copy_another(tmp_path):
+    tone(tmp_path / "x.wav")
+    manifest = table(tmp_path / "m.csv", "file,mos,system\nx.wav,3,s\n")
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(manifest, columns={"score": "mos", "score_lyrics": "mos"})
+    assert str(err.value) == (
+        f"{manifest}: data.corpus.columns maps both score and score_lyrics to column 'mos'; a column is read "
+        "as one of sqa's (sample_id alone may copy another's)"
+    )
+    (clip,) = read_csv_manifest(manifest, columns={"wav_path": "file", "sample_id": "file"}).clips
+    assert (clip.sample_id, clip.path, clip.mos) == ("x.wav", tmp_path / "x.wav", 3.0)
+
+
+def test_a_score_std_column_is_the_ratings_spread_not_a_dimension_unless_named(tmp_path, caplog):
+    tone(tmp_path / "x.wav")
+    manifest = table(
+        tmp_path / "m.csv", "wav_path,score,system_id,sample_id,score_std,score_lyrics\nx.wav,3,s,x,0.5,4\n"
+    )
+    caplog.set_level(logging.INFO, logger="sqa")
+    (clip,) = read_csv_manifest(manifest).clips
+    assert clip.extra_scores == {"lyrics": 4.0}
+    assert "'score_std' left unread (a statistic of the ratings, not a score dimension)" in caplog.text
+    # Named, it is a dimension like any other.
+    (clip,) = read_csv_manifest(manifest, columns={"score_std": "score_std"}).clips
+    assert clip.extra_scores == {"std": 0.5, "lyrics": 4.0}
+
+
 def test_an_optional_song_column_names_each_clips_song(tmp_path):
     for name in ("a", "b", "c"):
         tone(tmp_path / f"{name}.wav")

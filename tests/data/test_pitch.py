@@ -133,3 +133,86 @@ def test_voiced_f0_that_the_extractor_returns_above_the_ceiling_is_clipped(monke
         extractor._fcpe = StubFCPE()
     f0 = extractor.compute(np.zeros(1600), 16000)
     assert f0.tolist() == [0.0, 120.0, 799.0, 799.0, 0.0, 798.0]
+
+
+def entry_of(extractor: F0Extractor, wav: np.ndarray):
+    """The cache entry of `wav` at 16 kHz (its path, once the extractor has written it)."""
+    return extractor._cache_path(wav, 16000)
+
+
+def npy(array: np.ndarray) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda f0: npy(f0[None, :]),  # 2-D
+        lambda f0: npy(f0[:1]),  # one frame long
+        lambda f0: npy(np.full_like(f0, np.nan)),  # NaN
+        lambda f0: npy(f0.astype(np.float64)),  # another dtype
+        lambda f0: npy(np.full_like(f0, 1000.0)),  # above the ceiling
+        lambda f0: npy(-f0 - 1),  # negative
+        lambda f0: npy(f0)[:100],  # cut short
+        lambda f0: b"not an npy file",
+        lambda f0: npy(np.array([{"a": 1}], dtype=object)),  # a pickle
+        lambda f0: npy(f0) + bytes(1 << 20),  # longer than the track can take
+    ],
+)
+def test_a_cache_entry_that_is_not_the_clips_track_is_recomputed_and_replaced(tmp_path, damage):
+    wav = tone(330.0)
+    extractor = F0Extractor("dio", cache_dir=str(tmp_path))
+    expected = extractor(wav, 16000)
+    entry = entry_of(extractor, wav)
+    entry.write_bytes(damage(expected))
+    fresh = F0Extractor("dio", cache_dir=str(tmp_path))
+    np.testing.assert_array_equal(fresh(wav, 16000), expected)
+    assert fresh.computed == 1
+    np.testing.assert_array_equal(np.load(entry), expected)  # replaced: the next run reads it
+    again = F0Extractor("dio", cache_dir=str(tmp_path))
+    again(wav, 16000)
+    assert again.computed == 0
+
+
+def test_an_entry_that_is_a_folder_or_under_a_file_or_unwritable_is_computed_and_named(tmp_path, monkeypatch):
+    import errno
+
+    from sqa.data import pitch
+
+    wav = tone(330.0)
+    extractor = F0Extractor("dio", cache_dir=str(tmp_path / "a"))
+    expected = F0Extractor("dio").compute(wav, 16000)
+    entry = entry_of(extractor, wav)
+    entry.mkdir(parents=True)  # a folder where the entry belongs: IsADirectoryError on writing
+    with pytest.warns(pitch.F0CacheWarning, match=f"f0 cache entry {entry}: not written"):
+        np.testing.assert_array_equal(extractor(wav, 16000), expected)
+    assert entry.is_dir()
+    under_file = F0Extractor("dio", cache_dir=str(tmp_path / "b"))
+    entry = entry_of(under_file, wav)
+    entry.parent.parent.mkdir()
+    entry.parent.write_text("a file where the entry's folder belongs")
+    with pytest.warns(pitch.F0CacheWarning, match=f"f0 cache entry {entry}: not written"):
+        np.testing.assert_array_equal(under_file(wav, 16000), expected)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pitch, "atomic_write", full)
+    full_disk = F0Extractor("dio", cache_dir=str(tmp_path / "c"))
+    with pytest.warns(pitch.F0CacheWarning, match="not written \\(No space left on device\\)"):
+        np.testing.assert_array_equal(full_disk(wav, 16000), expected)
+
+
+@pytest.mark.parametrize("samples", [1, 319, 320, 321, 16000, 24001, 44100])
+@pytest.mark.parametrize("rate", [16000, 22050, 44100])
+def test_the_frame_count_is_worlds(samples, rate):
+    import pyworld
+
+    x = np.zeros(samples)
+    extractor = F0Extractor("dio")
+    f0, _ = pyworld.dio(x, rate, 40.0, 799.0, frame_period=20.0)
+    assert extractor.frame_count(samples, rate) == f0.shape[0]

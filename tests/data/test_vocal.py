@@ -292,3 +292,42 @@ def test_the_span_from_first_to_last_vocal_frame_widened_through_active_frames(f
 def test_the_span_ends_at_the_clips_end_in_a_partial_last_frame_and_is_none_without_a_vocal_frame():
     assert activity_of("a--aVa").span(57) == (30, 57)
     assert activity_of("v-aa-v").span(60) is None
+
+
+def sung(seconds: float, db: float) -> np.ndarray:
+    """A voice-like note (N,) of RMS level `db` dBFS: 220 Hz with vibrato and 19 harmonics falling as 1/k."""
+    t = np.arange(int(seconds * RATE)) / RATE
+    phase = 2 * np.pi * np.cumsum(220.0 * (1 + 0.01 * np.sin(2 * np.pi * 5.5 * t))) / RATE
+    source = sum(np.sin(k * phase) / k for k in range(1, 20))
+    return source / np.sqrt(np.mean(source**2)) * 10 ** (db / 20)
+
+
+@pytest.mark.parametrize("db, dc", [(-10.0, 0.3), (-20.0, 0.05)])
+def test_a_voice_with_a_dc_offset_is_as_voiced_as_without_it(db, dc):
+    # A sung note between stretches of silence, then the whole recording shifted by a DC offset.
+    voice = np.concatenate([np.zeros(4800), sung(1.0, db), np.zeros(4800)])
+    plain, offset = vocal_activity(voice, RATE), vocal_activity(voice + dc, RATE)
+    assert plain.vocal[15:65].all()
+    np.testing.assert_allclose(offset.voicing[15:65], plain.voicing[15:65], atol=1e-4)
+    assert offset.vocal[15:65].all()
+    part, reason = vocal_part(voice + dc, RATE)
+    assert reason is None and part.size >= 16000
+    # Digital silence around the shifted recording leaves its offset (and its voicing) as it was.
+    padded = np.concatenate([np.zeros(32000), voice + dc, np.zeros(32000)])
+    np.testing.assert_allclose(
+        vocal_activity(padded, RATE).voicing[115:165], offset.voicing[15:65], atol=1e-9
+    )
+
+
+def test_an_offset_of_0_3_hides_a_minus_10_dbfs_voice_from_the_raw_nccf():
+    # Why the offset is removed: measured on the shifted waveform itself, no frame is voiced.
+    voice = sung(1.0, -10.0) + 0.3
+    assert not (frame_voicing(voice, RATE, 320) >= VOICING).any()
+    assert (vocal_activity(voice, RATE).voicing >= VOICING).all()
+
+
+def test_the_offset_removed_is_the_mean_over_frames_above_the_floor_only():
+    wav = np.concatenate([np.zeros(640), np.full(640, 0.5), np.full(640, 0.1)])
+    above = np.array([False, False, True, True, True, True])
+    np.testing.assert_allclose(vocal.without_dc(wav, above, 320)[640:], [0.2] * 640 + [-0.2] * 640)
+    assert (vocal.without_dc(wav, np.zeros(6, bool), 320) == wav).all()

@@ -78,6 +78,20 @@ def test_knn_on_the_training_clips_returns_their_labels_and_fusion_mixes(tmp_pat
     assert fusion == pytest.approx([0.25 * p + 0.75 * y for p, y in zip(parametric, LABELS, strict=True)])
 
 
+def test_a_datastore_of_finite_1e20_embeddings_scores_real_numbers(tmp_path):
+    model = predictor()
+    width = embeddings(model, clips(1)).shape[1]
+    # Entry i lies at 1e20·(i+1) on every axis: ‖e‖² (1e40·width) overflows float32, but the
+    # nearest entry to any ordinary clip embedding is plainly the first.
+    huge = torch.arange(1, 7, dtype=torch.float32)[:, None].repeat(1, width) * 1e20
+    store = Datastore(huge, torch.tensor(LABELS), torch.zeros(6, dtype=torch.int64), torch.arange(6), 1, 0.25)
+    export = export_predictor(model, tmp_path / "exp", SR, ["a"], datastore=store)
+    parametric = Scorer(export).score(clips(), SR)
+    assert Scorer(export, mode="knn").score(clips(), SR) == [1.5] * 6
+    fusion = Scorer(export, mode="fusion").score(clips(), SR)
+    assert fusion == pytest.approx([0.25 * p + 0.75 * 1.5 for p in parametric])
+
+
 def test_knn_scores_are_the_same_alone_and_batched(tmp_path):
     export = export_with_store(tmp_path, predictor(), k=3)
     scorer = Scorer(export, mode="knn", batch_size=4)

@@ -1270,3 +1270,35 @@ def test_a_refused_backbone_lists_every_allowed_one(tmp_path):
         "sqa.models.fusion.FusionBackbone, sqa.models.ssl.Fairseq2Wav2Vec2, sqa.models.ssl.S3prlWav2Vec2, "
         "sqa.models.ssl.TorchaudioWav2Vec2, sqa.models.ssl.TransformersWav2Vec2"
     )
+
+
+def test_an_export_folder_that_is_a_mount_point_is_refused_in_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from sqa.core import atomic
+
+    directory = export_predictor(small_predictor(), tmp_path / "exp", 16000, ["a"])
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    expected = (
+        f"{directory}: is a mount point (or in use), which cannot be replaced: an export is written "
+        f"beside it and renamed into place; name a folder inside it, e.g. {directory / 'export'}; "
+        "nothing was replaced"
+    )
+    # A mount point that os.path.ismount sees: refused before anything is written.
+    real = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == directory or real(p))
+    with pytest.raises(ExportError) as err:
+        export_predictor(small_predictor(), directory, 16000, ["b"], overwrite=True)
+    assert str(err.value) == expected
+    monkeypatch.setattr(os.path, "ismount", real)
+
+    # A bind mount it does not see: the rename into place fails with EBUSY, said the same way.
+    def busy(a, b):
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(b))
+
+    monkeypatch.setattr(atomic, "_exchange", busy)
+    with pytest.raises(ExportError) as err:
+        export_predictor(small_predictor(), directory, 16000, ["b"], overwrite=True)
+    assert str(err.value) == expected
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]  # no temporary folder left

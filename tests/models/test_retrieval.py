@@ -123,3 +123,23 @@ def test_an_oversized_datastore_is_refused_before_any_search():
         state[name] = state[name][:1].expand(n)
     with pytest.raises(ValueError, match=f"holds {n} entries"):
         Datastore.from_state(state)
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 1e20, 1e37])
+def test_huge_finite_embeddings_give_the_distances_and_scores_of_small_ones(magnitude):
+    # The points of the hand-computed case above, times `magnitude`: ‖e‖² of 1e20s overflows
+    # float32, so a search in float32 alone would give NaN distances and a null score.
+    store = store_of(torch.tensor([[0.0], [1.0], [2.0]]) * magnitude, [1.0, 3.0, 5.0], k=3)
+    distances, indices = store.neighbours(torch.tensor([[0.5 * magnitude]]))
+    assert indices.tolist() == [[0, 1, 2]]
+    assert distances[0].tolist() == pytest.approx(
+        [0.25 * magnitude**2, 0.25 * magnitude**2, 2.25 * magnitude**2]
+    )
+    score = float(store.knn(torch.tensor([[0.5 * magnitude]]))[0])
+    assert math.isfinite(score)
+    if magnitude > 1:
+        # The distances differ by ~1e40: the softmax gives the two nearest all the weight.
+        assert score == pytest.approx(2.0)
+    # A query far larger than every entry is scaled with them: its distances stay finite.
+    far = store.neighbours(torch.tensor([[3e38]]))
+    assert bool(torch.isfinite(far[0]).all()) and far[0][0, 0] == pytest.approx((3e38 - 2 * magnitude) ** 2)

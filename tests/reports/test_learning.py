@@ -83,12 +83,28 @@ def test_the_models_srcc_interval_is_recorded_from_the_test_average():
         (0.79, [0.1, 0.6], {"rmse": 0.5, "constant_rmse": 0.5}, "no_better"),
         (0.79, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "better"),
         (0.81, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "no_better"),
-        # An unknown part does not decide.
-        (None, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "uncertain"),
+        # A null RMSE (predictions not finite) against a known constant's never beats it.
+        (None, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "no_better"),
+        (0.79, [0.1, 0.6], {"rmse": None, "constant_rmse": 0.5}, "no_better"),
     ],
 )
 def test_verdict_on_both_sides_of_each_threshold(test_rmse, ci, valid, expected):
     assert learning.verdict(record(test_rmse, 0.80, ci, valid)) == expected
+
+
+def test_a_part_without_the_constants_rmse_does_not_decide():
+    unknown = {"rmse": None, "constant_rmse": None}
+    assert learning.verdict(record(0.79, 0.80, [0.1, 0.6], unknown)) == "better"
+    assert learning.verdict(record(None, None, [0.1, 0.6])) == "uncertain"
+
+
+def test_a_null_rmse_is_never_said_to_beat_the_constant():
+    # A model trained from inf weights predicts NaN: its RMSE is null, its metrics too.
+    line = learning.sentence(record(None, 0.88, None, mean=3.0))
+    assert "beats" not in line
+    assert line.startswith(
+        "This model predicts no better than the constant training mean 3: test utterance RMSE n/a"
+    )
 
 
 def test_the_sentence_states_the_outcome_with_both_numbers():
@@ -113,4 +129,5 @@ def test_the_sentence_never_repeats_stored_text():
     text = learning.sentence(hostile)
     assert "\x1b" not in text
     assert "n/a" in text
-    assert learning.verdict(hostile) == "uncertain"
+    # An RMSE that is not a number never beats the constant's.
+    assert learning.verdict(hostile) == "no_better"

@@ -93,3 +93,39 @@ def test_score_reports_bad_inputs_and_still_scores_good_ones(default_export, syn
     assert "broken.wav" in result.stderr
     with out.open() as fh:
         assert [r["path"] for r in csv.DictReader(fh)] == [str(p) for p in good]
+
+
+def test_an_interrupt_while_scoring_ends_in_one_line_exit_130_and_leaves_the_output(
+    default_export, synthetic_root, tmp_path
+):
+    # A real SIGINT, sent by the process to itself once scoring has begun.
+    interrupting = (
+        "import os, signal, sys\n"
+        "from sqa.scoring import scorer\n"
+        "real = scorer.Scorer.score_files\n"
+        "def interrupted(self, *args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    yield from real(self, *args, **kwargs)\n"
+        "scorer.Scorer.score_files = interrupted\n"
+        "from sqa.scoring.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    out = tmp_path / "s.csv"
+    out.write_text("path,score\nearlier.wav,3.0\n")
+    clips = sorted((synthetic_root / "wav").iterdir())[:2]
+    args = ["--checkpoint", str(default_export), "--output", str(out), "--overwrite", *map(str, clips)]
+    result = subprocess.run(
+        [sys.executable, "-c", interrupting, *args],
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 130
+    assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "sqa-score: interrupted; no output is left half-written (each is written whole, or not at all)"
+    )
+    assert out.read_text() == "path,score\nearlier.wav,3.0\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["s.csv"]

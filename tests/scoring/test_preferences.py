@@ -502,5 +502,42 @@ def test_a_pairs_csv_is_read_with_absolute_and_relative_paths_and_its_faults_nam
         ValueError, match=rf"^{re.escape(str(pairs))}: not UTF-8 text \(.*\); save the pairs as UTF-8$"
     ):
         read_pairs(pairs)
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path))}: cannot read the pairs CSV \("):
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path))}: is a folder, not a file$"):
         read_pairs(tmp_path)
+
+
+def test_a_pairs_csv_that_is_a_fifo_is_refused_at_once_and_so_is_a_fifo_in_a_pair(tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "pairs.csv"
+    os.mkfifo(fifo)
+    # Opening a FIFO for reading waits for a writer: read in a thread, so a hang fails the test.
+    outcome: list[BaseException] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(pytest.raises(ValueError, read_pairs, fifo).value)
+    )
+    thread.daemon = True
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "read_pairs blocked on a FIFO"
+    assert str(outcome[0]) == f"{fifo}: not a regular file (a FIFO, device or socket); refusing to open it"
+    one = tmp_path / "one.wav"
+    sf.write(one, np.zeros(1600), 16000)
+    os.mkfifo(tmp_path / "two.wav")
+    pairs = tmp_path / "list.csv"
+    pairs.write_text("a,b\none.wav,two.wav\n", encoding="utf-8")
+    assert read_pairs(pairs).problems == [f"{pairs}, line 2: column b: {tmp_path / 'two.wav'} is not a file"]
+
+
+def test_a_pairs_row_longer_than_its_header_and_a_repeated_column_are_named(tmp_path):
+    for name in ("one.wav", "two.wav"):
+        sf.write(tmp_path / name, np.zeros(1600), 16000)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("a,b\none.wav,two.wav\none.wav,two.wav,one.wav\n", encoding="utf-8")
+    read = read_pairs(pairs)
+    assert read.lines == [2]
+    assert read.problems == [f"{pairs}, line 3: 3 cells; the header names 2"]
+    pairs.write_text("a,b,a\none.wav,two.wav,two.wav\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(pairs))}: column a appears more than once"):
+        read_pairs(pairs)

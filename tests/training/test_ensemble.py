@@ -35,7 +35,11 @@ def tiny_predictor(seed: int, score_range: tuple[float, float] = (1.0, 5.0)) -> 
 
 
 def export_member(
-    model: MOSPredictor, directory: Path, corpus_root: Path | None, sample_rate: int = 16000
+    model: MOSPredictor,
+    directory: Path,
+    corpus_root: Path | None,
+    sample_rate: int = 16000,
+    vocal_only: bool = False,
 ) -> Path:
     """`model` exported as a run of the small synthetic corpus at `corpus_root` would record it."""
     data = None
@@ -54,6 +58,7 @@ def export_member(
         ["p1", "p2", "p3", "p4", "p5"],
         data=data,
         test={"seed": 0, "bootstrap": 0},
+        vocal_only=vocal_only,
     )
 
 
@@ -150,6 +155,37 @@ def test_members_that_cannot_join_are_named(members, small_synthetic_root, tmp_p
     with pytest.raises(ExportError, match="is an ensemble"):
         read_architecture(mean)
     assert not any((tmp_path / name).exists() for name in "abce")
+
+
+def test_an_ensemble_of_vocal_only_members_records_vocal_only_and_a_mix_is_refused(tmp_path):
+    vocal = [export_member(tiny_predictor(s), tmp_path / f"v{s}", None, vocal_only=True) for s in (0, 1)]
+    ensemble = build_ensemble(vocal, tmp_path / "ens")
+    assert read_export_config(ensemble / "config.yaml")["vocal_only"] is True
+    # Scoring follows the recorded setting: the ensemble trims as its members were trained.
+    assert sqa.load(ensemble).vocal_only is True
+    plain = build_ensemble(
+        [export_member(tiny_predictor(s), tmp_path / f"p{s}", None) for s in (2, 3)], tmp_path / "p"
+    )
+    assert read_export_config(plain / "config.yaml")["vocal_only"] is False
+    mixed = export_member(tiny_predictor(4), tmp_path / "mixed", None)
+    with pytest.raises(
+        EnsembleError, match=f"{mixed}: was trained with vocal_only=False, .* vocal_only=True"
+    ):
+        build_ensemble([vocal[0], mixed], tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_member_with_weights_an_export_load_refuses_is_refused(tmp_path):
+    member = export_member(tiny_predictor(0), tmp_path / "m0", None)
+    other = export_member(tiny_predictor(1), tmp_path / "m1", None)
+    state = torch.load(other / "model.pt", weights_only=True)
+    state["head.0.weight"] = torch.full_like(state["head.0.weight"], 1e300, dtype=torch.float64)
+    torch.save(state, other / "model.pt")
+    with pytest.raises(
+        ExportError, match="'head.0.weight' holds NaN or infinite values once cast to torch.float32"
+    ):
+        build_ensemble([member, other], tmp_path / "ens")
+    assert not (tmp_path / "ens").exists()
 
 
 def test_an_existing_folder_and_a_members_folder_are_never_replaced(members, tmp_path):

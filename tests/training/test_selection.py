@@ -441,3 +441,31 @@ def test_bad_selection_settings_are_named():
         choose_rule({"v": big}, tie_tolerance=-0.1)
     with pytest.raises(ValueError, match=r"selection.tie_tolerance must be 0 or more, got nan"):
         choose_rule({"v": big}, tie_tolerance=math.nan)
+
+
+def test_a_run_shorter_than_its_first_validation_validates_at_its_end(manifest, tmp_path, caplog):
+    from sqa.training.run import first_validation
+
+    # Both sides of the rule: fewer steps than the interval lower it; as many, or no step limit, keep it.
+    assert first_validation(compose_train(["trainer.max_steps=2", "trainer.val_check_interval=25"])) == {
+        "val_check_interval": 2
+    }
+    for overrides in (["trainer.max_steps=25"], ["trainer.max_steps=-1"], ["trainer.val_check_interval=0.5"]):
+        assert first_validation(compose_train(["trainer.val_check_interval=25", *overrides])) == {}
+    caplog.set_level(logging.INFO, logger="sqa")
+    run(compose_train([*tiny_run_overrides(manifest), "trainer.max_steps=2"]), tmp_path / "short")
+    info = json.loads((tmp_path / "short" / "run_info.json").read_text())
+    assert info["training_end"]["step"] == 2 and (tmp_path / "short" / "export" / "model.pt").is_file()
+    assert "validating at step 2 instead" in caplog.text
+
+
+def test_training_that_ends_before_any_validation_is_one_line_not_lightnings_traceback(manifest, tmp_path):
+    from sqa.training.run import NoCheckpointError
+
+    # One epoch of a few batches, validation every 10 000 steps: no checkpoint is ever selected.
+    overrides = ["trainer.max_steps=-1", "trainer.max_epochs=1", "trainer.val_check_interval=10000"]
+    with pytest.raises(NoCheckpointError) as err:
+        run(compose_train([*tiny_run_overrides(manifest), *overrides]), tmp_path / "none")
+    assert "before any validation (trainer.val_check_interval=10000) selected a checkpoint" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "none" / "export").exists()

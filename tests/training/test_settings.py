@@ -9,7 +9,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from sqa.data.synthetic import load_synthetic
-from sqa.exports.format import ExportError, export_predictor
+from sqa.exports.format import ExportError, export_predictor, load_export
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.scoring import cli as score
@@ -115,3 +115,80 @@ def test_pitch_and_domain_model_trains_exports_and_scores_alike(pitch, synthetic
             scored = [float(r["score"]) for r in csv.DictReader(fh)]
         assert scored == pytest.approx([float(r["pred"]) for r in part], abs=1e-4)
     assert score.main(["--checkpoint", str(tmp_path / "run" / "export"), "--domain", "nope", wavs[0]]) == 2
+
+
+def rewritten(export, change) -> None:
+    """The export's model.pt rewritten with `change` applied to its state_dict."""
+    state = torch.load(export / "model.pt", weights_only=True)
+    change(state)
+    torch.save(state, export / "model.pt")
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        (
+            lambda t: torch.full_like(t, 1e300, dtype=torch.float64),
+            "NaN or infinite values once cast to torch.float32",
+        ),
+        (
+            lambda t: torch.ones_like(t, dtype=torch.int64),
+            "holds torch.int64 values; the architecture needs torch.float32",
+        ),
+        (lambda t: torch.ones_like(t, dtype=torch.bool), "holds torch.bool values"),
+    ],
+)
+@pytest.mark.parametrize("bare", [False, True])
+def test_init_from_refuses_start_weights_an_export_load_refuses(tmp_path, value, fragment, bare):
+    torch.manual_seed(0)
+    model = small()
+    export = export_predictor(model, tmp_path / "stage1", 16000, ["d"])
+    rewritten(export, lambda s: s.__setitem__("head.0.weight", value(s["head.0.weight"])))
+    source = export
+    if bare:
+        # A model.pt without its config.yaml is checked against the model it starts.
+        source = tmp_path / "bare" / "model.pt"
+        source.parent.mkdir()
+        source.write_bytes((export / "model.pt").read_bytes())
+    target = small()
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    with pytest.raises(ExportError, match=fragment):
+        init_from(target, source, ["head"])
+    assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
+    # The same file refused by the export load: one check at both entrances.
+    if not bare:
+        with pytest.raises(ExportError, match=fragment):
+            load_export(export)
+    # Float weights of another precision, finite once cast, are taken as an export load takes them.
+    clean = model.state_dict()["head.0.weight"]
+    rewritten(export, lambda s: s.__setitem__("head.0.weight", clean.double()))
+    if bare:
+        source.write_bytes((export / "model.pt").read_bytes())
+    init_from(target, source, ["head"])
+    assert torch.equal(target.state_dict()["head.0.weight"], clean)
+
+
+def test_init_from_bounds_the_archive_before_reading_it(tmp_path, monkeypatch):
+    import zipfile
+
+    torch.manual_seed(0)
+    export = export_predictor(small(), tmp_path / "stage1", 16000, ["d"])
+    weights = export / "model.pt"
+    # Records that deflate: a few KB on disk that inflate to 64 MiB.
+    with zipfile.ZipFile(weights, "a", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("model/data/big", bytes(64 << 20))
+    assert weights.stat().st_size < 1 << 20
+    loaded = []
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loaded.append(a))
+    with pytest.raises(ExportError, match="compressed records"):
+        init_from(small(), export, ["head"])
+    # Stored records larger than the architecture's tensors: refused by their declared size.
+    torch.save({**small().state_dict(), "extra": torch.zeros(2 << 20)}, weights)
+    for source in (export, weights):
+        with pytest.raises(ExportError, match="declares .* bytes uncompressed"):
+            init_from(small(), source, ["head"])
+    bare = tmp_path / "model.pt"
+    bare.write_bytes(weights.read_bytes())
+    with pytest.raises(ExportError, match="declares .* bytes uncompressed"):
+        init_from(small(), bare, ["head"])
+    assert loaded == []

@@ -42,6 +42,9 @@ COLUMN_SPELLINGS = {
     "listener_id": ("listener", "rater", "rater_id", "judge", "judge_id"),
     "song_id": ("song", "song_name", "item", "item_id"),
 }
+# `score_<name>` columns that hold statistics of a clip's ratings (their spread or count), not a
+# score dimension: left unread unless `data.corpus.columns` names them (`{score_std: score_std}`).
+RATING_STATISTICS = ("std", "sd", "stdev", "var", "variance", "count", "n", "num_ratings", "ci", "sem")
 
 
 def csv_rows(text: str, path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -86,14 +89,27 @@ def csv_columns(
     """The table's column (of `found`) for each of sqa's, `score_<name>` too; and what was recognised.
 
     A column named in `given` (`data.corpus.columns`) is taken as named; else the column of sqa's
-    name; else the one column whose name is a recognised spelling (`COLUMN_SPELLINGS`). A name of
-    `given` that is not sqa's, a column the table lacks, two candidates for one column and a
-    missing required column (but sample_id) are CorpusErrors naming the setting that fixes them.
-    The recognised columns are described in words (`'mos' as score`).
+    name; else the one column whose name is a recognised spelling (`COLUMN_SPELLINGS`). A
+    `score_<name>` column is a score dimension unless its name is a statistic of the ratings
+    (`RATING_STATISTICS`: `score_std` is their spread, not a dimension `std`), which `given` may
+    still name. `given` that is not a mapping of names to column names, a name of it that is not
+    sqa's, a column the table lacks, one column given for two of sqa's (but sample_id, which may
+    be any other's copy), two candidates for one column and a missing required column (but
+    sample_id) are CorpusErrors naming the setting that fixes them. The recognised columns are
+    described in words (`'mos' as score`); the statistics left unread are said too.
     """
     known = (*REQUIRED_CSV_COLUMNS, *OPTIONAL_CSV_COLUMNS)
     names: dict[str, str] = {}
+    if given is not None and not isinstance(given, Mapping):
+        raise CorpusError(
+            f"{path}: data.corpus.columns must map sqa's column names to the table's, got {given!r}; "
+            f"e.g. {columns_override({'score': str(given)})}"
+        )
     for key, column in (given or {}).items():
+        if not isinstance(column, str):
+            raise CorpusError(
+                f"{path}: data.corpus.columns.{key} must name one column of the table, got {column!r}"
+            )
         if key not in known and not str(key).startswith("score_"):
             raise CorpusError(
                 f"{path}: data.corpus.columns names {key!r}, which is not a column of sqa's "
@@ -103,6 +119,12 @@ def csv_columns(
             raise CorpusError(
                 f"{path}: data.corpus.columns maps {key} to {column!r}, which is not a column of the table; "
                 f"its columns: {list(found)}"
+            )
+        shared = [k for k, c in names.items() if c == column and "sample_id" not in (k, key)]
+        if shared:
+            raise CorpusError(
+                f"{path}: data.corpus.columns maps both {shared[0]} and {key} to column {column!r}; a column "
+                "is read as one of sqa's (sample_id alone may copy another's)"
             )
         names[str(key)] = str(column)
     taken = set(names.values())
@@ -126,7 +148,11 @@ def csv_columns(
             names[name] = candidates[0]
             taken.add(candidates[0])
             recognised.append(f"{candidates[0]!r} as {name}")
-    names.update({c: c for c in found if c.startswith("score_") and c not in names and c not in taken})
+    dimensions = [c for c in found if c.startswith("score_") and c not in names and c not in taken]
+    statistics = [c for c in dimensions if c.removeprefix("score_").lower() in RATING_STATISTICS]
+    names.update({c: c for c in dimensions if c not in statistics})
+    unread = "left unread (a statistic of the ratings, not a score dimension)"
+    recognised += [f"{c!r} {unread}" for c in statistics]
     missing = [c for c in REQUIRED_CSV_COLUMNS if c not in names and c != "sample_id"]
     if missing:
         raise CorpusError(

@@ -5,8 +5,9 @@
 
 The ensemble (`sqa.models.ensemble.EnsemblePredictor`) is one export that holds every member's
 weights; it loads, scores and evaluates as any export. Members share the sample rate, rating
-scale, score dimensions and frame rate, the f0 settings where they use pitch and the domain list
-where they use domain IDs; a mismatch is an error naming the member.
+scale, score dimensions and frame rate, `vocal_only` (which the ensemble records, so that scoring
+trims clips as its members were trained), the f0 settings where they use pitch and the domain
+list where they use domain IDs; a mismatch is an error naming the member.
 
 `--method ridge` fits, per score dimension, weights and an intercept by ridge regression of the
 validation labels on the members' predictions of the validation clips: minimise
@@ -149,6 +150,7 @@ def build_ensemble(
         run_info=info,
         files=files,
         inputs=[m.directory for m in members],
+        vocal_only=bool(first.config.get("vocal_only")),
     )
 
 

@@ -55,6 +55,14 @@ def check_members(members: Sequence[Member]) -> None:
                 f"{member.name}: scores audio at {member.config['sample_rate']} Hz, {first.name} at "
                 f"{first.config['sample_rate']} Hz; an ensemble's members share one sample rate"
             )
+    for member in members[1:]:
+        # Scoring trims every clip to its vocal span for the whole ensemble, or for none of it.
+        if bool(member.config.get("vocal_only")) != bool(first.config.get("vocal_only")):
+            raise EnsembleError(
+                f"{member.name}: was trained with vocal_only={bool(member.config.get('vocal_only'))}, "
+                f"{first.name} with vocal_only={bool(first.config.get('vocal_only'))}; an ensemble's "
+                "members are trained on clips cut alike"
+            )
     mismatch = member_mismatch([m.predictor for m in members])
     if mismatch is not None:
         index, how = mismatch
