@@ -66,6 +66,10 @@ OUTPUTS = (
     # Of a predictor with a spread (sqa.reports.calibration), of clips naming songs (preferences).
     "calibration.json",
     "preferences.json",
+    # Of sqa-bench (sqa.bench.command).
+    "bench.json",
+    "bench.csv",
+    "bench_predictions.csv",
 )
 REWRITTEN = ("config.yaml", "run_info.json", "data_problems.txt", "valid_split.csv", "test_split.csv")
 LOG_NAME = "train.log"

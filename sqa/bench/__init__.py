@@ -1,0 +1,1 @@
+"""sqa-bench: exports and zero-shot predictors on many corpora, in one table (`sqa.bench.command`)."""
