@@ -45,6 +45,7 @@ from sqa.baselines.corpora import BASELINE_RANGE, corpus_source, read_corpus
 from sqa.bench.config import BenchConfig, BenchConfigError, BenchCorpus, BenchPredictor, read_config
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json, atomic_write_text
+from sqa.core.extras import require
 from sqa.core.provenance import package_versions
 from sqa.core.run_folder import claimed
 from sqa.core.run_lock import Options, RunDirError
@@ -150,6 +151,7 @@ def export_rows(
 ) -> tuple[list[dict[str, Any]], tuple[float, float]]:
     """The test rows of `corpus` scored by the export at `export` as eval.py scores them, and its scale."""
     # Here, not at the top: a bench of zero-shot predictors runs without the train extra.
+    require("lightning", "train", "an export's rows in sqa-bench")
     from sqa.training.ensemble.testing import tested
     from sqa.training.evaluation import DEFAULT_EVAL_BATCH_SIZE
 

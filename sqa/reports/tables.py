@@ -15,6 +15,7 @@ from sqa.metrics import (
     LEVELS,
     METRIC_NAMES,
     MIN_INTERVAL_POINTS,
+    ROLES,
     UNDEFINED_KEY,
     defined,
 )
@@ -165,18 +166,18 @@ def bench_row(corpus: str, predictor: str, kind: str, results: Mapping[str, Mapp
 def bench_reasons(
     results: Mapping[str, Mapping], names: Sequence[str] = BENCH_METRICS
 ) -> dict[str, dict[str, list[str]]]:
-    """{level: {reason: metrics}} of the average's undefined `names`, the reasons taken from the sets."""
+    """{level: {reason: metrics}} of the average's undefined `names`, the reasons taken from its sets.
+
+    The sets are those the average is over: references and anchors (ROLES) are not.
+    """
     average = results[AVERAGE_KEY]
+    sets = [block for key, block in results.items() if key not in (AVERAGE_KEY, *ROLES)]
     out: dict[str, dict[str, list[str]]] = {}
     for level in LEVELS:
         for name in names:
             if defined(average[level].get(name)):
                 continue
-            found = {
-                block.get(UNDEFINED_KEY, {}).get(level, {}).get(name)
-                for key, block in results.items()
-                if key != AVERAGE_KEY
-            } - {None}
+            found = {block.get(UNDEFINED_KEY, {}).get(level, {}).get(name) for block in sets} - {None}
             for reason in sorted(found) or ["undefined in every set"]:
                 out.setdefault(level, {}).setdefault(reason, []).append(name)
     return out
