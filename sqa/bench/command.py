@@ -42,7 +42,14 @@ import numpy as np
 from sqa import metrics
 from sqa.baselines.cli import BASELINES, results_on_scale, scale_map, score_clips
 from sqa.baselines.corpora import BASELINE_RANGE, corpus_source, read_corpus
-from sqa.bench.config import BenchConfig, BenchConfigError, BenchCorpus, BenchPredictor, read_config
+from sqa.bench.config import (
+    CONSTANT,
+    BenchConfig,
+    BenchConfigError,
+    BenchCorpus,
+    BenchPredictor,
+    read_config,
+)
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.extras import require
@@ -61,7 +68,6 @@ from sqa.reports import learning, tables
 
 OPTIONS = Options("--out", None, "--overwrite")
 KIND_CONSTANT, KIND_IN, KIND_CROSS, KIND_ZERO_SHOT = "constant", "in-corpus", "cross-corpus", "zero-shot"
-CONSTANT = "constant"
 PREDICTION_COLUMNS = ("predictor", "corpus", "sample_id", "system_id", "test_set", "mos", "raw", "pred")
 SKIP = " (--on-error skip scores the rest)"
 PACKAGES = ("torch", "numpy", "scipy", "lightning", "distillmos", "speechmos", "onnxruntime")

@@ -53,6 +53,8 @@ ZERO_SHOT_KEYS = ("zero_shot", "output", "name")
 EXPORT_KEYS = ("export", "name", "trained_on")
 TOP_KEYS = ("corpora", "predictors", "bootstrap", "seed")
 DEFAULT_BOOTSTRAP = 1000
+# The name of the constant predictor's row of every corpus, which no predictor may take.
+CONSTANT = "constant"
 
 
 class BenchConfigError(ValueError):
@@ -257,6 +259,8 @@ def read_config(path: str | Path) -> BenchConfig:
     _unique([p.name for p in predictors], path, "predictors")
     names = [c.name for c in corpora]
     for i, predictor in enumerate(predictors):
+        if predictor.name == CONSTANT:
+            raise _fail(path, f"predictors[{i}].name", f"{CONSTANT!r} is the constant predictor's row")
         if predictor.trained_on is not None and predictor.trained_on not in names:
             raise _fail(
                 path,

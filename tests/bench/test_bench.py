@@ -418,6 +418,11 @@ GOOD = "corpora: [{name: c, manifest: m.csv}]\npredictors: [distillmos]\n"
             "names no predictor",
         ),
         (
+            "corpora: [{name: c, manifest: m.csv}]\npredictors: [{zero_shot: dnsmos, name: constant}]\n",
+            "predictors[0].name",
+            "the constant predictor's row",
+        ),
+        (
             "corpora: [{name: c, manifest: m.csv}]\npredictors: [{export: m.csv, trained_on: d}]\n",
             "predictors[0].trained_on",
             "'d' is none of the corpora",
