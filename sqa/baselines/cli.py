@@ -54,6 +54,8 @@ from sqa.reports import tables
 from sqa.reports.scale import fit_line
 
 Baseline = DNSMOS | DistillMOS
+# Why errors are undefined on a corpus whose scale no line maps the scores onto.
+UNMAPPED = "the scores are on another scale, and no training clips map them onto the corpus's"
 # Every public name this module had, the corpus reading now in `sqa.baselines.corpora` included.
 __all__ = [
     "BASELINES",
@@ -124,6 +126,41 @@ def evaluate_on_scale(
                 block[level][key] = mapped[name][level][key]
                 if metrics.CI_KEY in block:
                     block[metrics.CI_KEY][level][key] = mapped[name][metrics.CI_KEY][level][key]
+    return results
+
+
+def scale_map(train: list[dict[str, Any]]) -> tuple[tuple[float, float] | None, dict[str, Any] | None]:
+    """The line `a + b·raw` from scores onto labels, least squares over the training rows, and its record.
+
+    Errors on a corpus of another scale need the scores mapped onto it; (None, None) where no
+    line can be fitted (fewer than two training clips, or one score for all of them).
+    """
+    line = fit_line([r["raw"] for r in train], [r["mos"] for r in train])
+    return line, ({"a": line[0], "b": line[1], "train_clips": len(train)} if line else None)
+
+
+def results_on_scale(
+    rows: list[dict[str, Any]],
+    line: tuple[float, float] | None,
+    score_range: tuple[float, float],
+    own_range: tuple[float, float],
+    bootstrap: int,
+    seed: int,
+) -> dict[str, Any]:
+    """`evaluate_on_scale`, with the errors NaN where the scales differ and no `line` maps between them.
+
+    `score_range` is the corpus's scale, `own_range` the predictor's.
+    """
+    results = evaluate_on_scale(rows, line, bootstrap, seed)
+    if line is None and tuple(score_range) != tuple(own_range):
+        for block in results.values():
+            for level in metrics.LEVELS:
+                block[level].update({key: math.nan for key in metrics.ERROR_METRICS})
+                block.setdefault(metrics.UNDEFINED_KEY, {}).setdefault(level, {}).update(
+                    {key: UNMAPPED for key in metrics.ERROR_METRICS}
+                )
+                if metrics.CI_KEY in block:
+                    block[metrics.CI_KEY][level].update({key: None for key in metrics.ERROR_METRICS})
     return results
 
 
@@ -268,23 +305,18 @@ def score_corpus(args: argparse.Namespace, model: BaselineModel, run_dir: Path) 
         print(format_report(problems), file=sys.stderr)
         if args.on_error == "raise" or not rows:
             return 1
-    line, info = None, run_info(args, len(rows), seconds)
+    info = run_info(args, len(rows), seconds)
     info["score_range"] = list(corpus.score_range)
+    line = None
     if tuple(corpus.score_range) != BASELINE_RANGE:
-        # Errors on the corpus's scale need the baseline's scores mapped onto it: fitted on training clips.
         train, _ = score_clips(scorer, {"train": corpus.split("train")}, args.output, args.num_workers)
-        line = fit_line([r["raw"] for r in train], [r["mos"] for r in train])
-        info["scale_map"] = {"a": line[0], "b": line[1], "train_clips": len(train)} if line else None
+        line, info["scale_map"] = scale_map(train)
         if line is None:
             print(
                 f"sqa-baseline: no training clips to fit {name}'s scale map on: errors undefined",
                 file=sys.stderr,
             )
-    results = evaluate_on_scale(rows, line, args.bootstrap, seed=0)
-    if line is None and tuple(corpus.score_range) != BASELINE_RANGE:
-        for block in results.values():
-            for level in metrics.LEVELS:
-                block[level].update({key: math.nan for key in metrics.ERROR_METRICS})
+    results = results_on_scale(rows, line, corpus.score_range, BASELINE_RANGE, args.bootstrap, seed=0)
     # Everything is scored: a previous run that --overwrite set aside goes only now.
     discard_previous(run_dir)
     artefacts.write_metrics(run_dir, results)

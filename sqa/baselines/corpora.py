@@ -15,36 +15,46 @@ CORPORA = ("synthetic", "synthetic_mushra", "singmos_pro", "singmos_vmc24", "csv
 BASELINE_RANGE = (1.0, 5.0)
 # The sample-rate filter of each corpus's data config, so test sets match a default training run.
 DEFAULT_RATE_FILTER = {"singmos_pro": 16000}
+# The folder of each synthetic corpus under the data folder ($SQA_DATA_DIR, else data/).
+SYNTHETIC = {
+    "synthetic": "synthetic-seed{seed}-clips{clips}",
+    "synthetic_mushra": "synthetic-mushra-seed{seed}-clips{clips}",
+}
+
+
+def corpus_source(args: argparse.Namespace) -> Path | None:
+    """The file or folder the corpus is read from: the manifest (`csv`), else the corpus folder.
+
+    A synthetic corpus without `--root` lies where conf/data/synthetic.yaml puts it, so that a
+    training run's corpus is reused. None where the command line names neither.
+    """
+    if args.corpus == "csv":
+        return args.manifest
+    if args.root or args.corpus not in SYNTHETIC:
+        return args.root
+    return Path(os.environ.get("SQA_DATA_DIR", "data")) / SYNTHETIC[args.corpus].format(
+        seed=args.seed, clips=args.clips_per_system
+    )
 
 
 def read_corpus(args: argparse.Namespace) -> Corpus:
     """The corpus named by the command line (`--corpus` with `--root` or `--manifest`)."""
     rate = args.sample_rate_filter
     rate = DEFAULT_RATE_FILTER.get(args.corpus) if rate is None else (rate or None)
+    source = corpus_source(args)
     if args.corpus == "synthetic":
-        # The same default location as conf/data/synthetic.yaml, so a training run's corpus is reused.
-        root = args.root or (
-            Path(os.environ.get("SQA_DATA_DIR", "data"))
-            / f"synthetic-seed{args.seed}-clips{args.clips_per_system}"
-        )
         return load_synthetic(
-            root, seed=args.seed, clips_per_system=args.clips_per_system, sample_rate_filter=rate
+            source, seed=args.seed, clips_per_system=args.clips_per_system, sample_rate_filter=rate
         )
     if args.corpus == "synthetic_mushra":
-        root = args.root or (
-            Path(os.environ.get("SQA_DATA_DIR", "data"))
-            / f"synthetic-mushra-seed{args.seed}-clips{args.clips_per_system}"
-        )
-        return load_synthetic_mushra(root, seed=args.seed, clips_per_system=args.clips_per_system)
+        return load_synthetic_mushra(source, seed=args.seed, clips_per_system=args.clips_per_system)
     scale = args.score_range or BASELINE_RANGE
     if args.corpus == "csv":
-        if not args.manifest:
+        if not source:
             raise CorpusError("--corpus csv needs --manifest FILE")
-        return read_csv_manifest(
-            args.manifest, default_split="test", sample_rate_filter=rate, score_range=scale
-        )
-    if not args.root:
+        return read_csv_manifest(source, default_split="test", sample_rate_filter=rate, score_range=scale)
+    if not source:
         raise CorpusError(f"--corpus {args.corpus} needs --root DIR")
     if args.corpus == "singmos_pro":
-        return read_singmos_pro(args.root, sample_rate_filter=rate, score_range=scale)
-    return read_vmc24(args.root, sample_rate_filter=rate, score_range=scale)
+        return read_singmos_pro(source, sample_rate_filter=rate, score_range=scale)
+    return read_vmc24(source, sample_rate_filter=rate, score_range=scale)

@@ -24,7 +24,7 @@ import glob
 import io
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,16 @@ def write_predictions(
         # A clip without a song among clips with one gets DictWriter's empty cell.
         writer.writerow({k: _cell(row[k]) for k in columns if k != SONG_COLUMN or k in row})
     atomic_write_text(Path(run_dir) / PREDICTIONS_FILE, buffer.getvalue())
+
+
+def csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    """CSV text of `rows` under `columns`, cells as predictions.csv writes them; a missing key is empty."""
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=list(columns))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _cell(row[k]) for k in columns if k in row})
+    return buffer.getvalue()
 
 
 def _cell(value: Any) -> Any:

@@ -77,3 +77,8 @@ def sqa_eval() -> Any:
 def sqa_ensemble() -> Any:
     """The `sqa-ensemble` command: `sqa.training.ensemble.main`, or one line naming the extra it needs."""
     return run_main("sqa.training.ensemble", "sqa-ensemble")
+
+
+def sqa_bench() -> Any:
+    """The `sqa-bench` command: `sqa.bench.command.main`, or one line naming the extra it needs."""
+    return run_main("sqa.bench.command", "sqa-bench")

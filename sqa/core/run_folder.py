@@ -5,7 +5,7 @@ previous run's outputs is resumed (`resume=true`) or started over (`overwrite=tr
 else is refused before a file is written. A run records the names it writes
 (`sqa.core.ownership`), and `overwrite=true` refuses a directory holding anything else. Starting
 over sets the previous run's outputs aside until the new run gets going (`sqa.core.set_aside`).
-Training, `eval.py` and `sqa-baseline` claim their directories here (`claimed`).
+Training, `eval.py`, `sqa-baseline` and `sqa-bench` claim their directories here (`claimed`).
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ OUTPUTS = (
     # Of a predictor with a spread (sqa.reports.calibration), of clips naming songs (preferences).
     "calibration.json",
     "preferences.json",
+    # Of sqa-bench (sqa.bench.command).
+    "bench.json",
+    "bench.csv",
+    "bench_predictions.csv",
 )
 REWRITTEN = ("config.yaml", "run_info.json", "data_problems.txt", "valid_split.csv", "test_split.csv")
 LOG_NAME = "train.log"

@@ -32,6 +32,22 @@ def constant_rmse(labels: Sequence[float], constant: float) -> float:
     return float(np.sqrt(np.mean((values - constant) ** 2))) if values.size else math.nan
 
 
+def constant_results(
+    train_mean: float,
+    true: Sequence[float],
+    systems: Sequence[str],
+    test_sets: Sequence[str],
+    bootstrap: int = 0,
+    seed: int = 0,
+    apart: Collection[str] = (),
+) -> dict[str, dict[str, dict]]:
+    """The constant predictor's metric blocks (`metrics.evaluate_sets`): `train_mean` for every clip."""
+    constant = [float(train_mean)] * len(true)
+    return metrics.evaluate_sets(
+        constant, true, systems, test_sets, bootstrap=bootstrap, seed=seed, apart=apart
+    )
+
+
 def _finite(value: object) -> float | None:
     """`value` as a float when it is a finite number, else None (JSON null)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -55,9 +71,8 @@ def check(
     clips' `test_labels` and `test_sets` (sets in `apart` are left out, as from the average).
     """
     average = test_results.get(metrics.AVERAGE_KEY, {})
-    constant = [float(train_mean)] * len(test_labels)
     no_systems = [""] * len(test_labels)
-    reference = metrics.evaluate_sets(constant, test_labels, no_systems, test_sets, apart=apart)
+    reference = constant_results(train_mean, test_labels, no_systems, test_sets, apart=apart)
     covered = [label for label, name in zip(test_labels, test_sets, strict=True) if name not in apart]
     utt = average.get("utt", {})
     interval = (average.get(metrics.CI_KEY) or {}).get("utt", {}).get("srcc")

@@ -15,6 +15,7 @@ from sqa.metrics import (
     LEVELS,
     METRIC_NAMES,
     MIN_INTERVAL_POINTS,
+    ROLES,
     UNDEFINED_KEY,
     defined,
 )
@@ -140,5 +141,71 @@ def format_table(results: Mapping[str, Mapping[str, Mapping]]) -> str:
     lines.append(f"({counts})")
     lines += _notes(results, keys)
     if CI_KEY in results[AVERAGE_KEY]:
+        lines.append(interval_note())
+    return "\n".join(lines)
+
+
+# The metrics of the bench table (metrics.json and the bench's files hold every metric).
+BENCH_METRICS = ("rmse", "lcc", "srcc", "ktau")
+# What each kind of row is, for the bench table's legend.
+BENCH_KINDS = {
+    "constant": "the mean of the corpus's own training labels for every clip",
+    "in-corpus": "an export tested on the corpus it was trained on",
+    "cross-corpus": "an export tested on another corpus",
+    "zero-shot": "a pretrained predictor, not trained on any of these corpora",
+}
+
+
+def bench_row(corpus: str, predictor: str, kind: str, results: Mapping[str, Mapping]) -> list[str]:
+    """One row of the bench table: the average block of `results` (references and anchors left out)."""
+    average = results[AVERAGE_KEY]
+    cells = [metric_cell(average, level, name) for level in LEVELS for name in BENCH_METRICS]
+    return [corpus, predictor, kind, f"{average['utt']['n']}/{average['sys']['n']}", *cells]
+
+
+def bench_reasons(
+    results: Mapping[str, Mapping], names: Sequence[str] = BENCH_METRICS
+) -> dict[str, dict[str, list[str]]]:
+    """{level: {reason: metrics}} of the average's undefined `names`, the reasons taken from its sets.
+
+    The sets are those the average is over: references and anchors (ROLES) are not.
+    """
+    average = results[AVERAGE_KEY]
+    sets = [block for key, block in results.items() if key not in (AVERAGE_KEY, *ROLES)]
+    out: dict[str, dict[str, list[str]]] = {}
+    for level in LEVELS:
+        for name in names:
+            if defined(average[level].get(name)):
+                continue
+            found = {block.get(UNDEFINED_KEY, {}).get(level, {}).get(name) for block in sets} - {None}
+            for reason in sorted(found) or ["undefined in every set"]:
+                out.setdefault(level, {}).setdefault(reason, []).append(name)
+    return out
+
+
+def bench_table(rows: Sequence[Mapping], markdown_table: bool = False) -> str:
+    """The bench table: one row per (corpus, predictor), each `{corpus, predictor, kind, results}`.
+
+    Values are each row's average over its test sets (weighted as `metrics.evaluate_sets`
+    weights them; references and anchors are left out), with their intervals; n/a cells are
+    explained below, with the kinds of rows and the intervals.
+    """
+    header = ["corpus", "predictor", "kind", "clips/systems"]
+    header += [f"{level} {name.upper()}" for level in LEVELS for name in BENCH_METRICS]
+    body = [bench_row(r["corpus"], r["predictor"], r["kind"], r["results"]) for r in rows]
+    lines = [markdown(header, body) if markdown_table else plain_table(header, body), ""]
+    for row in rows:
+        for level, reasons in bench_reasons(row["results"]).items():
+            lines += [
+                f"n/a: {row['corpus']} / {row['predictor']} {level} {', '.join(names)}: {reason}"
+                for reason, names in reasons.items()
+            ]
+    kinds = [kind for kind in BENCH_KINDS if any(r["kind"] == kind for r in rows)]
+    lines += [f"{kind}: {BENCH_KINDS[kind]}" for kind in kinds]
+    lines.append(
+        "Each value averages the corpus's test sets (clips weight utterance level, systems system "
+        "level); references and anchors are left out."
+    )
+    if any(CI_KEY in r["results"][AVERAGE_KEY] for r in rows):
         lines.append(interval_note())
     return "\n".join(lines)

@@ -249,7 +249,11 @@ def validated(
 def _tested(predictor: Any, prepared: Any, corpus: Any) -> Any:
     """`predictor` run over the test sets of `corpus` with the prepared run's rate, batch and bootstrap."""
     datamodule, settings = prepared.datamodule, prepared.settings
-    config = {"sample_rate": datamodule.sample_rate, "domains": list(datamodule.corpus.domains)}
+    config = {
+        "sample_rate": datamodule.sample_rate,
+        "domains": list(datamodule.corpus.domains),
+        "vocal_only": datamodule.vocal_only,
+    }
     return tested(
         predictor,
         corpus,
@@ -258,7 +262,7 @@ def _tested(predictor: Any, prepared: Any, corpus: Any) -> Any:
         datamodule.eval_batch_size,
         settings.seed,
         settings.bootstrap,
-        prepared.module.frame_store,
+        frame_store=prepared.module.frame_store,
     )
 
 

@@ -97,6 +97,7 @@ def test_every_console_script_is_run_by_this_test():
         "sqa-baseline",
         "sqa-import",
         "sqa-ensemble",
+        "sqa-bench",
     }
 
 
@@ -119,7 +120,7 @@ def test_a_command_of_an_extra_stops_with_one_line_naming_it(command, extra):
     assert f"sqa[{extra}]" in lines[0] and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("command", ["sqa-table", "sqa-compare", "sqa-import", "sqa-score"])
+@pytest.mark.parametrize("command", ["sqa-table", "sqa-compare", "sqa-import", "sqa-score", "sqa-bench"])
 def test_a_core_command_starts_without_the_extras(command):
     done = run_core_only(console_scripts()[command], "--help")
     assert done.returncode == 0, done.stderr

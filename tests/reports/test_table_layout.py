@@ -115,3 +115,42 @@ def test_cells_with_different_test_sets_are_refused_naming_both(tmp_path, capsys
         err = capsys.readouterr().err
         assert err.startswith("sqa-table: cell 'ONE' has test sets ['default'], cell 'THREE' ")
         assert "make a table per corpus" in err
+
+
+def test_a_bench_row_is_the_average_over_its_sets_with_references_left_out():
+    # Set a ranks its 3 clips right (SRCC 1), set b its 5 clips backwards (SRCC -1): the clip-weighted
+    # average is (3 - 5) / 8 = -0.25. Two reference clips, each a system of its own, stay out of it.
+    pred = [1, 2, 3, 1, 2, 3, 4, 5, 9, 1]
+    true = [1, 2, 3, 5, 4, 3, 2, 1, 1, 9]
+    sets = ["a"] * 3 + ["b"] * 5 + ["reference"] * 2
+    systems = [f"s{i}" for i in range(10)]
+    block = metrics.evaluate_sets(pred, true, systems, sets, apart=metrics.ROLES)
+    row = tables.bench_row("c", "p", "zero-shot", block)
+    header = ["utt RMSE", "utt LCC", "utt SRCC", "utt KTAU", "sys RMSE", "sys LCC", "sys SRCC", "sys KTAU"]
+    cells = dict(zip(header, row[4:], strict=True))
+    assert row[:4] == ["c", "p", "zero-shot", "8/8"]
+    assert cells["utt SRCC"] == "-0.250" and cells["sys SRCC"] == "-0.250"
+    assert cells["utt KTAU"] == "-0.250"
+    # A metric the reference set cannot define (2 points) is not explained by it: the sets averaged define it.
+    assert tables.bench_reasons(block) == {}
+
+
+def test_a_bench_n_a_names_the_reason_of_the_sets_averaged_only():
+    # The constant's correlations: undefined for one reason in the test set, another in the reference set.
+    block = metrics.evaluate_sets(
+        [3.0] * 6, [1, 2, 3, 4, 5, 9], list("abcdef"), ["t"] * 4 + ["reference"] * 2
+    )
+    assert block["reference"]["undefined"]["utt"]["srcc"] == "2 clips (needs at least 3)"
+    block = metrics.evaluate_sets(
+        [3.0] * 6, [1, 2, 3, 4, 5, 9], list("abcdef"), ["t"] * 4 + ["reference"] * 2, apart=metrics.ROLES
+    )
+    assert tables.bench_reasons(block)["utt"] == {
+        "every clip has the same prediction": ["lcc", "srcc", "ktau"]
+    }
+    table = tables.bench_table(
+        [{"corpus": "c", "predictor": "constant", "kind": "constant", "results": block}]
+    )
+    assert "n/a: c / constant utt lcc, srcc, ktau: every clip has the same prediction" in table
+    assert "needs at least 3" not in table
+    assert "constant: the mean of the corpus's own training labels for every clip" in table
+    assert "zero-shot:" not in table

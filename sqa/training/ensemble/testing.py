@@ -25,12 +25,15 @@ def tested(
     batch_size: int,
     seed: int = 0,
     bootstrap: int = 0,
+    num_workers: int = 0,
+    on_error: str = "raise",
     frame_store: FrameStore | None = None,
 ) -> MOSModule:
     """`predictor` run over `corpus`'s test clips as `eval.py` runs it; the module holds rows and metrics.
 
-    `config` is the export's config.yaml (its sample rate and domains). With `frame_store`, a
-    predictor's backbone frames come from (and go to) the store's cache of that backbone.
+    `config` is the export's config.yaml (its sample rate, domains and vocal-only setting);
+    `num_workers` and `on_error` are the data module's (decoding processes, bad clips). With
+    `frame_store`, a predictor's backbone frames come from (and go to) the store's cache of that backbone.
     """
     domains = list(config.get("domains") or [DEFAULT_DOMAIN])
     datamodule = MOSDataModule(
@@ -40,6 +43,9 @@ def tested(
         f0_extractor=f0_extractor,
         dimensions=list(predictor.dimensions),
         required_splits=("test",),
+        num_workers=num_workers,
+        on_error=on_error,
+        vocal_only=bool(config.get("vocal_only", False)),
     )
     module = MOSModule(
         predictor,

@@ -1,0 +1,398 @@
+"""Command line: every predictor of a config on every corpus of it, in one table (`sqa-bench`).
+
+    sqa-bench CONFIG [--out DIR] [--overwrite] [--markdown] [--num-workers N] [--on-error raise|skip]
+
+The config (`sqa.bench.config`) lists corpora and predictors: exports (scored as eval.py scores
+them, `sqa.training.evaluation.export_rows`) and zero-shot baselines (scored as sqa-baseline
+scores them, `sqa.baselines.cli.score_clips`). For each corpus the table has the constant
+predictor's row, then one row per predictor, marked:
+
+- `constant`: the mean of the corpus's own training labels for every test clip (the same row
+  for every predictor, exports trained elsewhere included: the reference a model of this
+  corpus has to beat, using no test label; n/a where the corpus has no training clips);
+- `in-corpus` / `cross-corpus`: an export on the corpus it was trained on, or on another. Its
+  corpus is the one the export records (a manifest's file, a corpus's folder), or the config's
+  `trained_on` where given;
+- `zero-shot`: Distill-MOS or DNSMOS.
+
+A predictor whose scale differs from the corpus's (both baselines score on 1-5; an export on
+its training corpus's scale) is mapped onto it exactly as sqa-baseline maps a baseline: by the
+least-squares line fitted on the corpus's training clips; correlations are those of its own
+scores, errors those of the mapped ones (undefined, with the reason, without training clips).
+Metrics are `sqa.metrics.evaluate_sets` of every row's predictions, with bootstrap intervals
+from the config's seed (the same resamples of a corpus's clips for every row).
+
+Writes bench.json (every row's metric blocks per test set and averaged, its scale map and
+training mean), bench.csv (one line per row) and bench_predictions.csv (every clip of every
+row) into `--out`, claimed as a run directory is: a previous bench's outputs are replaced only
+with `--overwrite`, and only files sqa wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sqa import metrics
+from sqa.baselines.cli import BASELINES, results_on_scale, scale_map, score_clips
+from sqa.baselines.corpora import BASELINE_RANGE, corpus_source, read_corpus
+from sqa.bench.config import (
+    CONSTANT,
+    BenchConfig,
+    BenchConfigError,
+    BenchCorpus,
+    BenchPredictor,
+    read_config,
+)
+from sqa.core import artefacts
+from sqa.core.atomic import atomic_write_json, atomic_write_text
+from sqa.core.extras import require
+from sqa.core.provenance import package_versions
+from sqa.core.run_folder import claimed
+from sqa.core.run_lock import Options, RunDirError
+from sqa.core.set_aside import discard_previous
+from sqa.data.audio import AudioError
+from sqa.data.corpus import ROLES, Corpus, CorpusError
+from sqa.data.validate import CorpusProblems, Problem, format_report
+from sqa.exports.config import read_export_config
+from sqa.exports.errors import ExportError
+from sqa.exports.format import load_export
+from sqa.exports.location import resolve_export
+from sqa.reports import learning, tables
+
+OPTIONS = Options("--out", None, "--overwrite")
+KIND_CONSTANT, KIND_IN, KIND_CROSS, KIND_ZERO_SHOT = "constant", "in-corpus", "cross-corpus", "zero-shot"
+PREDICTION_COLUMNS = ("predictor", "corpus", "sample_id", "system_id", "test_set", "mos", "raw", "pred")
+SKIP = " (--on-error skip scores the rest)"
+PACKAGES = ("torch", "numpy", "scipy", "lightning", "distillmos", "speechmos", "onnxruntime")
+
+
+# One row of the table: corpus, predictor, kind, results, rows (per clip), scale_map, train_mean.
+Scored = dict[str, Any]
+
+
+class BenchError(RuntimeError):
+    """A corpus or predictor of the config could not be scored; the message names it."""
+
+
+class UnreadableClips(BenchError):
+    """Clips of a corpus could not be scored, and the command was not told to skip them."""
+
+
+def tested_corpus(corpus: Corpus, test: str) -> Corpus:
+    """`corpus` with the clips of split `test` as its test clips (`all`: every clip, none left to train)."""
+    if test == "test":
+        return corpus
+    if test == "all":
+        clips = [replace(c, split="test") for c in corpus.clips]
+    else:
+        clips = [
+            replace(c, split="test") if c.split == test else c for c in corpus.clips if c.split != "test"
+        ]
+    return Corpus(clips, corpus.domains, corpus.score_range, corpus.systems)
+
+
+def train_mean(corpus: Corpus) -> float | None:
+    """The mean label of the corpus's training clips (the constant predictor), None without any."""
+    labels = [c.mos for c in corpus.split("train") if not c.problems]
+    return float(np.mean(labels)) if labels else None
+
+
+def recorded_source(export: Path) -> Path | None:
+    """The file (a manifest) or folder the export at `export` records as its training corpus, resolved."""
+    config_path = resolve_export(export)[0]
+    spec = (read_export_config(config_path).get("data") or {}).get("corpus") or {}
+    root, path = spec.get("root"), spec.get("path")
+    # Recorded relative to the export's folder (older exports: absolute, which the join keeps).
+    base = config_path.parent / str(root) if root is not None else None
+    if isinstance(path, str):
+        return ((base / path) if base is not None else Path(path)).resolve()
+    return base.resolve() if base is not None else None
+
+
+def export_kind(predictor: BenchPredictor, trained: Path | None, corpus: BenchCorpus) -> str:
+    """`in-corpus` where the export was trained on `corpus` (`trained_on`, else the recorded source)."""
+    if predictor.trained_on is not None:
+        return KIND_IN if predictor.trained_on == corpus.name else KIND_CROSS
+    source = corpus_source(corpus.options)
+    same = trained is not None and source is not None and trained == Path(source).resolve()
+    return KIND_IN if same else KIND_CROSS
+
+
+def _row(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Prediction rows in the baselines' form: the predictor's own score as `raw`."""
+    keys = ("sample_id", "wav_path", "system_id", "test_set", "mos")
+    return [{**{k: r[k] for k in keys if k in r}, "raw": r["pred"]} for r in rows]
+
+
+def _check(problems: list[Problem], what: str, on_error: str) -> None:
+    """Report unreadable clips; stop (`raise`) unless `on_error` is `skip`."""
+    if problems:
+        print(format_report(problems), file=sys.stderr)
+        if on_error == "raise":
+            raise UnreadableClips(f"{what}: {len(problems)} clip(s) could not be scored{SKIP}")
+
+
+def score_zero_shot(
+    predictor: BenchPredictor, scorer: Any, corpus: Corpus, name: str, args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, tuple[float, float] | None]:
+    """Test rows of a baseline on `corpus` and the line onto its scale (sqa-baseline's steps)."""
+    rows, problems = score_clips(scorer, corpus.test_sets(), predictor.output, args.num_workers)
+    _check(problems, f"{predictor.name} on {name}", args.on_error)
+    if tuple(corpus.score_range) == BASELINE_RANGE:
+        return rows, None, None
+    train, _ = score_clips(scorer, {"train": corpus.split("train")}, predictor.output, args.num_workers)
+    line, record = scale_map(train)
+    return rows, record, line
+
+
+def export_rows(
+    export: Path, corpus: Corpus, args: argparse.Namespace, what: str
+) -> tuple[list[dict[str, Any]], tuple[float, float]]:
+    """The test rows of `corpus` scored by the export at `export` as eval.py scores them, and its scale."""
+    # Here, not at the top: a bench of zero-shot predictors runs without the train extra.
+    require("lightning", "train", "an export's rows in sqa-bench")
+    from sqa.training.ensemble.testing import tested
+    from sqa.training.evaluation import DEFAULT_EVAL_BATCH_SIZE
+
+    predictor, config, f0_extractor = load_export(export)
+    batch_size = int((config.get("data") or {}).get("eval_batch_size") or DEFAULT_EVAL_BATCH_SIZE)
+    try:
+        module = tested(
+            predictor,
+            corpus,
+            config,
+            f0_extractor,
+            batch_size,
+            num_workers=args.num_workers,
+            on_error=args.on_error,
+        )
+    except CorpusProblems as err:
+        print(format_report(err.problems), file=sys.stderr)
+        raise UnreadableClips(f"{what}: {len(err.problems)} clip(s) could not be scored{SKIP}") from None
+    low, high = predictor.score_range
+    return _row(module.test_predictions), (float(low), float(high))
+
+
+def score_export(
+    predictor: BenchPredictor, corpus: Corpus, name: str, args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, tuple[float, float] | None, tuple[float, float]]:
+    """Test rows of an export on `corpus`, the line onto its scale where the export's differs, its scale."""
+    what = f"{predictor.name} on {name}"
+    rows, own = export_rows(predictor.export, corpus, args, what)
+    if tuple(corpus.score_range) == own:
+        return rows, None, None, own
+    train = [replace(c, split="test") for c in corpus.split("train")]
+    line, record = None, None
+    if train:
+        as_test = Corpus(train, corpus.domains, corpus.score_range, corpus.systems)
+        line, record = scale_map(export_rows(predictor.export, as_test, args, f"{what} (training clips)")[0])
+    return rows, record, line, own
+
+
+def constant_row(corpus: Corpus, config: BenchConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The constant predictor's rows and results on the corpus's test clips (`learning.constant_results`)."""
+    mean = train_mean(corpus)
+    clips = [(name, c) for name, group in corpus.test_sets().items() for c in group if not c.problems]
+    value = float("nan") if mean is None else mean
+    rows = [
+        {"sample_id": c.sample_id, "system_id": c.system_id, "test_set": name, "mos": c.mos, "raw": value}
+        for name, c in clips
+    ]
+    for row in rows:
+        row["pred"] = row["raw"]
+    results = learning.constant_results(
+        value,
+        [r["mos"] for r in rows],
+        [r["system_id"] for r in rows],
+        [r["test_set"] for r in rows],
+        bootstrap=config.bootstrap,
+        seed=config.seed,
+        apart=ROLES,
+    )
+    if mean is None:
+        for block in results.values():
+            block[metrics.UNDEFINED_KEY] = {
+                level: {m: "the corpus has no training clips to take a mean of" for m in metrics.METRIC_NAMES}
+                for level in metrics.LEVELS
+            }
+    return rows, results
+
+
+def bench(config: BenchConfig, args: argparse.Namespace) -> list[Scored]:
+    """Every row of the table: each corpus's constant, then every predictor on it."""
+    corpora: dict[str, Corpus] = {}
+    for i, entry in enumerate(config.corpora):
+        try:
+            corpus = tested_corpus(read_corpus(entry.options), entry.test)
+        except CorpusError as err:
+            raise BenchError(f"{config.path}: corpora[{i}] ({entry.name}): {err}") from None
+        if not corpus.test_sets():
+            raise BenchError(
+                f"{config.path}: corpora[{i}].test: corpus {entry.name} has no {entry.test} clips"
+            )
+        corpora[entry.name] = corpus
+    trained = {p.name: recorded_source(p.export) for p in config.predictors if p.export is not None}
+    scorers = {p.name: BASELINES[p.zero_shot].scorer() for p in config.predictors if p.zero_shot}
+    out: list[Scored] = []
+    for entry in config.corpora:
+        corpus = corpora[entry.name]
+        rows, results = constant_row(corpus, config)
+        out.append(
+            {
+                "corpus": entry.name,
+                "predictor": CONSTANT,
+                "kind": KIND_CONSTANT,
+                "results": results,
+                "rows": rows,
+                "scale_map": None,
+                "train_mean": train_mean(corpus),
+            }
+        )
+        for predictor in config.predictors:
+            if predictor.zero_shot:
+                rows, record, line = score_zero_shot(
+                    predictor, scorers[predictor.name], corpus, entry.name, args
+                )
+                kind, own = KIND_ZERO_SHOT, BASELINE_RANGE
+            else:
+                rows, record, line, own = score_export(predictor, corpus, entry.name, args)
+                kind = export_kind(predictor, trained[predictor.name], entry)
+            if not rows:
+                raise BenchError(f"{predictor.name} on {entry.name}: no clip could be scored")
+            results = results_on_scale(rows, line, corpus.score_range, own, config.bootstrap, config.seed)
+            out.append(
+                {
+                    "corpus": entry.name,
+                    "predictor": predictor.name,
+                    "kind": kind,
+                    "results": results,
+                    "rows": rows,
+                    "scale_map": record,
+                    "train_mean": None,
+                }
+            )
+    return out
+
+
+def csv_rows(scored: list[Scored]) -> tuple[list[str], list[dict[str, Any]]]:
+    """bench.csv: columns and one line per row, every metric of the average with its interval."""
+    columns = ["corpus", "predictor", "kind", "clips", "systems"]
+    for level in metrics.LEVELS:
+        for name in metrics.METRIC_NAMES:
+            columns += [f"{level}_{name}", f"{level}_{name}_lo", f"{level}_{name}_hi"]
+    columns.append("undefined")
+    lines = []
+    for row in scored:
+        average = row["results"][metrics.AVERAGE_KEY]
+        line: dict[str, Any] = {k: row[k] for k in ("corpus", "predictor", "kind")}
+        line.update(clips=average["utt"]["n"], systems=average["sys"]["n"])
+        for level in metrics.LEVELS:
+            for name in metrics.METRIC_NAMES:
+                ci = (average.get(metrics.CI_KEY) or {}).get(level, {}).get(name) or [float("nan")] * 2
+                value = float(average[level][name])
+                line.update(
+                    {f"{level}_{name}": value, f"{level}_{name}_lo": ci[0], f"{level}_{name}_hi": ci[1]}
+                )
+        reasons = tables.bench_reasons(row["results"], metrics.METRIC_NAMES)
+        line["undefined"] = "; ".join(
+            f"{level} {', '.join(names)}: {reason}"
+            for level, by in reasons.items()
+            for reason, names in by.items()
+        )
+        lines.append(line)
+    return columns, lines
+
+
+def write_outputs(out: Path, config: BenchConfig, scored: list[Scored], seconds: float) -> None:
+    """bench.json, bench.csv, bench_predictions.csv and run_info.json into the claimed `out`."""
+    record = {
+        "config": str(config.path.resolve()),
+        "bootstrap": config.bootstrap,
+        "seed": config.seed,
+        "rows": [
+            {k: row[k] for k in ("corpus", "predictor", "kind", "train_mean", "scale_map", "results")}
+            for row in scored
+        ],
+    }
+    atomic_write_json(out / "bench.json", record)
+    columns, lines = csv_rows(scored)
+    atomic_write_text(out / "bench.csv", artefacts.csv_text(columns, lines))
+    predictions = [
+        {"predictor": row["predictor"], "corpus": row["corpus"], **clip}
+        for row in scored
+        for clip in row["rows"]
+    ]
+    atomic_write_text(out / "bench_predictions.csv", artefacts.csv_text(PREDICTION_COLUMNS, predictions))
+    info = {
+        "command": "sqa-bench",
+        "config": str(config.path.resolve()),
+        "corpora": {
+            c.name: {
+                "corpus": c.options.corpus,
+                "source": None if corpus_source(c.options) is None else str(corpus_source(c.options)),
+                "test": c.test,
+            }
+            for c in config.corpora
+        },
+        "packages": package_versions(PACKAGES),
+        "seconds": seconds,
+    }
+    atomic_write_json(out / "run_info.json", info)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `sqa-bench`; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="sqa-bench", description=__doc__.split("\n")[0])
+    parser.add_argument("config", type=Path, help="the YAML file of corpora and predictors")
+    parser.add_argument("--out", type=Path, help="where to write (default: outputs/bench-<config name>)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a previous bench's outputs in --out (only files sqa wrote there)",
+    )
+    parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    parser.add_argument("--num-workers", type=int, default=0, help="decoding processes, 0: none")
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="unreadable clips: raise = report them and stop; skip = score the rest",
+    )
+    args = parser.parse_args(argv)
+    if args.num_workers < 0:
+        print(f"sqa-bench: --num-workers must be 0 or more, got {args.num_workers}", file=sys.stderr)
+        return 2
+    try:
+        config = read_config(args.config)
+    except BenchConfigError as err:
+        print(f"sqa-bench: {err}", file=sys.stderr)
+        return 2
+    out = args.out or Path("outputs") / f"bench-{args.config.stem}"
+    inputs = [config.path]
+    inputs += [corpus_source(c.options) for c in config.corpora if corpus_source(c.options) is not None]
+    inputs += [p.export for p in config.predictors if p.export is not None]
+    start = time.perf_counter()
+    try:
+        with claimed(out, resume=False, overwrite=args.overwrite, inputs=inputs, options=OPTIONS):
+            scored = bench(config, args)
+            # Everything is scored: a previous bench that --overwrite set aside goes only now.
+            discard_previous(out)
+            write_outputs(out, config, scored, time.perf_counter() - start)
+    except (BenchError, RunDirError, CorpusError, AudioError, ExportError, ImportError) as err:
+        print(f"sqa-bench: {err}", file=sys.stderr)
+        return 1 if isinstance(err, UnreadableClips) else 2
+    counts = f"{len(config.predictors)} predictor(s) on {len(config.corpora)} corpora"
+    print(f"sqa-bench: {counts}, written to {out}:")
+    print(tables.bench_table(scored, markdown_table=args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

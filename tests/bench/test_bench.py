@@ -1,0 +1,464 @@
+"""sqa-bench: its numbers are sqa.metrics' on the same predictions, its marks, constant and config errors.
+
+The export is the tiny log-mel run of tests/conftest.py (`tiny_run`, trained on the per-system CSV
+corpus). The zero-shot predictor is a stand-in for Distill-MOS with the same `score_files`
+interface (a score from each file's loudness), so that the bench's plumbing and sqa-baseline's are
+compared on equal scores in a second; tests/baselines compare Distill-MOS with its package.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from sqa import metrics
+from sqa.baselines import cli as baseline_cli
+from sqa.baselines.cli import BASELINES, UNMAPPED, BaselineModel
+from sqa.baselines.files import FileScores
+from sqa.bench import command
+from sqa.bench.config import BenchConfigError, read_config
+from sqa.core import artefacts
+from sqa.data.corpus import ROLES
+from sqa.reports import tables
+
+# The per-system corpus's training labels (tests/training/test_selection.py: SYSTEMS): six systems
+# of four clips at 1.5 ... 4.5, so the constant predictor's value is their mean, 3.0.
+TRAIN_MEAN = 3.0
+TEST_LABELS = [1.8] * 3 + [3.0] * 3 + [4.2] * 3
+
+
+class LoudnessScorer:
+    """Distill-MOS's interface with a score that falls with each file's RMS level (about 1-5)."""
+
+    def score_files(self, paths, num_workers=0):
+        """One FileScores per path, in order; an unreadable file gives its error."""
+        for i, path in enumerate(paths):
+            try:
+                wav, _ = sf.read(str(path), dtype="float32")
+            except RuntimeError as err:
+                yield FileScores(i, None, f"{path}: {err}")
+                continue
+            yield FileScores(i, {"mos": float(5.0 - 8.0 * np.sqrt(np.mean(wav**2)))}, None)
+
+
+@pytest.fixture
+def fake_distillmos(monkeypatch):
+    """`distillmos` scored by LoudnessScorer, for sqa-bench and sqa-baseline alike."""
+    model = BASELINES["distillmos"]
+    monkeypatch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
+    yield
+    assert BASELINES["distillmos"] is not model
+
+
+def scaled_copy(manifest: Path, factor: float, name: str) -> Path:
+    """The manifest with every score multiplied by `factor` (the same clips on another scale)."""
+    with manifest.open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    out = manifest.parent / name
+    with out.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**r, "score": repr(float(r["score"]) * factor)} for r in rows)
+    return out
+
+
+def write_config(folder: Path, text: str) -> Path:
+    path = folder / "bench.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def bench_run(tiny_run, tmp_path_factory):
+    """The bench of the tiny export and the stand-in on the corpus, its 0-100 copy and the whole corpus."""
+    manifest, run_dir = tiny_run
+    folder = tmp_path_factory.mktemp("bench")
+    scaled = scaled_copy(manifest, 20.0, "manifest100.csv")
+    config = write_config(
+        folder,
+        f"""
+corpora:
+  - {{name: tones, manifest: {manifest}}}
+  - {{name: tones100, manifest: {scaled}, score_range: [0, 100]}}
+  - {{name: whole, manifest: {manifest}, test: all}}
+predictors:
+  - distillmos
+  - {{export: {run_dir / "export"}, name: tiny}}
+bootstrap: 50
+seed: 3
+""",
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
+        assert command.main([str(config), "--out", str(folder / "out")]) == 0
+    out = folder / "out"
+    record = json.loads((out / "bench.json").read_text(encoding="utf-8"))
+    rows = {(r["corpus"], r["predictor"]): r for r in record["rows"]}
+    with (out / "bench_predictions.csv").open(encoding="utf-8") as fh:
+        clips = list(csv.DictReader(fh))
+    return {
+        "out": out,
+        "rows": rows,
+        "clips": clips,
+        "run_dir": run_dir,
+        "manifest": manifest,
+        "config": config,
+    }
+
+
+def clips_of(bench_run, corpus: str, predictor: str) -> list[dict[str, str]]:
+    return [c for c in bench_run["clips"] if c["corpus"] == corpus and c["predictor"] == predictor]
+
+
+def same_block(a, b) -> None:
+    """Equal metric blocks (JSON's null for NaN)."""
+    for level in metrics.LEVELS:
+        for name in metrics.METRIC_NAMES:
+            x, y = a[level][name], b[level][name]
+            assert (x is None or math.isnan(x)) == (y is None or math.isnan(y)), (level, name, x, y)
+            if x is not None and not math.isnan(x):
+                assert x == pytest.approx(y, rel=1e-12, abs=1e-12), (level, name)
+
+
+@pytest.mark.parametrize(
+    ("corpus", "predictor"),
+    [
+        ("tones", "tiny"),
+        ("tones", "distillmos"),
+        ("tones100", "tiny"),
+        ("tones100", "distillmos"),
+        ("whole", "tiny"),
+    ],
+)
+def test_each_rows_numbers_are_sqa_metrics_on_its_predictions(bench_run, corpus, predictor):
+    clips = clips_of(bench_run, corpus, predictor)
+    raw = [float(c["raw"]) for c in clips]
+    pred = [float(c["pred"]) for c in clips]
+    true, systems, sets = (
+        [float(c["mos"]) for c in clips],
+        [c["system_id"] for c in clips],
+        [c["test_set"] for c in clips],
+    )
+    # Correlations are the predictor's own scores', errors the scores' on the corpus's scale.
+    own = metrics.evaluate_sets(raw, true, systems, sets, bootstrap=50, seed=3, apart=ROLES)
+    mapped = metrics.evaluate_sets(pred, true, systems, sets, bootstrap=50, seed=3, apart=ROLES)
+    got = bench_run["rows"][(corpus, predictor)]["results"][metrics.AVERAGE_KEY]
+    for level in metrics.LEVELS:
+        for name in metrics.METRIC_NAMES:
+            source = mapped if name in metrics.ERROR_METRICS else own
+            want = source[metrics.AVERAGE_KEY][level][name]
+            assert got[level][name] == pytest.approx(want, rel=1e-12)
+            assert got["ci"][level][name] == source[metrics.AVERAGE_KEY]["ci"][level][name]
+
+
+def test_the_in_corpus_export_reproduces_its_runs_test_metrics(bench_run):
+    trained = artefacts.read_metrics(bench_run["run_dir"])[metrics.AVERAGE_KEY]
+    got = bench_run["rows"][("tones", "tiny")]["results"][metrics.AVERAGE_KEY]
+    same_block(got, trained)
+    assert got["utt"]["n"] == 9
+
+
+def test_exports_are_marked_in_corpus_on_their_recorded_corpus_only(bench_run):
+    kinds = {key: row["kind"] for key, row in bench_run["rows"].items()}
+    assert kinds[("tones", "tiny")] == "in-corpus"
+    assert kinds[("whole", "tiny")] == "in-corpus"  # the same manifest, every clip tested
+    assert kinds[("tones100", "tiny")] == "cross-corpus"  # the same clips, another file
+    assert kinds[("tones", "distillmos")] == "zero-shot"
+    assert kinds[("tones", "constant")] == "constant"
+
+
+def test_trained_on_overrides_the_recorded_corpus(bench_run, tmp_path):
+    config = write_config(
+        tmp_path,
+        f"""
+corpora:
+  - {{name: tones, manifest: {bench_run["manifest"]}}}
+  - {{name: other, manifest: {bench_run["manifest"]}, test: all}}
+predictors:
+  - {{export: {bench_run["run_dir"] / "export"}, name: tiny, trained_on: other}}
+""",
+    )
+    parsed = read_config(config)
+    predictor = parsed.predictors[0]
+    trained = command.recorded_source(predictor.export)
+    assert trained == bench_run["manifest"].resolve()
+    # By the record, the export was trained on both (one manifest); `trained_on` says otherwise.
+    by_record = replace(predictor, trained_on=None)
+    assert [command.export_kind(by_record, trained, c) for c in parsed.corpora] == ["in-corpus"] * 2
+    assert [command.export_kind(predictor, trained, c) for c in parsed.corpora] == [
+        "cross-corpus",
+        "in-corpus",
+    ]
+
+
+def test_the_constant_is_the_training_mean_for_every_clip(bench_run):
+    clips = clips_of(bench_run, "tones", "constant")
+    assert [float(c["pred"]) for c in clips] == [TRAIN_MEAN] * 9
+    assert sorted(float(c["mos"]) for c in clips) == TEST_LABELS
+    row = bench_run["rows"][("tones", "constant")]
+    assert row["train_mean"] == TRAIN_MEAN
+    rmse = math.sqrt(np.mean([(TRAIN_MEAN - y) ** 2 for y in TEST_LABELS]))
+    assert row["results"]["avg"]["utt"]["rmse"] == pytest.approx(rmse)  # sqrt(0.96)
+    assert row["results"]["avg"]["utt"]["srcc"] is None
+    # On the 0-100 copy the constant is the copy's own training mean, 20 times as large.
+    scaled = bench_run["rows"][("tones100", "constant")]
+    assert scaled["train_mean"] == pytest.approx(20 * TRAIN_MEAN)
+    assert scaled["results"]["avg"]["utt"]["rmse"] == pytest.approx(20 * rmse)
+
+
+def test_a_corpus_without_training_clips_has_no_constant_and_no_map(bench_run):
+    row = bench_run["rows"][("whole", "constant")]
+    assert row["train_mean"] is None and row["results"]["avg"]["utt"]["rmse"] is None
+    reasons = row["results"]["test"]["undefined"]["utt"]
+    assert reasons["rmse"] == "the corpus has no training clips to take a mean of"
+    # Every clip is tested: the training clips too.
+    assert row["results"]["avg"]["utt"]["n"] == 24 + 8 + 9
+
+
+def test_an_export_on_another_scale_is_mapped_by_the_line_fitted_on_the_training_clips(bench_run):
+    # The export's own scores of every clip, from the corpus tested whole.
+    raw = {c["sample_id"]: float(c["raw"]) for c in clips_of(bench_run, "whole", "tiny")}
+    with bench_run["manifest"].open(encoding="utf-8") as fh:
+        train = [r for r in csv.DictReader(fh) if r["split"] == "train"]
+    b, a = np.polyfit([raw[r["sample_id"]] for r in train], [20 * float(r["score"]) for r in train], 1)
+    record = bench_run["rows"][("tones100", "tiny")]["scale_map"]
+    assert record["train_clips"] == 24
+    assert (record["a"], record["b"]) == (pytest.approx(a), pytest.approx(b))
+    for clip in clips_of(bench_run, "tones100", "tiny"):
+        assert float(clip["pred"]) == pytest.approx(a + b * float(clip["raw"]))
+    # The corpus on the export's own scale is not mapped.
+    assert bench_run["rows"][("tones", "tiny")]["scale_map"] is None
+
+
+def test_zero_shot_rows_are_sqa_baselines_numbers(bench_run, fake_distillmos, tmp_path, capsys):
+    scaled = bench_run["manifest"].parent / "manifest100.csv"
+    run_dir = tmp_path / "baseline"
+    argv = [
+        "--model",
+        "distillmos",
+        "--corpus",
+        "csv",
+        "--manifest",
+        str(scaled),
+        "--score-range",
+        "0",
+        "100",
+    ]
+    assert baseline_cli.main([*argv, "--run-dir", str(run_dir), "--bootstrap", "50"]) == 0
+    baseline = artefacts.read_metrics(run_dir)
+    info = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
+    row = bench_run["rows"][("tones100", "distillmos")]
+    assert row["scale_map"] == pytest.approx(info["scale_map"])
+    # sqa-baseline's bootstrap seed is 0, the bench's 3: the values are equal, the intervals need not be.
+    same_block(row["results"]["avg"], baseline["avg"])
+
+
+def test_the_printed_table_has_each_rows_average_with_its_interval(bench_run, tiny_run, capsys):
+    config = bench_run["config"]
+    out = bench_run["out"].parent / "again"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
+        assert command.main([str(config), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rows = list(bench_run["rows"].values())
+    table = tables.bench_table(rows)
+    assert table in printed
+    lines = table.splitlines()
+    assert len([line for line in lines[2:] if line.startswith(("tones ", "tones100 ", "whole "))]) == 9
+    cell = tables.metric_cell(rows[2]["results"]["avg"], "utt", "srcc")
+    assert "[" in cell and cell in lines[2 + 2]
+    assert "n/a: whole / constant utt rmse, lcc, srcc, ktau: the corpus has no training clips" in table
+    assert "n/a: tones / constant utt lcc, srcc, ktau: every clip has the same prediction" in table
+    # Both runs wrote the same numbers: the bench is deterministic.
+    assert (out / "bench.csv").read_text(encoding="utf-8") == (bench_run["out"] / "bench.csv").read_text(
+        encoding="utf-8"
+    )
+
+
+def test_the_csv_has_a_line_per_row_with_nulls_explained(bench_run):
+    with (bench_run["out"] / "bench.csv").open(encoding="utf-8") as fh:
+        lines = list(csv.DictReader(fh))
+    assert len(lines) == 9
+    constant = next(r for r in lines if r["corpus"] == "whole" and r["predictor"] == "constant")
+    assert constant["utt_rmse"] == "" and "no training clips" in constant["undefined"]
+    tiny = next(r for r in lines if r["corpus"] == "tones" and r["predictor"] == "tiny")
+    avg = bench_run["rows"][("tones", "tiny")]["results"]["avg"]
+    assert float(tiny["utt_srcc"]) == avg["utt"]["srcc"]
+    assert [float(tiny["utt_rmse_lo"]), float(tiny["utt_rmse_hi"])] == avg["ci"]["utt"]["rmse"]
+
+
+def test_an_unmapped_zero_shot_score_has_errors_undefined_with_the_reason(bench_run, tmp_path, capsys):
+    scaled = bench_run["manifest"].parent / "manifest100.csv"
+    config = write_config(
+        tmp_path,
+        f"corpora: [{{name: all100, manifest: {scaled}, score_range: [0, 100], test: all}}]\n"
+        "predictors: [distillmos]\n",
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
+        assert command.main([str(config), "--out", str(tmp_path / "out")]) == 0
+    record = json.loads((tmp_path / "out" / "bench.json").read_text(encoding="utf-8"))
+    row = next(r for r in record["rows"] if r["predictor"] == "distillmos")
+    block = row["results"]["test"]
+    assert block["utt"]["rmse"] is None and block["ci"]["utt"]["rmse"] is None
+    assert block["undefined"]["utt"]["rmse"] == UNMAPPED
+    assert block["utt"]["srcc"] is not None  # the ranking needs no map
+
+
+def test_outputs_are_replaced_only_with_overwrite_and_never_a_users_file(bench_run, tmp_path, capsys):
+    config, out = bench_run["config"], tmp_path / "out"
+    small = write_config(
+        tmp_path, f"corpora: [{{name: t, manifest: {bench_run['manifest']}}}]\npredictors: [distillmos]\n"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
+        assert command.main([str(small), "--out", str(out)]) == 0
+        before = (out / "bench.json").read_bytes()
+        capsys.readouterr()
+        assert command.main([str(small), "--out", str(out)]) == 2
+        assert "--overwrite" in capsys.readouterr().err
+        assert (out / "bench.json").read_bytes() == before
+        (out / "notes.txt").write_text("mine", encoding="utf-8")
+        assert command.main([str(small), "--out", str(out), "--overwrite"]) == 2
+        assert "notes.txt" in capsys.readouterr().err
+        assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"
+        (out / "notes.txt").unlink()
+        assert command.main([str(small), "--out", str(out), "--overwrite"]) == 0
+    assert config.is_file()
+
+
+def test_an_unreadable_clip_stops_the_bench_unless_skipped(bench_run, tmp_path, capsys):
+    manifest = scaled_copy(bench_run["manifest"], 1.0, "broken.csv")
+    broken = manifest.parent / "te0-0.wav"
+    manifest.write_text(
+        manifest.read_text(encoding="utf-8").replace("te0-0.wav", str(tmp_path / "missing.wav")),
+        encoding="utf-8",
+    )
+    assert broken.is_file()
+    config = write_config(
+        tmp_path, f"corpora: [{{name: t, manifest: {manifest}}}]\npredictors: [distillmos]\n"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
+        assert command.main([str(config), "--out", str(tmp_path / "a")]) == 1
+        err = capsys.readouterr().err
+        assert "missing.wav" in err and "--on-error skip" in err
+        assert not (tmp_path / "a").exists()
+        assert command.main([str(config), "--out", str(tmp_path / "b"), "--on-error", "skip"]) == 0
+    record = json.loads((tmp_path / "b" / "bench.json").read_text(encoding="utf-8"))
+    assert (
+        next(r for r in record["rows"] if r["predictor"] == "distillmos")["results"]["avg"]["utt"]["n"] == 8
+    )
+
+
+GOOD = "corpora: [{name: c, manifest: m.csv}]\npredictors: [distillmos]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "problem"),
+    [
+        ("corpora: []\npredictors: [distillmos]\n", "corpora", "non-empty list"),
+        ("corpora: [{name: c, manifest: m.csv}]\n", "predictors", "non-empty list"),
+        (GOOD + "seeds: 1\n", "seeds", "unknown key"),
+        (GOOD + "bootstrap: -1\n", "bootstrap", "at least 0"),
+        ("corpora: [{manifest: m.csv}]\npredictors: [distillmos]\n", "corpora[0].name", "missing"),
+        (
+            "corpora: [{name: c, manifest: gone.csv}]\npredictors: [distillmos]\n",
+            "corpora[0].manifest",
+            "gone.csv",
+        ),
+        ("corpora: [{name: c}]\npredictors: [distillmos]\n", "corpora[0].corpus", "must be one of"),
+        ("corpora: [{name: c, corpus: csv}]\npredictors: [distillmos]\n", "corpora[0].manifest", "missing"),
+        (
+            "corpora: [{name: c, corpus: singmos_pro}]\npredictors: [distillmos]\n",
+            "corpora[0].root",
+            "missing",
+        ),
+        (
+            "corpora: [{name: c, manifest: m.csv, test: eval}]\npredictors: [distillmos]\n",
+            "corpora[0].test",
+            "eval",
+        ),
+        (
+            "corpora: [{name: c, manifest: m.csv, score_range: [5, 1]}]\npredictors: [distillmos]\n",
+            "corpora[0].score_range",
+            "low < high",
+        ),
+        (
+            "corpora: [{name: c, manifest: m.csv, split: x}]\npredictors: [distillmos]\n",
+            "corpora[0].split",
+            "unknown",
+        ),
+        (
+            "corpora: [{name: c, manifest: m.csv}, {name: c, manifest: m.csv}]\npredictors: [distillmos]\n",
+            "corpora[1].name",
+            "corpora[0]",
+        ),
+        ("corpora: [{name: c, manifest: m.csv}]\npredictors: [utmos]\n", "predictors[0].zero_shot", "utmos"),
+        (
+            "corpora: [{name: c, manifest: m.csv}]\npredictors: [{zero_shot: dnsmos, output: mos}]\n",
+            "predictors[0].output",
+            "ovrl",
+        ),
+        (
+            "corpora: [{name: c, manifest: m.csv}]\npredictors: [{export: nowhere}]\n",
+            "predictors[0].export",
+            "nowhere",
+        ),
+        (
+            "corpora: [{name: c, manifest: m.csv}]\npredictors: [{name: x}]\n",
+            "predictors[0]",
+            "names no predictor",
+        ),
+        (
+            "corpora: [{name: c, manifest: m.csv}]\npredictors: [{zero_shot: dnsmos, name: constant}]\n",
+            "predictors[0].name",
+            "the constant predictor's row",
+        ),
+        (
+            "corpora: [{name: c, manifest: m.csv}]\npredictors: [{export: m.csv, trained_on: d}]\n",
+            "predictors[0].trained_on",
+            "'d' is none of the corpora",
+        ),
+        ("corpora: [{name: c, manifest: m.csv}\n", None, "not a YAML file"),
+        ("- a\n", None, "expected a mapping"),
+    ],
+)
+def test_a_bad_config_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, text, key, problem):
+    (tmp_path / "m.csv").write_text("wav_path,score,system_id\n", encoding="utf-8")
+    config = write_config(tmp_path, text)
+    with pytest.raises(BenchConfigError) as caught:
+        read_config(config)
+    message = str(caught.value)
+    assert message.startswith(f"{config}: ") and problem in message
+    if key is not None:
+        assert message.startswith(f"{config}: {key}: ")
+    assert command.main([str(config), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"sqa-bench: {message}"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_good_config_reads_its_defaults_and_relative_paths(tmp_path):
+    (tmp_path / "m.csv").write_text("wav_path,score,system_id\n", encoding="utf-8")
+    text = (
+        "corpora: [{name: c, manifest: m.csv}]\npredictors: [distillmos, {zero_shot: dnsmos, output: sig}]\n"
+    )
+    config = read_config(write_config(tmp_path, text))
+    corpus = config.corpora[0]
+    assert corpus.options.manifest == tmp_path / "m.csv" and corpus.test == "test"
+    assert corpus.options.score_range is None and corpus.options.corpus == "csv"
+    assert [p.name for p in config.predictors] == ["distillmos", "dnsmos-sig"]
+    assert (config.bootstrap, config.seed) == (1000, 0)
+
+
+def test_a_missing_config_is_one_line(tmp_path, capsys):
+    assert command.main([str(tmp_path / "none.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == f"sqa-bench: {tmp_path / 'none.yaml'}: file not found"
