@@ -216,23 +216,28 @@ def test_a_run_inside_a_repository_never_clears_it(tmp_path, monkeypatch):
     assert snapshot(repo) == before
 
 
+def set_aside_folders(run_dir: Path) -> list[Path]:
+    """The set-aside folders (`.sqa-previous-<claim>`) in `run_dir`."""
+    return sorted(run_dir.glob(f"{PREVIOUS}-*"))
+
+
 def previous_run(run_dir: Path) -> dict[str, bytes | None]:
-    """A finished run as sqa writes it (recorded as its own); returns its snapshot."""
+    """A finished run as sqa writes it (recorded as its own by its claim); returns its snapshot."""
     with lock(run_dir):
         prepare(run_dir, resume=False, overwrite=False)
-    write_files(
-        run_dir,
-        {
-            "config.yaml": "seed: 0\n",
-            "run_info.json": "{}",
-            "metrics.json": '{"avg": 1}',
-            "predictions.csv": "old\n",
-            "checkpoints/best-step=5.ckpt": "old",
-            "plots/curves.png": "old",
-            "export/model.pt": "old",
-            "train.log": "old log\n",
-        },
-    )
+        write_files(
+            run_dir,
+            {
+                "config.yaml": "seed: 0\n",
+                "run_info.json": "{}",
+                "metrics.json": '{"avg": 1}',
+                "predictions.csv": "old\n",
+                "checkpoints/best-step=5.ckpt": "old",
+                "plots/curves.png": "old",
+                "export/model.pt": "old",
+                "train.log": "old log\n",
+            },
+        )
     return snapshot(run_dir)
 
 
@@ -252,7 +257,7 @@ def test_a_config_error_after_overwrite_puts_the_previous_run_back(tmp_path, syn
     after = snapshot(run_dir)
     # The failed run's own Hydra record may stay beside it; every file of the previous run is back.
     assert {k: after.get(k) for k in before} == before
-    assert not (run_dir / PREVIOUS).exists()
+    assert set_aside_folders(run_dir) == []
 
 
 def test_a_run_killed_before_training_is_undone_by_the_next_claim(tmp_path):
@@ -268,13 +273,13 @@ def test_a_run_killed_before_training_is_undone_by_the_next_claim(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script, str(run_dir)], cwd=REPO, timeout=120)
     assert done.returncode == -9
-    assert (run_dir / PREVIOUS).is_dir() and (run_dir / "config.yaml").read_text() == "new: 1\n"
+    assert len(set_aside_folders(run_dir)) == 1 and (run_dir / "config.yaml").read_text() == "new: 1\n"
     with lock(run_dir):
         assert snapshot(run_dir) == before
     # Started over again and this time under way: the previous run goes.
     with claimed(run_dir, resume=False, overwrite=True):
         discard_previous(run_dir)
-    assert not (run_dir / PREVIOUS).exists()
+    assert set_aside_folders(run_dir) == []
     assert not any((run_dir / name).exists() for name in ("metrics.json", "export", "checkpoints"))
 
 
@@ -295,7 +300,8 @@ def test_a_score_table_written_into_a_run_is_sqas_and_one_in_a_users_folder_leav
     assert outputs.emit([{"path": "a.wav", "score": 3.0}], run_dir / "scores.csv") is None
     with lock(run_dir):
         prepare(run_dir, resume=False, overwrite=True)
-    assert (run_dir / PREVIOUS / "scores.csv").is_file() and not (run_dir / "scores.csv").exists()
+        (aside,) = set_aside_folders(run_dir)
+        assert (aside / "scores.csv").is_file() and not (run_dir / "scores.csv").exists()
     mine = tmp_path / "mine"
     mine.mkdir()
     assert outputs.emit([{"path": "a.wav", "score": 3.0}], mine / "scores.csv") is None
@@ -313,7 +319,7 @@ def test_a_run_started_over_replaces_the_previous_one_whole(tmp_path):
     run(compose_train([*overrides, "overwrite=true"]), run_dir)
     after = snapshot(run_dir)
     # Every file of the previous run is gone or rewritten by the new one; nothing is set aside.
-    assert not (run_dir / PREVIOUS).exists()
+    assert set_aside_folders(run_dir) == []
     rewritten = [name for name, text in before.items() if text is not None and name != ownership.MANIFEST]
     assert rewritten and all(after.get(name) != before[name] for name in rewritten)
     assert "checkpoints/best-step=5.ckpt" not in after and "export/config.yaml" in after
@@ -357,7 +363,8 @@ def test_a_run_directory_written_before_records_is_started_over_only_by_its_reco
     (run_dir / "run_info.json").write_text('{"seed": 0, "packages": {"sqa": "0.1.0"}}')
     with lock(run_dir):
         prepare(run_dir, resume=False, overwrite=True)
-    assert sorted(os.listdir(run_dir / PREVIOUS)) == sorted(
+    (aside,) = set_aside_folders(run_dir)
+    assert sorted(os.listdir(aside)) == sorted(
         name for name in bare if "/" not in name and name != "train.log"
     )
 

@@ -19,8 +19,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqa.core import ownership
-from sqa.core.run_lock import HYDRA, LINK_REFUSED, LOCK_NAME, Options, RunDirError, lock, open_no_follow
-from sqa.core.set_aside import PREVIOUS, discard_previous, restore_previous
+from sqa.core.run_lock import (
+    HYDRA,
+    LINK_REFUSED,
+    LOCK_NAME,
+    Options,
+    RunDirError,
+    discard_previous,
+    lock,
+    open_no_follow,
+    record_point,
+    restore_previous,
+    set_previous_aside,
+)
+from sqa.core.set_aside import PREVIOUS, is_set_aside
 
 # The names of the lock and the set-aside run stay importable from here, where they began.
 __all__ = [
@@ -41,6 +53,7 @@ __all__ = [
     "open_no_follow",
     "prepare",
     "previous_outputs",
+    "record_point",
     "remove_unused",
     "restore_previous",
 ]
@@ -69,17 +82,17 @@ OUTPUTS = (
 )
 REWRITTEN = ("config.yaml", "run_info.json", "data_problems.txt", "valid_split.csv", "test_split.csv")
 LOG_NAME = "train.log"
-# Every name a run, eval.py or sqa-baseline may create directly in its directory; metrics_<dim>.json
-# are recorded when written (`sqa.core.artefacts.write_metrics`).
+# Every name a run, eval.py or sqa-baseline may create directly in its directory: what a run
+# directory written before sqa kept records may hold of sqa's.
 RUN_NAMES = (
     *(name for name in OUTPUTS if "*" not in name),
     *REWRITTEN,
     "metrics.json",
     LOG_NAME,
     "eval.log",
+    "evaluation.log",
     ".hydra",
     LOCK_NAME,
-    PREVIOUS,
 )
 
 
@@ -104,10 +117,10 @@ def prepare(
     an error naming them, unless `overwrite` is set and sqa wrote everything in the directory
     (none of it is one of the command's `inputs`); then all of it moves into `.sqa-previous/`
     before the run writes anything, so no file of the old run stays beside the new ones, but for
-    train.log, which `remove_log` moves too (only before the logging has opened it). The names the
-    run may write are then recorded as its own. A run directory written before sqa kept records
-    (no `.sqa-owned.json`, but a run's run_info.json) counts as sqa's where its entries have the
-    names a run writes.
+    train.log, which `remove_log` moves too (only before the logging has opened it). What the run
+    then creates is recorded as its own by the claim (`sqa.core.run_lock`). A run directory
+    written before sqa kept records (no `.sqa-owned.json` of its own, but a run's run_info.json)
+    counts as sqa's where its entries have the names a run writes.
     """
     if resume and overwrite:
         raise RunDirError(f"{options.resume} and {options.overwrite} contradict each other; choose one")
@@ -135,13 +148,10 @@ def prepare(
             raise RunDirError(str(err)) from None
         # Everything sqa wrote there goes (the check above leaves nothing else): the outputs, the
         # files every run rewrites, a score table written beside them.
-        keep = {LOCK_NAME, ownership.MANIFEST, PREVIOUS, *([] if remove_log else [LOG_NAME])}
-        aside = run_dir / PREVIOUS
-        aside.mkdir()
-        for name in sorted(ownership.entries(run_dir) - keep):
-            os.rename(run_dir / name, aside / name)
+        keep = {LOCK_NAME, ownership.MANIFEST, *([] if remove_log else [LOG_NAME])}
+        moved = [n for n in ownership.entries(run_dir) - keep if not is_set_aside(n)]
+        set_previous_aside(run_dir, moved)
         log.info("%s: set the previous run's %s in %s aside", options.overwrite, names, run_dir)
-    ownership.claim(run_dir, RUN_NAMES)
 
 
 def _reads_as_run(run_dir: Path) -> bool:

@@ -122,7 +122,7 @@ def export_predictor(
         "data": dict(data) if data is not None else None,
         "test": dict(test) if test is not None else None,
     }
-    with atomic_dir(directory, replace=overwrite) as tmp:
+    with atomic_dir(directory, replace=overwrite, made=_record_beside) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}
         torch.save(state, tmp / "model.pt")
         (tmp / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)), encoding="utf-8")
@@ -138,6 +138,15 @@ def export_predictor(
             torch.save(tensors, tmp / DATASTORE_FILE)
         ownership.record_all(tmp)
     return directory
+
+
+def _record_beside(folder: Path) -> None:
+    """Record the temporary `folder` made beside an export as sqa's, where its parent keeps a record.
+
+    A kill while the export is written leaves it behind; recorded, it never blocks the run's
+    `overwrite=true`.
+    """
+    ownership.record_where_recorded(folder.parent, [folder.name])
 
 
 # The training clips' embeddings and labels of an export that has them (read by `sqa.exports.datastore`).

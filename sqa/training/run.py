@@ -15,9 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.renames import rename_targets
-from sqa.core.run_folder import claimed, missing_folders, remove_unused
+from sqa.core.run_folder import claimed, missing_folders, remove_unused, restore_previous
 from sqa.core.run_lock import RunDirError
-from sqa.core.set_aside import restore_previous
 from sqa.data.corpus import format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
