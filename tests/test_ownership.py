@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -390,3 +391,68 @@ def test_restoring_puts_back_files_folders_and_links_over_what_the_new_run_wrote
     assert snapshot(run_dir) == before
     assert (run_dir / "plots.link").readlink() == run_dir / "plots"
     assert sorted(os.listdir(tmp_path)) == ["run"]  # the new link's target was never followed
+
+
+def test_sqa_score_never_writes_its_table_and_a_timeline_to_one_file(tmp_path, default_export, capsys):
+    folder = tmp_path / "T"
+    folder.mkdir()
+    wav = tmp_path / "song.wav"
+    sf.write(wav, 0.1 * np.random.default_rng(0).standard_normal(8000), 16000)
+    table = folder / "song.csv"
+    base = ["--checkpoint", str(default_export), "--timeline", str(folder)]
+    for overwrite in ([], ["--overwrite"]):
+        assert score.main([*base, "--output", str(table), *overwrite, str(wav)]) == 2
+        assert capsys.readouterr().err == (
+            f"sqa-score: {table}: is also where --timeline writes song.csv; choose another --output or "
+            "--timeline folder\n"
+        )
+        assert os.listdir(folder) == []
+    # Beside each other under other names, both are written; the score table is kept as written.
+    assert score.main([*base, "--output", str(folder / "scores.csv"), str(wav)]) == 0
+    assert (folder / "scores.csv").read_text().startswith("path,score\n")
+    assert (folder / "song.csv").read_text().startswith("start_s,")
+    capsys.readouterr()
+
+
+def test_a_record_downloaded_with_an_export_proves_nothing_in_its_new_folder(tmp_path):
+    model = MOSPredictor(LogMelBackbone(n_mels=16, channels=8))
+    theirs = export_predictor(model, tmp_path / "theirs", 16000, ["d"])
+    # The author's own notes.md, recorded in the author's folder.
+    (theirs / "notes.md").write_text("the author's\n")
+    ownership.record(theirs, ["notes.md"])
+    download = tmp_path / "download"
+    shutil.copytree(theirs, download)
+    (download / "notes.md").write_text("the user's own notes\n")
+    with pytest.raises(ExportError, match="holds notes.md, which sqa did not write"):
+        export_predictor(model, download, 16000, ["d"], overwrite=True)
+    assert (download / "notes.md").read_text() == "the user's own notes\n"
+    # In the folder it was written for, the record holds: the author's export is replaced whole.
+    export_predictor(model, theirs, 16000, ["d"], overwrite=True)
+    assert not (theirs / "notes.md").exists()
+
+
+def test_an_export_killed_in_a_run_leaves_a_folder_the_runs_overwrite_replaces(tmp_path, monkeypatch):
+    from sqa.core import atomic
+
+    run_dir = tmp_path / "run"
+    previous_run(run_dir)
+    shutil.rmtree(run_dir / "export")  # a run killed before its first export
+    model = MOSPredictor(LogMelBackbone(n_mels=16, channels=8))
+
+    class Killed(BaseException):
+        """Where the process died: nothing after runs (the temporary folder stays)."""
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise Killed
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", lambda *a, **k: None)
+    monkeypatch.setattr(torch, "save", killed)
+    with pytest.raises(Killed), lock(run_dir):
+        export_predictor(model, run_dir / "export", 16000, ["d"], overwrite=True)
+    monkeypatch.undo()
+    (leftover,) = run_dir.glob(".export.sqa-new-*")
+    assert leftover.name in ownership.owned(run_dir)
+    with claimed(run_dir, resume=False, overwrite=True):
+        discard_previous(run_dir)
+    # train.log stays for the new run's logging to append to (`prepare`'s remove_log).
+    assert sorted(os.listdir(run_dir)) == [".lock", ownership.MANIFEST, "train.log"]

@@ -172,7 +172,8 @@ def lock(run_dir: str | Path, options: Options = HYDRA) -> Iterator[None]:
         raise
     # Names recorded whose entry is gone are dropped before anyone can make one of their own.
     ownership.record_created(run_dir, before=ownership.entries(run_dir))
-    users = ownership.entries(run_dir) - ownership.owned(run_dir) - set(restored) - {LOCK_NAME}
+    # The lock file is never recorded: only a claim's own lock is ever sqa's (`also_mine`).
+    users = (ownership.entries(run_dir) - ownership.owned(run_dir) - set(restored)) | {LOCK_NAME}
     _held[run_dir] = _Claim(fd, 1, token, users)
     try:
         yield
