@@ -10,6 +10,7 @@ Training, `eval.py` and `sqa-baseline` claim their directories here (`claimed`).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -126,6 +127,7 @@ def prepare(
         raise RunDirError(f"{options.resume} and {options.overwrite} contradict each other; choose one")
     run_dir = Path(run_dir)
     found = previous_outputs(run_dir)
+    legacy = ownership.unrecorded_names(run_dir, (*RUN_NAMES, *OUTPUTS)) if _reads_as_run(run_dir) else []
     if found and not resume:
         names = ", ".join(p.name for p in found)
         reason = ownership.protected(run_dir, inputs)
@@ -141,7 +143,6 @@ def prepare(
                 f"{run_dir} holds a previous run's outputs ({names}); {', '.join(ways)}, or choose "
                 f"another {options.directory}"
             )
-        legacy = ownership.unrecorded_names(run_dir, (*RUN_NAMES, *OUTPUTS)) if _reads_as_run(run_dir) else []
         try:
             ownership.check_replaceable(run_dir, options.overwrite, inputs, also_mine=(LOCK_NAME, *legacy))
         except ownership.OwnershipError as err:
@@ -152,6 +153,21 @@ def prepare(
         moved = [n for n in ownership.entries(run_dir) - keep if not is_set_aside(n)]
         set_previous_aside(run_dir, moved)
         log.info("%s: set the previous run's %s in %s aside", options.overwrite, names, run_dir)
+    elif not overwrite:
+        # A run rewrites these names: resumed or new, it never writes over a file of the user's.
+        mine = {*ownership.owned(run_dir), *legacy}
+        patterns = (*REWRITTEN, *OUTPUTS)
+        taken = sorted(
+            name
+            for name in ownership.entries(run_dir) - mine
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+        )
+        if taken:
+            more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
+            raise RunDirError(
+                f"{run_dir}: holds {taken[0]}, which sqa did not write{more}, under a name a run writes; "
+                f"sqa never writes over it: choose another {options.directory}"
+            )
 
 
 def _reads_as_run(run_dir: Path) -> bool:

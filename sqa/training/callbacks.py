@@ -239,6 +239,10 @@ class ValidationLog(L.Callback):
         log.info("step %d (epoch %d): %s", trainer.global_step, trainer.current_epoch, values)
 
 
+# Steps between the records of what a run has created (a listing of its directory each).
+RECORD_EVERY = 50
+
+
 class StartedOver(L.Callback):
     """Removes the previous run's outputs that `overwrite=true` set aside, once training starts.
 
@@ -259,6 +263,11 @@ class StartedOver(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Record the run's new entries as sqa's (first rank only)."""
         if trainer.is_global_zero:
+            record_point(self.run_dir)
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        """Record the run's new entries (its logger folders) every RECORD_EVERY steps (first rank only)."""
+        if trainer.is_global_zero and trainer.global_step % RECORD_EVERY == 1:
             record_point(self.run_dir)
 
 
