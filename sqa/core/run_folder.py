@@ -153,8 +153,9 @@ def prepare(
         moved = [n for n in ownership.entries(run_dir) - keep if not is_set_aside(n)]
         set_previous_aside(run_dir, moved)
         log.info("%s: set the previous run's %s in %s aside", options.overwrite, names, run_dir)
-    elif not overwrite:
-        # A run rewrites these names: resumed or new, it never writes over a file of the user's.
+    else:
+        # A run rewrites these names: resumed, new or with nothing to start over, it never
+        # writes over a file of the user's.
         mine = {*ownership.owned(run_dir), *legacy}
         patterns = (*REWRITTEN, *OUTPUTS)
         taken = sorted(

@@ -204,3 +204,19 @@ def test_a_kill_while_discarding_never_puts_the_old_run_back_over_the_new(after,
     with claimed(run_dir, resume=True, overwrite=False):
         assert (run_dir / "checkpoints" / "last.ckpt").read_text() == "new"
         assert sorted(os.listdir(run_dir)) == [".lock", ownership.MANIFEST, "checkpoints"]
+
+
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_new_or_resumed_run_never_writes_over_a_users_file_named_like_its_outputs(resume, tmp_path):
+    folder = tmp_path / "mine"
+    write_files(folder, {**USERS, "config.yaml": "mine: true\n"})
+    before = snapshot(folder)
+    message = "holds config.yaml, which sqa did not write, under a name a run writes"
+    with pytest.raises(RunDirError, match=message), lock(folder):
+        prepare(folder, resume=resume, overwrite=False)
+    assert snapshot(folder) == before
+    # The same names written by sqa's own run are resumed.
+    run_dir = tmp_path / "run"
+    finished_run(run_dir, RUN)
+    with lock(run_dir):
+        prepare(run_dir, resume=True, overwrite=False)
