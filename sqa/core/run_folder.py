@@ -116,7 +116,7 @@ def prepare(
 
     A resumed run keeps everything. A new run into a directory with a previous run's outputs is
     an error naming them, unless `overwrite` is set and sqa wrote everything in the directory
-    (none of it is one of the command's `inputs`); then all of it moves into `.sqa-previous/`
+    (none of it is one of the command's `inputs`); then all of it moves into `.sqa-previous-<token>/`
     before the run writes anything, so no file of the old run stays beside the new ones, but for
     train.log, which `remove_log` moves too (only before the logging has opened it). What the run
     then creates is recorded as its own by the claim (`sqa.core.run_lock`). A run directory

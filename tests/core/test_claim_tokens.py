@@ -206,14 +206,15 @@ def test_a_kill_while_discarding_never_puts_the_old_run_back_over_the_new(after,
         assert sorted(os.listdir(run_dir)) == [".lock", ownership.MANIFEST, "checkpoints"]
 
 
-@pytest.mark.parametrize("resume", [True, False])
-def test_a_new_or_resumed_run_never_writes_over_a_users_file_named_like_its_outputs(resume, tmp_path):
+@pytest.mark.parametrize(("resume", "overwrite"), [(True, False), (False, False), (False, True)])
+def test_a_run_never_writes_over_a_users_file_named_like_its_outputs(resume, overwrite, tmp_path):
+    # Resumed, new, or started over with no previous outputs to set aside.
     folder = tmp_path / "mine"
     write_files(folder, {**USERS, "config.yaml": "mine: true\n"})
     before = snapshot(folder)
     message = "holds config.yaml, which sqa did not write, under a name a run writes"
     with pytest.raises(RunDirError, match=message), lock(folder):
-        prepare(folder, resume=resume, overwrite=False)
+        prepare(folder, resume=resume, overwrite=overwrite)
     assert snapshot(folder) == before
     # The same names written by sqa's own run are resumed.
     run_dir = tmp_path / "run"
