@@ -71,7 +71,7 @@ def _owner(lock_path: Path) -> str:
 
 def _previous_token(fd: int, run_dir: Path) -> str | None:
     """The token the lock file (open as `fd`) holds of the claim before, if written for `run_dir`."""
-    # A token is 32 hex digits: a longer file is no lock file of sqa's.
+    # sqa's two lines (owner, claim) fit in 256 bytes; whatever follows is no part of them.
     lines = os.pread(fd, 256, 0).decode("ascii", errors="replace").splitlines()
     words = lines[1].split() if len(lines) > 1 else []
     if len(words) != 4 or words[0] != "claim" or words[2] != "folder":
