@@ -248,8 +248,9 @@ class StartedOver(L.Callback):
 
     By then every part of the configuration has been built and used (model, data loaders,
     optimizer), so a run that fails on its configuration never costs the previous run. After
-    each validation it records what the run has created so far (`sqa.core.run_lock.record_point`),
-    so that a run killed later leaves its checkpoints and logs recorded as sqa's.
+    each validation and every RECORD_EVERY steps it records what the run has created so far
+    (`sqa.core.run_lock.record_point`), so that a run killed later leaves its checkpoints and logs
+    recorded as sqa's, for `resume=true` to continue.
     """
 
     def __init__(self, run_dir: Path) -> None:
