@@ -220,6 +220,7 @@ NAMES = {
         "open_no_follow",
         "prepare",
         "previous_outputs",
+        "record_point",
         "remove_unused",
         "restore_previous",
     ),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -216,23 +217,28 @@ def test_a_run_inside_a_repository_never_clears_it(tmp_path, monkeypatch):
     assert snapshot(repo) == before
 
 
+def set_aside_folders(run_dir: Path) -> list[Path]:
+    """The set-aside folders (`.sqa-previous-<claim>`) in `run_dir`."""
+    return sorted(run_dir.glob(f"{PREVIOUS}-*"))
+
+
 def previous_run(run_dir: Path) -> dict[str, bytes | None]:
-    """A finished run as sqa writes it (recorded as its own); returns its snapshot."""
+    """A finished run as sqa writes it (recorded as its own by its claim); returns its snapshot."""
     with lock(run_dir):
         prepare(run_dir, resume=False, overwrite=False)
-    write_files(
-        run_dir,
-        {
-            "config.yaml": "seed: 0\n",
-            "run_info.json": "{}",
-            "metrics.json": '{"avg": 1}',
-            "predictions.csv": "old\n",
-            "checkpoints/best-step=5.ckpt": "old",
-            "plots/curves.png": "old",
-            "export/model.pt": "old",
-            "train.log": "old log\n",
-        },
-    )
+        write_files(
+            run_dir,
+            {
+                "config.yaml": "seed: 0\n",
+                "run_info.json": "{}",
+                "metrics.json": '{"avg": 1}',
+                "predictions.csv": "old\n",
+                "checkpoints/best-step=5.ckpt": "old",
+                "plots/curves.png": "old",
+                "export/model.pt": "old",
+                "train.log": "old log\n",
+            },
+        )
     return snapshot(run_dir)
 
 
@@ -250,9 +256,13 @@ def test_a_config_error_after_overwrite_puts_the_previous_run_back(tmp_path, syn
     )
     assert done.returncode == 1, done.stderr[-2000:]
     after = snapshot(run_dir)
-    # The failed run's own Hydra record may stay beside it; every file of the previous run is back.
-    assert {k: after.get(k) for k in before} == before
-    assert not (run_dir / PREVIOUS).exists()
+    # The failed run's own Hydra record may stay beside it (and in sqa's record); every file of
+    # the previous run is back.
+    assert {k: after.get(k) for k in before if k != ownership.MANIFEST} == {
+        k: v for k, v in before.items() if k != ownership.MANIFEST
+    }
+    assert ownership.owned(run_dir) >= {name for name in before if "/" not in name} - {ownership.MANIFEST}
+    assert set_aside_folders(run_dir) == []
 
 
 def test_a_run_killed_before_training_is_undone_by_the_next_claim(tmp_path):
@@ -268,13 +278,13 @@ def test_a_run_killed_before_training_is_undone_by_the_next_claim(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script, str(run_dir)], cwd=REPO, timeout=120)
     assert done.returncode == -9
-    assert (run_dir / PREVIOUS).is_dir() and (run_dir / "config.yaml").read_text() == "new: 1\n"
+    assert len(set_aside_folders(run_dir)) == 1 and (run_dir / "config.yaml").read_text() == "new: 1\n"
     with lock(run_dir):
         assert snapshot(run_dir) == before
     # Started over again and this time under way: the previous run goes.
     with claimed(run_dir, resume=False, overwrite=True):
         discard_previous(run_dir)
-    assert not (run_dir / PREVIOUS).exists()
+    assert set_aside_folders(run_dir) == []
     assert not any((run_dir / name).exists() for name in ("metrics.json", "export", "checkpoints"))
 
 
@@ -295,7 +305,8 @@ def test_a_score_table_written_into_a_run_is_sqas_and_one_in_a_users_folder_leav
     assert outputs.emit([{"path": "a.wav", "score": 3.0}], run_dir / "scores.csv") is None
     with lock(run_dir):
         prepare(run_dir, resume=False, overwrite=True)
-    assert (run_dir / PREVIOUS / "scores.csv").is_file() and not (run_dir / "scores.csv").exists()
+        (aside,) = set_aside_folders(run_dir)
+        assert (aside / "scores.csv").is_file() and not (run_dir / "scores.csv").exists()
     mine = tmp_path / "mine"
     mine.mkdir()
     assert outputs.emit([{"path": "a.wav", "score": 3.0}], mine / "scores.csv") is None
@@ -313,7 +324,7 @@ def test_a_run_started_over_replaces_the_previous_one_whole(tmp_path):
     run(compose_train([*overrides, "overwrite=true"]), run_dir)
     after = snapshot(run_dir)
     # Every file of the previous run is gone or rewritten by the new one; nothing is set aside.
-    assert not (run_dir / PREVIOUS).exists()
+    assert set_aside_folders(run_dir) == []
     rewritten = [name for name, text in before.items() if text is not None and name != ownership.MANIFEST]
     assert rewritten and all(after.get(name) != before[name] for name in rewritten)
     assert "checkpoints/best-step=5.ckpt" not in after and "export/config.yaml" in after
@@ -357,7 +368,8 @@ def test_a_run_directory_written_before_records_is_started_over_only_by_its_reco
     (run_dir / "run_info.json").write_text('{"seed": 0, "packages": {"sqa": "0.1.0"}}')
     with lock(run_dir):
         prepare(run_dir, resume=False, overwrite=True)
-    assert sorted(os.listdir(run_dir / PREVIOUS)) == sorted(
+    (aside,) = set_aside_folders(run_dir)
+    assert sorted(os.listdir(aside)) == sorted(
         name for name in bare if "/" not in name and name != "train.log"
     )
 
@@ -383,3 +395,69 @@ def test_restoring_puts_back_files_folders_and_links_over_what_the_new_run_wrote
     assert snapshot(run_dir) == before
     assert (run_dir / "plots.link").readlink() == run_dir / "plots"
     assert sorted(os.listdir(tmp_path)) == ["run"]  # the new link's target was never followed
+
+
+def test_sqa_score_never_writes_its_table_and_a_timeline_to_one_file(tmp_path, default_export, capsys):
+    folder = tmp_path / "T"
+    folder.mkdir()
+    wav = tmp_path / "song.wav"
+    sf.write(wav, 0.1 * np.random.default_rng(0).standard_normal(8000), 16000)
+    table = folder / "song.csv"
+    base = ["--checkpoint", str(default_export), "--timeline", str(folder)]
+    for overwrite in ([], ["--overwrite"]):
+        assert score.main([*base, "--output", str(table), *overwrite, str(wav)]) == 2
+        assert capsys.readouterr().err == (
+            f"sqa-score: {table}: is also where --timeline writes song.csv; choose another --output or "
+            "--timeline folder\n"
+        )
+        assert os.listdir(folder) == []
+    # Beside each other under other names, both are written; the score table is kept as written.
+    assert score.main([*base, "--output", str(folder / "scores.csv"), str(wav)]) == 0
+    assert (folder / "scores.csv").read_text().startswith("path,score\n")
+    assert (folder / "song.csv").read_text().startswith("start_s,")
+    capsys.readouterr()
+
+
+def test_a_record_downloaded_with_an_export_proves_nothing_in_its_new_folder(tmp_path):
+    model = MOSPredictor(LogMelBackbone(n_mels=16, channels=8))
+    theirs = export_predictor(model, tmp_path / "theirs", 16000, ["d"])
+    # The author's own notes.md, recorded in the author's folder.
+    (theirs / "notes.md").write_text("the author's\n")
+    ownership.record(theirs, ["notes.md"])
+    download = tmp_path / "download"
+    shutil.copytree(theirs, download)
+    (download / "notes.md").write_text("the user's own notes\n")
+    with pytest.raises(ExportError, match="holds notes.md, which sqa did not write"):
+        export_predictor(model, download, 16000, ["d"], overwrite=True)
+    assert (download / "notes.md").read_text() == "the user's own notes\n"
+    # In the folder it was written for, the record holds: the author's export is replaced whole.
+    export_predictor(model, theirs, 16000, ["d"], overwrite=True)
+    assert not (theirs / "notes.md").exists()
+
+
+def test_an_export_killed_in_a_run_leaves_a_folder_the_runs_overwrite_replaces(tmp_path, monkeypatch):
+    from sqa.core import atomic
+
+    run_dir = tmp_path / "run"
+    previous_run(run_dir)
+    shutil.rmtree(run_dir / "export")  # a run killed before its first export
+    model = MOSPredictor(LogMelBackbone(n_mels=16, channels=8))
+
+    class Killed(BaseException):
+        """Where the process died: nothing after runs (the temporary folder stays)."""
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise Killed
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", lambda *a, **k: None)
+    monkeypatch.setattr(torch, "save", killed)
+    # Outside a claim: a killed run's claim never ends, so only the record made at once counts.
+    with pytest.raises(Killed):
+        export_predictor(model, run_dir / "export", 16000, ["d"], overwrite=True)
+    monkeypatch.undo()
+    (leftover,) = run_dir.glob(".export.sqa-new-*")
+    assert leftover.name in ownership.owned(run_dir)
+    with claimed(run_dir, resume=False, overwrite=True):
+        discard_previous(run_dir)
+    # train.log stays for the new run's logging to append to (`prepare`'s remove_log).
+    assert sorted(os.listdir(run_dir)) == [".lock", ownership.MANIFEST, "train.log"]

@@ -45,9 +45,8 @@ from sqa.baselines.dnsmos import DNSMOS
 from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json
 from sqa.core.provenance import package_versions
-from sqa.core.run_folder import claimed
+from sqa.core.run_folder import claimed, discard_previous
 from sqa.core.run_lock import Options, RunDirError
-from sqa.core.set_aside import discard_previous
 from sqa.data.corpus import ROLES, Clip, CorpusError
 from sqa.data.validate import Problem, format_report
 from sqa.reports import tables

@@ -111,7 +111,9 @@ def _restore(path: Path) -> None:
 
 
 @contextmanager
-def atomic_dir(path: str | Path, replace: bool = False) -> Iterator[Path]:
+def atomic_dir(
+    path: str | Path, replace: bool = False, made: Callable[[Path], None] | None = None
+) -> Iterator[Path]:
     """Yield a temporary folder beside `path` to fill; when the block ends, put it in place at `path`.
 
     With `replace`, an existing `path` is exchanged with the new folder in one step, so that at
@@ -120,7 +122,8 @@ def atomic_dir(path: str | Path, replace: bool = False) -> Iterator[Path]:
     Without, an existing non-empty `path` makes the rename fail (OSError). If the block or the
     rename fails, the temporary folder is removed and `path` is left as it was. Temporary
     folders of an earlier, interrupted call for the same `path` are removed first, after an old
-    folder that the fallback had moved aside is put back at a missing `path`.
+    folder that the fallback had moved aside is put back at a missing `path`. `made` is called
+    with each temporary folder once it exists (an export records them as sqa's in its parent).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -131,6 +134,8 @@ def atomic_dir(path: str | Path, replace: bool = False) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=new_prefix, dir=path.parent))
     old: Path | None = None
     try:
+        if made is not None:
+            made(tmp)
         tmp.chmod(default_mode(directory=True))
         yield tmp
         if replace and path.is_dir() and not path.is_symlink() and _exchange(tmp, path):
@@ -139,10 +144,14 @@ def atomic_dir(path: str | Path, replace: bool = False) -> Iterator[Path]:
             # `path.name` itself may contain.
             old = tmp.with_name(f".{path.name}.{OLD_INFIX}{tmp.name[len(new_prefix) :]}")
             os.rename(tmp, old)
+            if made is not None:
+                made(old)
             shutil.rmtree(old)
             return
         if replace and path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.{OLD_INFIX}", dir=path.parent))
+            if made is not None:
+                made(old)
             os.replace(path, old / path.name)
         os.rename(tmp, path)
         if old is not None:

@@ -2,8 +2,10 @@
 
 A folder sqa writes into (a run directory, an export, a baseline's run directory) holds
 `.sqa-owned.json`, the names of the entries directly inside it that sqa created. A name is
-recorded only while nothing of that name exists yet (or once sqa has just created it), so a
-file the user had before never becomes sqa's. Replacing or clearing a folder is refused when it
+recorded only once sqa has created that entry (a name it merely might write never is), so a
+file the user had before, or adds later, never becomes sqa's. The record names the folder it was
+written for (its inode number): copied or downloaded into another folder it proves nothing, and
+the folder counts as holding no file of sqa's. Replacing or clearing a folder is refused when it
 holds any entry not recorded there, when it is or contains an input of the same command, the
 working directory or a repository root, or when it is an ancestor of one of those.
 """
@@ -44,52 +46,85 @@ def _read(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def owned(folder: str | Path) -> set[str]:
-    """The names sqa recorded as its own in `folder` (none when the manifest is absent or unreadable)."""
-    data = _read(Path(folder) / MANIFEST)
+def folder_id(folder: str | Path) -> int | None:
+    """The identity a record of `folder` carries: its inode number (None if it is no folder).
+
+    A rename or move keeps it; a copy, an unpacked download or a new folder of the same name
+    gets another.
+    """
     try:
-        names = json.loads(data.decode("utf-8"))["entries"] if data is not None else []
+        # Followed: a run directory named through a link is the folder it leads to.
+        info = os.stat(folder)
+    except OSError:
+        return None
+    return info.st_ino if stat.S_ISDIR(info.st_mode) else None
+
+
+def _record(folder: Path) -> set[str] | None:
+    """The names of `folder`'s record, if it has one written for this very folder (else None)."""
+    data = _read(folder / MANIFEST)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data.decode("utf-8"))
+        names, written_for = record["entries"], record["folder"]
     except (ValueError, KeyError, TypeError, RecursionError):
         # An unreadable record proves nothing: the folder counts as holding no file of sqa's.
-        return set()
-    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+        return None
+    # A bool is an int to Python, and no folder's identity.
+    if isinstance(written_for, bool) or written_for != folder_id(folder) or not isinstance(names, list):
+        return None
+    return {n for n in names if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n}
+
+
+def owned(folder: str | Path) -> set[str]:
+    """The names sqa recorded as its own in `folder` (none without a record written for this folder)."""
+    return _record(Path(folder)) or set()
+
+
+def has_record(folder: str | Path) -> bool:
+    """Whether `folder` holds a record of sqa's written for this very folder."""
+    return _record(Path(folder)) is not None
 
 
 def _write(folder: Path, names: Iterable[str]) -> None:
-    """Replace `folder`'s manifest by the sorted `names`."""
-    text = json.dumps({"written_by": "sqa", "entries": sorted(set(names))}, indent=1)
-    atomic_write_text(folder / MANIFEST, text + "\n")
+    """Replace `folder`'s record by the sorted `names`, stamped with the folder's identity."""
+    record = {"written_by": "sqa", "folder": folder_id(folder), "entries": sorted(set(names))}
+    atomic_write_text(folder / MANIFEST, json.dumps(record, indent=1) + "\n")
 
 
-def claim(folder: str | Path, names: Iterable[str]) -> None:
-    """Record `names` in `folder` as sqa's, each only if nothing of that name exists there yet.
-
-    Called before sqa creates them: a name a user's file already has is left unrecorded.
-    """
+def record(folder: str | Path, names: Iterable[str]) -> None:
+    """Record `names`, entries sqa has just created in `folder`, as sqa's (those present only)."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     mine = owned(folder)
-    new = {n for n in names if n not in mine and not os.path.lexists(folder / n)}
+    new = {n for n in names if n not in mine and n != MANIFEST and os.path.lexists(folder / n)}
     if new:
         _write(folder, mine | new)
 
 
-def claim_where_recorded(folder: str | Path, names: Iterable[str]) -> None:
-    """`claim` `names` in `folder` only if sqa keeps a record there (a run or export folder).
+def record_where_recorded(folder: str | Path, names: Iterable[str]) -> None:
+    """`record` `names` in `folder` only if sqa keeps a record there (a run or export folder).
 
     A score table written into a user's own folder leaves no record behind.
     """
-    if os.path.lexists(Path(folder) / MANIFEST):
-        claim(folder, names)
+    if has_record(folder):
+        record(folder, names)
 
 
 def record_created(folder: str | Path, before: Iterable[str]) -> None:
-    """Record as sqa's every entry of `folder` that is not in `before` (the names present earlier)."""
+    """Record as sqa's every entry of `folder` not in `before` (the user's names when sqa began).
+
+    Recorded names whose entry is gone are dropped, so that a file the user makes later under
+    such a name is never taken for sqa's.
+    """
     folder = Path(folder)
-    mine = owned(folder)
-    new = {p.name for p in folder.iterdir()} - set(before) - mine - {MANIFEST}
-    if new:
-        _write(folder, mine | new)
+    mine = _record(folder)
+    present = entries(folder) - {MANIFEST}
+    new = present - set(before)
+    if mine is None and not new:
+        return
+    if mine != (mine or set()) & present | new:
+        _write(folder, (mine or set()) & present | new)
 
 
 def record_all(folder: str | Path) -> None:
@@ -112,13 +147,13 @@ def foreign(folder: str | Path, also_mine: Sequence[str] = ()) -> list[Path]:
 
 
 def unrecorded_names(folder: str | Path, patterns: Iterable[str]) -> list[str]:
-    """The entries of `folder` matching `patterns`, if `folder` has no record at all (else none).
+    """The entries of `folder` matching `patterns`, if `folder` has no record of its own (else none).
 
     For folders sqa wrote before it kept records: a caller that has checked a folder is sqa's by
     its content (an export's config.yaml, a run's run_info.json) counts these names as sqa's.
     """
     folder = Path(folder)
-    if not folder.is_dir() or os.path.lexists(folder / MANIFEST):
+    if not folder.is_dir() or has_record(folder):
         return []
     patterns = list(patterns)
     return sorted(

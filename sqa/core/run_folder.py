@@ -10,6 +10,7 @@ Training, `eval.py`, `sqa-baseline` and `sqa-bench` claim their directories here
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -19,8 +20,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqa.core import ownership
-from sqa.core.run_lock import HYDRA, LINK_REFUSED, LOCK_NAME, Options, RunDirError, lock, open_no_follow
-from sqa.core.set_aside import PREVIOUS, discard_previous, restore_previous
+from sqa.core.run_lock import (
+    HYDRA,
+    LINK_REFUSED,
+    LOCK_NAME,
+    Options,
+    RunDirError,
+    discard_previous,
+    lock,
+    open_no_follow,
+    record_point,
+    restore_previous,
+    set_previous_aside,
+)
+from sqa.core.set_aside import PREVIOUS, is_set_aside
 
 # The names of the lock and the set-aside run stay importable from here, where they began.
 __all__ = [
@@ -41,6 +54,7 @@ __all__ = [
     "open_no_follow",
     "prepare",
     "previous_outputs",
+    "record_point",
     "remove_unused",
     "restore_previous",
 ]
@@ -73,17 +87,17 @@ OUTPUTS = (
 )
 REWRITTEN = ("config.yaml", "run_info.json", "data_problems.txt", "valid_split.csv", "test_split.csv")
 LOG_NAME = "train.log"
-# Every name a run, eval.py or sqa-baseline may create directly in its directory; metrics_<dim>.json
-# are recorded when written (`sqa.core.artefacts.write_metrics`).
+# Every name a run, eval.py or sqa-baseline may create directly in its directory: what a run
+# directory written before sqa kept records may hold of sqa's.
 RUN_NAMES = (
     *(name for name in OUTPUTS if "*" not in name),
     *REWRITTEN,
     "metrics.json",
     LOG_NAME,
     "eval.log",
+    "evaluation.log",
     ".hydra",
     LOCK_NAME,
-    PREVIOUS,
 )
 
 
@@ -106,17 +120,18 @@ def prepare(
 
     A resumed run keeps everything. A new run into a directory with a previous run's outputs is
     an error naming them, unless `overwrite` is set and sqa wrote everything in the directory
-    (none of it is one of the command's `inputs`); then all of it moves into `.sqa-previous/`
+    (none of it is one of the command's `inputs`); then all of it moves into `.sqa-previous-<token>/`
     before the run writes anything, so no file of the old run stays beside the new ones, but for
-    train.log, which `remove_log` moves too (only before the logging has opened it). The names the
-    run may write are then recorded as its own. A run directory written before sqa kept records
-    (no `.sqa-owned.json`, but a run's run_info.json) counts as sqa's where its entries have the
-    names a run writes.
+    train.log, which `remove_log` moves too (only before the logging has opened it). What the run
+    then creates is recorded as its own by the claim (`sqa.core.run_lock`). A run directory
+    written before sqa kept records (no `.sqa-owned.json` of its own, but a run's run_info.json)
+    counts as sqa's where its entries have the names a run writes.
     """
     if resume and overwrite:
         raise RunDirError(f"{options.resume} and {options.overwrite} contradict each other; choose one")
     run_dir = Path(run_dir)
     found = previous_outputs(run_dir)
+    legacy = ownership.unrecorded_names(run_dir, (*RUN_NAMES, *OUTPUTS)) if _reads_as_run(run_dir) else []
     if found and not resume:
         names = ", ".join(p.name for p in found)
         reason = ownership.protected(run_dir, inputs)
@@ -132,20 +147,32 @@ def prepare(
                 f"{run_dir} holds a previous run's outputs ({names}); {', '.join(ways)}, or choose "
                 f"another {options.directory}"
             )
-        legacy = ownership.unrecorded_names(run_dir, (*RUN_NAMES, *OUTPUTS)) if _reads_as_run(run_dir) else []
         try:
             ownership.check_replaceable(run_dir, options.overwrite, inputs, also_mine=(LOCK_NAME, *legacy))
         except ownership.OwnershipError as err:
             raise RunDirError(str(err)) from None
         # Everything sqa wrote there goes (the check above leaves nothing else): the outputs, the
         # files every run rewrites, a score table written beside them.
-        keep = {LOCK_NAME, ownership.MANIFEST, PREVIOUS, *([] if remove_log else [LOG_NAME])}
-        aside = run_dir / PREVIOUS
-        aside.mkdir()
-        for name in sorted(ownership.entries(run_dir) - keep):
-            os.rename(run_dir / name, aside / name)
+        keep = {LOCK_NAME, ownership.MANIFEST, *([] if remove_log else [LOG_NAME])}
+        moved = [n for n in ownership.entries(run_dir) - keep if not is_set_aside(n)]
+        set_previous_aside(run_dir, moved)
         log.info("%s: set the previous run's %s in %s aside", options.overwrite, names, run_dir)
-    ownership.claim(run_dir, RUN_NAMES)
+    else:
+        # A run rewrites these names: resumed, new or with nothing to start over, it never
+        # writes over a file of the user's.
+        mine = {*ownership.owned(run_dir), *legacy}
+        patterns = (*REWRITTEN, *OUTPUTS)
+        taken = sorted(
+            name
+            for name in ownership.entries(run_dir) - mine
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+        )
+        if taken:
+            more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
+            raise RunDirError(
+                f"{run_dir}: holds {taken[0]}, which sqa did not write{more}, under a name a run writes; "
+                f"sqa never writes over it: choose another {options.directory}"
+            )
 
 
 def _reads_as_run(run_dir: Path) -> bool:

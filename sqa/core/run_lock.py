@@ -1,8 +1,13 @@
 """One run per directory: an exclusive `flock` on `<run_dir>/.lock` held while a command writes there.
 
 The kernel releases the lock when the process ends, however it ends, so a killed run leaves no
-stale lock behind; a refused claim removes the lock file it made. The first holder puts back a
-previous run's outputs that a killed run had set aside (`sqa.core.set_aside`).
+stale lock behind; a refused claim removes the lock file it made. Each claim draws a random token
+and keeps it in the lock file with the folder's identity: the set-aside folder it makes carries
+the token (`sqa.core.set_aside`), so the next holder, reading the token of the claim before it
+from the lock file, finishes what a killed claim left (its set-aside put back, its discard done)
+and nothing else. What a claim creates in the directory is recorded as sqa's
+(`sqa.core.ownership`) when it ends and at `record_point`s: every entry that was not there, or
+not the user's, when it began.
 """
 
 from __future__ import annotations
@@ -10,15 +15,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from sqa.core.set_aside import restore_previous
+from sqa.core import ownership, set_aside
+from sqa.core.set_aside import LOCK_NAME
 
-LOCK_NAME = ".lock"
 LINK_REFUSED = "is a symbolic link; sqa writes only its own files in a run directory"
 
 
@@ -32,8 +39,20 @@ class Options(NamedTuple):
 
 HYDRA = Options("hydra.run.dir", "resume=true", "overwrite=true")
 
-# Locks this process holds, by resolved run directory: (open lock file, nesting count).
-_held: dict[Path, list[Any]] = {}
+
+@dataclass
+class _Claim:
+    """A lock this process holds: its open file, nesting count, token and the user's entries."""
+
+    fd: int
+    count: int
+    token: str
+    # The entries that were there when the claim began and not sqa's: never recorded as sqa's.
+    users: set[str]
+
+
+# Locks this process holds, by resolved run directory.
+_held: dict[Path, _Claim] = {}
 
 
 class RunDirError(RuntimeError):
@@ -47,7 +66,61 @@ def _owner(lock_path: Path) -> str:
         text = lock_path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         text = ""
-    return text or "a process that has not written its PID yet"
+    return text.splitlines()[0] if text else "a process that has not written its PID yet"
+
+
+def _previous_token(fd: int, run_dir: Path) -> str | None:
+    """The token the lock file (open as `fd`) holds of the claim before, if written for `run_dir`."""
+    # sqa's two lines (owner, claim) fit in 256 bytes; whatever follows is no part of them.
+    lines = os.pread(fd, 256, 0).decode("ascii", errors="replace").splitlines()
+    words = lines[1].split() if len(lines) > 1 else []
+    if len(words) != 4 or words[0] != "claim" or words[2] != "folder":
+        return None
+    token, folder = words[1], words[3]
+    valid = len(token) == 32 and all(c in "0123456789abcdef" for c in token)
+    return token if valid and folder == str(ownership.folder_id(run_dir)) else None
+
+
+def _write_owner(fd: int, run_dir: Path, token: str | None) -> None:
+    """Write this process as the lock file's owner, with `token` (None: no claim line)."""
+    text = f"PID {os.getpid()} on {socket.gethostname()}\n"
+    if token is not None:
+        text += f"claim {token} folder {ownership.folder_id(run_dir)}\n"
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text.encode(), 0)
+
+
+def held_token(run_dir: str | Path) -> str | None:
+    """The token of this process's claim of `run_dir` (None without one)."""
+    claim = _held.get(Path(run_dir).resolve())
+    return claim.token if claim is not None else None
+
+
+def record_point(run_dir: str | Path) -> None:
+    """Record what this process's claim of `run_dir` has created there so far as sqa's."""
+    run_dir = Path(run_dir).resolve()
+    claim = _held.get(run_dir)
+    if claim is not None and run_dir.is_dir():
+        ownership.record_created(run_dir, claim.users)
+
+
+def set_previous_aside(run_dir: str | Path, names: Collection[str]) -> None:
+    """Move the entries `names` of `run_dir` aside under this process's claim (`sqa.core.set_aside`)."""
+    claim = _held[Path(run_dir).resolve()]
+    set_aside.set_aside(run_dir, claim.token, names)
+    # Whatever is made under those names from now on is this claim's.
+    claim.users -= set(names)
+
+
+def restore_previous(run_dir: str | Path) -> bool:
+    """Put back the previous run that this process's claim of `run_dir` set aside; whether there was one."""
+    return set_aside.restore(run_dir, held_token(run_dir))
+
+
+def discard_previous(run_dir: str | Path) -> None:
+    """Remove the previous run that this process's claim of `run_dir` set aside: the new run has started."""
+    set_aside.discard(run_dir, held_token(run_dir))
+    record_point(run_dir)
 
 
 def open_no_follow(path: Path, flags: int) -> int:
@@ -69,7 +142,7 @@ def lock(run_dir: str | Path, options: Options = HYDRA) -> Iterator[None]:
     """
     run_dir = Path(run_dir).resolve()
     if run_dir in _held:
-        _held[run_dir][1] += 1
+        _held[run_dir].count += 1
         try:
             yield
         finally:
@@ -83,21 +156,33 @@ def lock(run_dir: str | Path, options: Options = HYDRA) -> Iterator[None]:
     path = run_dir / LOCK_NAME
     created = not os.path.lexists(path)
     fd = _locked(path, options)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode())
-    _held[run_dir] = [fd, 1]
     refused = False
     try:
-        # Only the holder of a fresh lock may restore: a run killed after setting the previous
-        # run aside and before it started training is undone here.
-        restore_previous(run_dir)
+        # Only the holder of the lock may finish what the claim before it left: a run killed
+        # after setting the previous run aside and before it started training is undone here.
+        # The token of that claim stays in the lock file until this is done, so that a kill
+        # meanwhile leaves it to the next holder.
+        previous = _previous_token(fd, run_dir)
+        _write_owner(fd, run_dir, previous)
+        restored = set_aside.recover(run_dir, previous)
+        token = secrets.token_hex(16)
+        _write_owner(fd, run_dir, token)
+    except BaseException:
+        os.close(fd)
+        raise
+    # Names recorded whose entry is gone are dropped before anyone can make one of their own.
+    ownership.record_created(run_dir, before=ownership.entries(run_dir))
+    # The lock file is never recorded: only a claim's own lock is ever sqa's (`also_mine`).
+    users = (ownership.entries(run_dir) - ownership.owned(run_dir) - set(restored)) | {LOCK_NAME}
+    _held[run_dir] = _Claim(fd, 1, token, users)
+    try:
         yield
     except RunDirError:
         refused = True
         raise
     finally:
         # A refused claim leaves the folder as it found it: no lock file where there was none.
-        _release(run_dir, remove=created and refused)
+        _release(run_dir, refused, remove=created and refused)
 
 
 def _locked(path: Path, options: Options) -> int:
@@ -122,11 +207,16 @@ def _locked(path: Path, options: Options) -> int:
         os.close(fd)
 
 
-def _release(run_dir: Path, remove: bool = False) -> None:
-    """Drop one hold of `run_dir`'s lock; the last closes it, first removing the file if `remove`."""
+def _release(run_dir: Path, refused: bool = False, remove: bool = False) -> None:
+    """Drop one hold of `run_dir`'s lock; the last records what the claim created and closes it.
+
+    A `refused` claim records nothing; with `remove`, the lock file goes.
+    """
     entry = _held[run_dir]
-    entry[1] -= 1
-    if entry[1] == 0:
+    entry.count -= 1
+    if entry.count == 0:
+        if not refused:
+            record_point(run_dir)
         del _held[run_dir]
         if remove:
             # Removed while still locked: a process that opened it meanwhile finds it gone once it
@@ -134,4 +224,4 @@ def _release(run_dir: Path, remove: bool = False) -> None:
             with contextlib.suppress(FileNotFoundError):
                 (run_dir / LOCK_NAME).unlink()
         # Closing the descriptor drops the flock.
-        os.close(entry[0])
+        os.close(entry.fd)

@@ -159,7 +159,7 @@ def _write_export(
     from sqa.core import artefacts
     from sqa.exports import model_card
 
-    with atomic_dir(directory, replace=overwrite) as tmp:
+    with atomic_dir(directory, replace=overwrite, made=_record_beside) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in predictor.state_dict().items()}
         torch.save(state, tmp / "model.pt")
         (tmp / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)), encoding="utf-8")
@@ -174,6 +174,15 @@ def _write_export(
             tensors = {name: t.detach().cpu().contiguous() for name, t in datastore.as_state().items()}
             torch.save(tensors, tmp / DATASTORE_FILE)
         ownership.record_all(tmp)
+
+
+def _record_beside(folder: Path) -> None:
+    """Record the temporary `folder` made beside an export as sqa's, where its parent keeps a record.
+
+    A kill while the export is written leaves it behind; recorded, it never blocks the run's
+    `overwrite=true`.
+    """
+    ownership.record_where_recorded(folder.parent, [folder.name])
 
 
 # The training clips' embeddings and labels of an export that has them (read by `sqa.exports.datastore`).

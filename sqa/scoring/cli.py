@@ -94,7 +94,7 @@ def _main(argv: list[str] | None) -> int:
     problems = [p for p in (check_output(o, args.overwrite, named) for o in outputs) if p is not None]
     stems = safe_stems(inputs.paths)
     if args.timeline is not None:
-        problems.append(check_timeline_folder(Path(args.timeline), stems, args.overwrite))
+        problems.append(check_timeline_folder(Path(args.timeline), stems, args.overwrite, outputs))
     problems = [p for p in problems if p is not None]
     if problems:
         return _fail(problems, 2)

@@ -87,9 +87,12 @@ def emit(rows: list[dict[str, Any]], output: Path | None, overwrite: bool = Fals
         if output is None:
             _print(text)
         else:
-            # In a run directory, the table is recorded as sqa's, so that overwrite=true may replace it.
-            ownership.claim_where_recorded(output.parent, [output.name])
+            # In a run directory, a table sqa created (not one replacing a file of the user's) is
+            # recorded as sqa's once written, so that overwrite=true may replace it.
+            new = not os.path.lexists(output) or output.name in ownership.owned(output.parent)
             atomic_write_text(output, text, exclusive=not overwrite)
+            if new:
+                ownership.record_where_recorded(output.parent, [output.name])
         return None
     except OSError as err:
         failed = f"{output or 'stdout'}: not written ({_reason(err)})"

@@ -146,13 +146,23 @@ def safe_stems(paths: Sequence[str]) -> list[str]:
     return stems
 
 
-def check_timeline_folder(folder: Path, stems: Sequence[str], overwrite: bool) -> str | None:
+def check_timeline_folder(
+    folder: Path, stems: Sequence[str], overwrite: bool, outputs: Sequence[Path] = ()
+) -> str | None:
     """Why the timelines of `stems` must not be written into `folder` (None if they may).
 
     The folder may exist or not (its parent must). A planned file that exists is replaced only if
     sqa wrote it there (recorded in the folder's `.sqa-owned.json`) and `overwrite` is given: a
-    user's own file is never replaced.
+    user's own file is never replaced. A planned file that is one of the command's `outputs` (the
+    score table) is refused, `overwrite` or not: one would replace the other.
     """
+    planned = {(folder / (stem + suffix)).resolve(): stem + suffix for stem in stems for suffix in SUFFIXES}
+    for output in outputs:
+        if output.resolve() in planned:
+            return (
+                f"{output}: is also where --timeline writes {planned[output.resolve()]}; "
+                "choose another --output or --timeline folder"
+            )
     if not folder.parent.is_dir():
         return f"{folder}: the folder {folder.parent} does not exist"
     if os.path.lexists(folder) and not folder.is_dir():
@@ -207,7 +217,11 @@ def write_timeline(
 ) -> None:
     """Write `stem`.csv and `stem`.png of `timeline` into `folder`, recorded there as sqa's."""
     names = [stem + suffix for suffix in SUFFIXES]
-    # Claimed before writing: only names nothing holds yet are recorded (a user's file never is).
-    ownership.claim(folder, names)
-    atomic_write_text(folder / names[0], csv_text(timeline), exclusive=not overwrite)
-    plot_timeline(timeline, title, folder / names[1], score_range, exclusive=not overwrite)
+    folder.mkdir(exist_ok=True)
+    # Only a file sqa wrote there is replaced: one that appeared since the check stays.
+    mine = ownership.owned(folder)
+    replace = [overwrite and name in mine for name in names]
+    atomic_write_text(folder / names[0], csv_text(timeline), exclusive=not replace[0])
+    ownership.record(folder, names[:1])
+    plot_timeline(timeline, title, folder / names[1], score_range, exclusive=not replace[1])
+    ownership.record(folder, names[1:])

@@ -20,7 +20,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSum
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 
-from sqa.core.set_aside import discard_previous
+from sqa.core.run_folder import discard_previous, record_point
 from sqa.reports.plots import History
 from sqa.training.checkpoint_io import AtomicCheckpointIO, checkpoint_step
 from sqa.training.model_summary import summary_table
@@ -239,11 +239,18 @@ class ValidationLog(L.Callback):
         log.info("step %d (epoch %d): %s", trainer.global_step, trainer.current_epoch, values)
 
 
+# Steps between the records of what a run has created (a listing of its directory each).
+RECORD_EVERY = 50
+
+
 class StartedOver(L.Callback):
     """Removes the previous run's outputs that `overwrite=true` set aside, once training starts.
 
     By then every part of the configuration has been built and used (model, data loaders,
-    optimizer), so a run that fails on its configuration never costs the previous run.
+    optimizer), so a run that fails on its configuration never costs the previous run. After
+    each validation and every RECORD_EVERY steps it records what the run has created so far
+    (`sqa.core.run_lock.record_point`), so that a run killed later leaves its checkpoints and logs
+    recorded as sqa's, for `resume=true` to continue.
     """
 
     def __init__(self, run_dir: Path) -> None:
@@ -253,6 +260,16 @@ class StartedOver(L.Callback):
         """Discard the set-aside outputs (first rank only: the others own nothing)."""
         if trainer.is_global_zero:
             discard_previous(self.run_dir)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Record the run's new entries as sqa's (first rank only)."""
+        if trainer.is_global_zero:
+            record_point(self.run_dir)
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        """Record the run's new entries (its logger folders) every RECORD_EVERY steps (first rank only)."""
+        if trainer.is_global_zero and trainer.global_step % RECORD_EVERY == 1:
+            record_point(self.run_dir)
 
 
 class MetricHistory(L.Callback):

@@ -30,9 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.atomic import atomic_write_text
 from sqa.core.renames import rename_targets
-from sqa.core.run_folder import claimed
+from sqa.core.run_folder import claimed, discard_previous
 from sqa.core.run_lock import RunDirError
-from sqa.core.set_aside import discard_previous
 from sqa.data.audio import AudioError
 from sqa.data.corpus import DEFAULT_DOMAIN, ROLES, Corpus, CorpusError
 from sqa.data.readers import recorded_corpus

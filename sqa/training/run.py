@@ -15,9 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.renames import rename_targets
-from sqa.core.run_folder import claimed, missing_folders, remove_unused
+from sqa.core.run_folder import claimed, missing_folders, record_point, remove_unused, restore_previous
 from sqa.core.run_lock import RunDirError
-from sqa.core.set_aside import restore_previous
 from sqa.data.corpus import format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
@@ -216,6 +215,8 @@ def prepare(cfg: DictConfig, run_dir: Path, report_dir: Path | None = None) -> P
     leader = rank_zero_only.rank == 0
     if leader:
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        # Recorded at once (with Hydra's files): a run killed while it builds is still sqa's to resume.
+        record_point(run_dir)
     try:
         datamodule, module = build(cfg)
     except CorpusProblems as err:
@@ -250,6 +251,7 @@ def prepare(cfg: DictConfig, run_dir: Path, report_dir: Path | None = None) -> P
         atomic_write_json(run_dir / "run_info.json", info)
         if datamodule.problems:
             atomic_write_text(report_dir / "data_problems.txt", format_report(datamodule.problems) + "\n")
+        record_point(run_dir)
     return Prepared(cfg, settings, datamodule, module, info)
 
 

@@ -14,44 +14,89 @@ from sqa.core.ownership import MANIFEST, MAX_MANIFEST_BYTES, OwnershipError
 from tests.conftest import REPO
 
 
-def test_a_name_a_user_already_has_is_never_recorded_and_new_names_are(tmp_path):
-    folder = tmp_path / "a" / "b"  # made with its parents
-    folder.mkdir(parents=True)
+def test_only_names_sqa_has_created_are_recorded(tmp_path):
+    folder = tmp_path / "a"
+    folder.mkdir()
     (folder / "config.yaml").write_text("mine: true\n")
-    ownership.claim(folder, ["config.yaml", "metrics.json"])
-    assert ownership.owned(folder) == {"metrics.json"}
-    # Claimed again once sqa has written it: still sqa's; the user's file still not.
+    # Names sqa might write, but has not: none of them is recorded.
+    ownership.record(folder, ["metrics.json", "wandb"])
+    assert ownership.owned(folder) == set() and not ownership.has_record(folder)
     (folder / "metrics.json").write_text("{}")
-    ownership.claim(folder, ["config.yaml", "metrics.json"])
+    ownership.record(folder, ["metrics.json", "wandb"])
     assert ownership.owned(folder) == {"metrics.json"}
-    ownership.claim(tmp_path / "new" / "deeper", ["x"])
-    assert ownership.owned(tmp_path / "new" / "deeper") == {"x"}
+    # Created since sqa began: recorded; the user's file of then: not.
+    (folder / "plots").mkdir()
+    ownership.record_created(folder, before={"config.yaml"})
+    assert ownership.owned(folder) == {"metrics.json", "plots"}
 
 
-def test_the_record_is_sorted_json_that_says_who_wrote_it(tmp_path):
-    ownership.claim(tmp_path, ["b", "a", "b"])
+def test_a_name_whose_entry_is_gone_is_dropped_before_the_user_can_take_it(tmp_path):
+    (tmp_path / "wandb").mkdir()
+    ownership.record(tmp_path, ["wandb"])
+    (tmp_path / "wandb").rmdir()
+    ownership.record_created(tmp_path, before=ownership.entries(tmp_path))
+    (tmp_path / "wandb").mkdir()  # the user's, made later
+    assert ownership.owned(tmp_path) == set()
+
+
+def test_the_record_is_sorted_json_naming_who_wrote_it_and_the_folder(tmp_path):
+    for name in ("b", "a"):
+        (tmp_path / name).write_text("")
+    ownership.record(tmp_path, ["b", "a", "b"])
     text = (tmp_path / MANIFEST).read_text(encoding="utf-8")
-    assert text == json.dumps({"written_by": "sqa", "entries": ["a", "b"]}, indent=1) + "\n"
+    folder = os.stat(tmp_path).st_ino
+    assert text == json.dumps({"written_by": "sqa", "folder": folder, "entries": ["a", "b"]}, indent=1) + "\n"
+
+
+def test_a_record_copied_into_another_folder_proves_nothing_there(tmp_path):
+    mine = tmp_path / "export"
+    mine.mkdir()
+    (mine / "notes.md").write_text("sqa's\n")
+    ownership.record(mine, ["notes.md"])
+    copy = tmp_path / "download"
+    copy.mkdir()
+    (copy / MANIFEST).write_bytes((mine / MANIFEST).read_bytes())
+    (copy / "notes.md").write_text("the user's\n")
+    assert ownership.owned(mine) == {"notes.md"}
+    assert ownership.owned(copy) == set() and not ownership.has_record(copy)
+    # A folder renamed or moved keeps its identity, and its record holds.
+    moved = tmp_path / "moved"
+    mine.rename(moved)
+    assert ownership.owned(moved) == {"notes.md"}
+
+
+def record_text(folder: Path, entries: object, written_for: object = None) -> str:
+    """A record of `entries` written for `folder` (or for `written_for` where given)."""
+    identity = os.stat(folder).st_ino if written_for is None else written_for
+    return json.dumps({"written_by": "sqa", "folder": identity, "entries": entries})
 
 
 @pytest.mark.parametrize(
-    "content",
+    ("entries", "written_for", "names"),
     [
-        '{"entries": "abc"}',  # not a list: no names, not its characters
-        '{"entries": {"a": 1}}',
-        '["a"]',
-        '{"other": ["a"]}',
-        "not json",
-        '{"entries": [1, null, "a"]}',
+        ("abc", None, set()),  # not a list: no names, not its characters
+        ({"a": 1}, None, set()),
+        ([1, None, "a", "", ".", "..", "x/y"], None, {"a"}),
+        (["a"], True, set()),  # bool is no folder identity
+        (["a"], "ino", set()),
+        (["a"], 0, set()),
     ],
 )
-def test_a_record_that_is_not_a_list_of_names_proves_nothing_beyond_its_names(content, tmp_path):
+def test_a_record_that_is_not_a_list_of_names_for_this_folder_proves_nothing_beyond_them(
+    entries, written_for, names, tmp_path
+):
+    (tmp_path / MANIFEST).write_text(record_text(tmp_path, entries, written_for))
+    assert ownership.owned(tmp_path) == names
+
+
+@pytest.mark.parametrize("content", ['["a"]', '{"other": ["a"]}', "not json", '{"entries": ["a"]}'])
+def test_a_record_without_entries_and_folder_proves_nothing(content, tmp_path):
     (tmp_path / MANIFEST).write_text(content)
-    assert ownership.owned(tmp_path) == ({"a"} if content.startswith('{"entries": [1') else set())
+    assert ownership.owned(tmp_path) == set() and not ownership.has_record(tmp_path)
 
 
 def test_a_record_up_to_the_limit_is_read_whole_and_one_past_it_is_not_trusted(tmp_path):
-    head = json.dumps({"written_by": "sqa", "entries": ["a"]})
+    head = record_text(tmp_path, ["a"])
     at_limit = head[:-1] + " " * (MAX_MANIFEST_BYTES - len(head)) + "}"
     assert len(at_limit.encode()) == MAX_MANIFEST_BYTES
     (tmp_path / MANIFEST).write_text(at_limit)
@@ -62,9 +107,9 @@ def test_a_record_up_to_the_limit_is_read_whole_and_one_past_it_is_not_trusted(t
 
 def test_a_record_that_is_a_link_a_folder_or_a_fifo_is_not_trusted_and_never_blocks(tmp_path):
     elsewhere = tmp_path / "elsewhere.json"
-    elsewhere.write_text(json.dumps({"entries": ["thesis.tex"]}))
     linked = tmp_path / "linked"
     linked.mkdir()
+    elsewhere.write_text(record_text(linked, ["thesis.tex"]))
     (linked / MANIFEST).symlink_to(elsewhere)
     assert ownership.owned(linked) == set()
     folder = tmp_path / "folder"

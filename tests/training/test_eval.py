@@ -19,6 +19,7 @@ import torch
 import yaml
 from hydra import compose, initialize_config_dir
 
+from sqa.core import ownership
 from sqa.data.corpus import DEFAULT_DOMAIN, Clip, Corpus, CorpusError
 from sqa.data.pitch import F0Extractor
 from sqa.data.readers import recorded_corpus
@@ -127,6 +128,13 @@ def test_eval_py_command_line(tiny_run, tmp_path):
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "metrics.json").read_text() == (run_dir / "metrics.json").read_text()
+    # Started over on its own output (Hydra's evaluation.log, .hydra/ and all): replaced, not refused.
+    again = subprocess.run(
+        [*cmd, "overwrite=true"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "evaluation.log").is_file()
+    assert ownership.foreign(tmp_path, also_mine=[".lock"]) == []
 
 
 def test_recorded_corpus_is_relative_to_the_export_and_readable(synthetic_root, tmp_path, monkeypatch):

@@ -153,23 +153,25 @@ def write_tree(run_dir: Path, files: dict[str, str | None], owned: bool = True) 
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     if owned:
-        ownership.claim(run_dir, [])
         ownership.record_created(run_dir, before=[])
 
 
 def tree(run_dir: Path) -> list[str]:
     """The files and folders under `run_dir` but the lock, sqa's record and the set-aside run (sorted)."""
-    hidden = (LOCK_NAME, ownership.MANIFEST, PREVIOUS)
+    hidden = (LOCK_NAME, ownership.MANIFEST)
     return sorted(
         str(p.relative_to(run_dir))
         for p in run_dir.rglob("*")
         if p.relative_to(run_dir).parts[0] not in hidden
+        and not p.relative_to(run_dir).parts[0].startswith(PREVIOUS)
     )
 
 
 def aside(run_dir: Path) -> list[str]:
     """What `overwrite=true` set aside in `run_dir` (sorted relative paths), until it is discarded."""
-    return tree(run_dir / PREVIOUS) if (run_dir / PREVIOUS).is_dir() else []
+    folders = sorted(run_dir.glob(f"{PREVIOUS}-*"))
+    assert len(folders) <= 1
+    return tree(folders[0]) if folders else []
 
 
 def make_previous_run(run_dir):
@@ -241,7 +243,9 @@ def test_a_lock_file_gone_before_it_is_read_has_an_unknown_owner(tmp_path):
 
 def test_a_run_records_itself_as_the_owner(tmp_path):
     with lock(tmp_path):
-        assert (tmp_path / LOCK_NAME).read_text() == f"PID {os.getpid()} on {socket.gethostname()}\n"
+        assert (tmp_path / LOCK_NAME).read_text().splitlines()[
+            0
+        ] == f"PID {os.getpid()} on {socket.gethostname()}"
 
 
 def test_nested_claims_in_one_process_share_the_lock_until_the_outer_one_ends(tmp_path):
@@ -319,7 +323,7 @@ def test_only_the_first_ddp_rank_claims_the_directory(tmp_path, other_run, claim
 def test_the_callback_holds_the_directory_from_run_start_to_run_end(tmp_path, claim):
     run_dir = tmp_path / "run"
     callback = claim(run_dir)
-    assert (run_dir / LOCK_NAME).read_text() == f"PID {os.getpid()} on {socket.gethostname()}\n"
+    assert (run_dir / LOCK_NAME).read_text().splitlines()[0] == f"PID {os.getpid()} on {socket.gethostname()}"
     assert not is_free(run_dir)
     callback.on_run_end(config=None, config_name="train", job_return=None)
     assert is_free(run_dir)
@@ -471,33 +475,35 @@ def test_prepare_for_each_setting_with_and_without_a_previous_run(resume, overwr
         error = previous_outputs_message(tmp_path)
     else:
         error = None
-    if error:
-        with pytest.raises(RunDirError) as err:
+    with lock(tmp_path):
+        if error:
+            with pytest.raises(RunDirError) as err:
+                prepare(tmp_path, resume=resume, overwrite=overwrite)
+            assert str(err.value) == error
+        else:
             prepare(tmp_path, resume=resume, overwrite=overwrite)
-        assert str(err.value) == error
-    else:
-        prepare(tmp_path, resume=resume, overwrite=overwrite)
-    # Only an overwrite of a finished run sets anything aside: its outputs and the files every run
-    # rewrites; train.log stays unless asked (the logging may have opened it). Nothing is lost
-    # until the new run discards them.
-    removed = finished and overwrite and not resume
-    assert tree(tmp_path) == (["train.log"] if removed else before)
-    assert sorted(tree(tmp_path) + aside(tmp_path)) == before
-    assert (previous_outputs(tmp_path) == []) == (removed or not finished)
-    discard_previous(tmp_path)
-    assert aside(tmp_path) == [] and tree(tmp_path) == (["train.log"] if removed else before)
+        # Only an overwrite of a finished run sets anything aside: its outputs and the files every
+        # run rewrites; train.log stays unless asked (the logging may have opened it). Nothing is
+        # lost until the new run discards them.
+        removed = finished and overwrite and not resume
+        assert tree(tmp_path) == (["train.log"] if removed else before)
+        assert sorted(tree(tmp_path) + aside(tmp_path)) == before
+        assert (previous_outputs(tmp_path) == []) == (removed or not finished)
+        discard_previous(tmp_path)
+        assert aside(tmp_path) == [] and tree(tmp_path) == (["train.log"] if removed else before)
 
 
 @pytest.mark.parametrize(("remove_log", "left"), [(False, ["train.log"]), (True, [])])
 def test_an_overwrite_removes_train_log_only_when_asked(remove_log, left, tmp_path):
     write_tree(tmp_path, FINISHED)
-    prepare(tmp_path, resume=False, overwrite=True, remove_log=remove_log)
-    assert tree(tmp_path) == left
+    with lock(tmp_path):
+        prepare(tmp_path, resume=False, overwrite=True, remove_log=remove_log)
+        assert tree(tmp_path) == left
 
 
 def test_an_overwrite_says_what_it_set_aside_and_removed_and_from_where(tmp_path, caplog):
     write_tree(tmp_path, FINISHED)
-    with caplog.at_level(logging.INFO, logger="sqa.core"):
+    with caplog.at_level(logging.INFO, logger="sqa.core"), lock(tmp_path):
         prepare(tmp_path, resume=False, overwrite=True)
         discard_previous(tmp_path)
     assert [r.getMessage() for r in caplog.records] == [
@@ -517,9 +523,10 @@ def test_an_overwrite_removes_linked_outputs_as_links_never_their_targets(tmp_pa
     for name in ("metrics.json", "train.log"):
         (run_dir / name).symlink_to(outside / name)
     ownership.record_created(run_dir, before=[])
-    prepare(run_dir, resume=False, overwrite=True, remove_log=True)
-    discard_previous(run_dir)
-    assert tree(run_dir) == [] and aside(run_dir) == []
+    with lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=True, remove_log=True)
+        discard_previous(run_dir)
+        assert tree(run_dir) == [] and aside(run_dir) == []
     assert tree(outside) == ["metrics.json", "plots", "plots/curves.png", "train.log"]
     assert all(p.read_text() == "theirs" for p in outside.rglob("*") if p.is_file())
 

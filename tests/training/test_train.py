@@ -20,6 +20,7 @@ from scipy import stats
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
+from sqa.core import ownership
 from sqa.data.synthetic import load_synthetic
 from sqa.reports import learning, tables
 from sqa.scoring import cli as score
@@ -254,6 +255,8 @@ def test_existing_export_stops_a_resumed_run_before_training(synthetic_root, tmp
     (tmp_path / "export").mkdir()
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    # Recorded as the run that wrote them would have: resume=true continues only sqa's own run.
+    ownership.record_created(tmp_path, before=[])
     cfg = compose_train([f"data.corpus.root={synthetic_root}", "resume=true"])
     with pytest.raises(FileExistsError, match="overwrite_export=true"):
         run(cfg, tmp_path)
