@@ -30,6 +30,7 @@ from sqa.models.uncertainty import UncertainMOSPredictor
 from sqa.scoring.clips import ClipPreparer, Piece, PreparedClip, file_batches, warn_at_caller
 from sqa.scoring.device import resolve_device
 from sqa.scoring.domains import check_domain_asked, scored_domains
+from sqa.scoring.inputs import audio_paths
 from sqa.scoring.pieces import chunk_length, forward_pieces, pool_pieces
 from sqa.scoring.preferences import preference_note
 from sqa.scoring.results import ScoreResult, in_input_order
@@ -159,9 +160,16 @@ class ExportScorer:
         return [row for _, row, _ in self._score_prepared(clips)]
 
     def score_files(
-        self, paths: Iterable[str | os.PathLike], num_workers: int = 0, ordered: bool = True
+        self,
+        paths: str | os.PathLike | Iterable[str | os.PathLike],
+        num_workers: int = 0,
+        ordered: bool = True,
     ) -> Iterator[ScoreResult]:
         """Score audio files, yielding one result per file in input order (`index`: its position).
+
+        `paths` is a path or an iterable of paths; a folder (its audio files, recursively) or a
+        glob pattern stands for its files in sorted order, as in `sqa-score` (`index` counts
+        files); one holding no audio is a ValueError naming it, raised at the call.
 
         Files are decoded by `num_workers` DataLoader workers (0: in this process) in batches of
         similar length, sorted by the length in their headers; a batch's results (never its
@@ -169,8 +177,8 @@ class ExportScorer:
         each batch's results as soon as it finishes instead (`index` says whose each is), e.g. to
         drive a progress bar. Unreadable files yield a result with `error` set.
         """
-        results = self._file_results([str(p) for p in paths], num_workers)
-        yield from in_input_order(results) if ordered else results
+        results = self._file_results(audio_paths(paths), num_workers)
+        return in_input_order(results) if ordered else results
 
     def _file_results(self, paths: list[str], num_workers: int) -> Iterator[ScoreResult]:
         """A result per file of `paths`, as its length-sorted batch finishes (header errors first)."""
