@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import textwrap
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -236,7 +237,9 @@ def prepare(cfg: DictConfig, run_dir: Path, report_dir: Path | None = None) -> P
         counts = datamodule.label_counts()
         log.info("Corpus:\n%s", format_counts(counts))
         if rule.warning:
-            log.warning("selection: %s", rule.warning)
+            # Indented lines of at most 100 characters: the warning names every set and its counts.
+            wrapped = textwrap.fill(rule.warning, 100, subsequent_indent="  ", break_on_hyphens=False)
+            log.warning("selection: %s", wrapped)
         log.info("Selecting checkpoints on %s", rule.describe())
         info["splits"] = {name: vars(c) for name, c in counts.items()}
         info["selection"] = rule.record()

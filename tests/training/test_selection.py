@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import math
@@ -241,10 +242,15 @@ def test_two_validation_systems_fall_back_to_an_error_measure(tiny_run):
     # warnings, Lightning's and Python's too.
     _, run_dir = tiny_run
     log = (run_dir / "train.log").read_text().splitlines()
-    warnings = [line for line in log if "cannot rank" in line]
-    assert len(warnings) == 1 and "[WARNING]" in warnings[0]
-    assert "'valid/default': 8 clips, 2 systems, 2 distinct labels" in warnings[0]
-    assert "selecting on utterance-level rmse" in warnings[0]
+    starts = [i for i, line in enumerate(log) if "cannot rank" in line]
+    assert len(starts) == 1 and "[WARNING]" in log[starts[0]]
+    # The warning's lines: its first, then its indented continuations, none over 100 characters.
+    block = [log[starts[0]].split(" - selection: ", 1)[1]]
+    block += list(itertools.takewhile(lambda line: line.startswith("  "), log[starts[0] + 1 :]))
+    assert len(block) > 1 and max(len(line) for line in block) <= 100
+    warning = " ".join(line.strip() for line in block)
+    assert "'valid/default': 8 clips, 2 systems, 2 distinct labels" in warning
+    assert "selecting on utterance-level rmse" in warning
     selection = read_run_info(run_dir)["selection"]
     assert (selection["metric"], selection["level"], selection["mode"]) == ("rmse", "utt", "min")
     assert selection["fallback_used"] and not selection["uninformative"]
