@@ -447,3 +447,18 @@ def test_bad_selection_settings_are_named():
         choose_rule({"v": big}, tie_tolerance=-0.1)
     with pytest.raises(ValueError, match=r"selection.tie_tolerance must be 0 or more, got nan"):
         choose_rule({"v": big}, tie_tolerance=math.nan)
+
+
+def test_candidates_of_one_run_log_its_corpus_table_once(manifest, tmp_path, caplog):
+    from sqa.training.run import prepare
+
+    cfg = compose_train(tiny_run_overrides(manifest))
+    caplog.set_level(logging.INFO, logger="sqa")
+    for name in ("first", "second"):
+        prepare(cfg, tmp_path / "run" / "candidates" / name, tmp_path / "run")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Corpus:")]
+    assert len(said) == 2 and said[0].startswith("Corpus:\n")
+    assert said[1] == "Corpus: the same clips and splits as above"
+    # Another run directory logs its own.
+    prepare(cfg, tmp_path / "other", None)
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("Corpus:")][-1] == said[0]
