@@ -1,6 +1,6 @@
 """Where the time of `sqa-score --vocal-only --timeline` on a long song goes, phase by phase.
 
-    .venv/bin/python benchmarks/vocal_timeline.py [--export E | --export distillmos] [--minutes 4]
+    .venv/bin/python benchmarks/vocal_timeline.py [--backbone logmel|distillmos | --export E] [--minutes 4]
 
 The song is synthetic singing (`sqa.data.singing`: phrases of a random melody with breath gaps)
 after a silent intro of `--intro` seconds, written as a 44.1 kHz stereo WAV, as a user's song
@@ -8,7 +8,9 @@ would be. The phases are those `sqa-score` runs for one file: the file scored (d
 resampling, trimming to the vocal span, the forward pass), then its timeline (decoding again,
 the forward pass over the whole clip, vocal activity, the plot). Without `--export`, an
 untrained default log-mel predictor is exported to a temporary folder (its timing is the
-network's, not its training's). Prints seconds per phase and the total.
+network's, not its training's); `--backbone distillmos` puts the pretrained Distill-MOS network
+under it instead, as the default run's `distillmos` candidate (experiment=small_corpus) does.
+Prints seconds per phase and the total.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from sqa.data.singing import SYNTH_RATE, melody, sing
 from sqa.data.vocal import vocal_activity, vocal_part
 from sqa.exports.format import export_predictor
 from sqa.models.backbone import LogMelBackbone
+from sqa.models.distillmos import DistillMosBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.scoring.scorer import Scorer
 from sqa.scoring.timeline import clip_timeline, write_timeline
@@ -59,7 +62,8 @@ def timed(phases: dict[str, float], name: str, call: Callable[[], Any]) -> Any:
 def main() -> None:
     """Print the seconds of each phase of scoring one long song with --vocal-only --timeline."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--export", help="an export folder or `distillmos` (default: untrained log-mel)")
+    parser.add_argument("--export", help="an export folder or `distillmos` (default: an untrained head)")
+    parser.add_argument("--backbone", choices=["logmel", "distillmos"], default="logmel")
     parser.add_argument("--minutes", type=float, default=4.0)
     parser.add_argument("--intro", type=float, default=20.0, help="seconds of silence before the singing")
     parser.add_argument("--seed", type=int, default=0)
@@ -70,7 +74,8 @@ def main() -> None:
         export = args.export
         if export is None:
             torch.manual_seed(args.seed)
-            export = export_predictor(MOSPredictor(LogMelBackbone()), Path(tmp) / "export", 16000, ["d"])
+            backbone = LogMelBackbone() if args.backbone == "logmel" else DistillMosBackbone(pretrained=True)
+            export = export_predictor(MOSPredictor(backbone), Path(tmp) / "export", 16000, ["d"])
         phases: dict[str, float] = {}
         scorer = timed(phases, "load the export", lambda: Scorer(export, vocal_only=True))
         rate = scorer.sample_rate
@@ -99,7 +104,8 @@ def main() -> None:
         timed(phases, "sqa-score (the whole command)", lambda: cli.main(command))
     print(
         f"{args.minutes:g} min song ({args.intro:g} s silent intro), 44.1 kHz stereo, "
-        f"export {args.export or 'untrained log-mel'}, {torch.get_num_threads()} torch thread(s)"
+        f"export {args.export or 'untrained head on ' + args.backbone}, "
+        f"{torch.get_num_threads()} torch thread(s)"
     )
     for name, seconds in phases.items():
         print(f"{name:<32} {seconds:7.2f} s")
