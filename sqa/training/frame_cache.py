@@ -38,7 +38,7 @@ class FrameCache:
         self.hits = 0
         self.misses = 0
         self.progress_seconds = progress_seconds
-        # The clips the run will pass through it (training and validation; None: not known).
+        # The clips the run will pass through it (its corpus: training, validation, test; None: not known).
         self.expected: int | None = None
         self._started: float | None = None
         self._said = 0.0
@@ -58,7 +58,7 @@ class FrameCache:
         elif now - self._said >= self.progress_seconds:
             self._said = now
             log.info(
-                "frame cache: %d clip(s)%s through the backbone, %.0f s, %.0f MB kept; computing %d more",
+                "frame cache: %d clip(s)%s through the backbone, %.0f s, %.1f MB kept; computing %d more",
                 self.misses - computing,
                 of,
                 now - self._started,

@@ -127,12 +127,10 @@ class MOSModule(L.LightningModule):
         return self.frame_cache is not None and self._frozen() and self.trainer.world_size == 1
 
     def on_fit_start(self) -> None:
-        """Tell the frame cache how many clips it will hold (training and validation), for its progress."""
+        """Tell the frame cache how many clips it will hold (training, validation, test), for its progress."""
         datamodule = getattr(self.trainer, "datamodule", None)
         if self.frame_cache is not None and datamodule is not None and hasattr(datamodule, "corpus"):
-            self.frame_cache.expected = len(datamodule.corpus.split("train")) + len(
-                datamodule.corpus.split("valid")
-            )
+            self.frame_cache.expected = len(datamodule.corpus.clips)
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Seed torch's RNG (dropout) from (seed, step): a resumed run replays every step exactly.

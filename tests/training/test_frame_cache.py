@@ -121,4 +121,4 @@ def test_filling_the_cache_says_it_starts_and_how_far_it_is(caplog, monkeypatch)
         "frame cache: 2 clip(s) of about 40 through the backbone",
         "frame cache: 4 clip(s) of about 40 through the backbone",
     ]
-    assert said[1].endswith(", 10 s, 0 MB kept; computing 1 more")
+    assert said[1].endswith(", 10 s, 0.0 MB kept; computing 1 more")
