@@ -23,7 +23,6 @@ import numpy as np
 from sqa.core import ownership
 from sqa.core.atomic import atomic_write, atomic_write_text
 from sqa.data.vocal import vocal_activity
-from sqa.scoring.clips import SILENCE_PEAK
 
 # Default window and hop in backbone frames: 1 s and 0.5 s at the 20 ms frame rate.
 WINDOW_FRAMES = 50
@@ -137,6 +136,9 @@ def silent_frames(wav: np.ndarray, hop: int, frames: int) -> np.ndarray:
 
     A frame past the end of the waveform is silent.
     """
+    # Imported here: sqa.scoring.clips imports torch, which `sqa-score --help` must not.
+    from sqa.scoring.clips import SILENCE_PEAK
+
     padded = np.zeros(frames * hop, dtype=np.float32)
     count = min(wav.shape[0], padded.shape[0])
     padded[:count] = np.abs(wav[:count])
