@@ -168,7 +168,7 @@ def test_skipping_is_suggested_only_where_it_leaves_clips_to_train_on(spreadshee
     assert skip_hint(good, {c.sample_id for c in train}, ["train"]).startswith("(skipping them")
 
 
-@pytest.mark.slow
+# About 4 s each on an idle 2-core machine (15 s under load): not marked slow.
 @pytest.mark.parametrize("form", ["semicolons", "wide", "long"])
 def test_each_form_trains_with_the_documented_command(spreadsheets, form, tmp_path):
     option = ["data.corpus.rater_columns='rater_*'"] if form == "wide" else []
