@@ -354,6 +354,8 @@ EXPECTED_DATA = {
             "reference_systems": [],
             "anchor_systems": [],
             "columns": None,
+            "delimiter": None,
+            "rater_columns": None,
         }
     },
     "singmos_pro": {

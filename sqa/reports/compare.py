@@ -35,8 +35,10 @@ For rmse and mse a negative difference means B is better.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -221,25 +223,56 @@ def _p_text(r: dict[str, Any]) -> str:
     return f"{r['p']:.3f}"
 
 
-def format_comparison(result: dict[str, dict[str, dict[str, Any]]], metric: str, seeds: bool = False) -> str:
+def side_names(a: Sequence[str], b: Sequence[str]) -> tuple[str, str]:
+    """Names of the two sides' runs (paths), told apart: what their paths do not share, else A and B.
+
+    A side's path is its run's, or the folder its runs share; the folders both sides share are
+    left out (runs/ssl and runs/midi are `ssl` and `midi`).
+    """
+    folders = [Path(os.path.commonpath([os.path.abspath(p) for p in side])) for side in (a, b)]
+    shared = Path(os.path.commonpath([str(f) for f in folders]))
+    names = [str(f.relative_to(shared)) if f != shared else "" for f in folders]
+    if not all(names) or names[0] == names[1] or any(len(n) > 24 for n in names):
+        return "A", "B"
+    return names[0], names[1]
+
+
+def direction(metric: str) -> str:
+    """Whether a larger `metric` is better: `lower is better` (errors) or `higher is better`."""
+    return "lower is better" if metric in metrics.ERROR_METRICS else "higher is better"
+
+
+def format_comparison(
+    result: dict[str, dict[str, dict[str, Any]]],
+    metric: str,
+    seeds: bool = False,
+    names: tuple[str, str] = ("A", "B"),
+) -> str:
     """A line per test set and level: A, B, B − A, its interval, p, then ties, or df and SE parts (`seeds`).
 
-    The average has no line where it averages one set (`tables.table_keys`). Where any resample
-    tied, `TIES_NOTE` below the table says what that does to p.
+    The sides are labelled by `names` (`side_names`). The average has no line where it averages
+    one set (`tables.table_keys`). Where any resample tied, `TIES_NOTE` below the table says what
+    that does to p.
     """
     lower_is_better = metric in metrics.ERROR_METRICS
     tail = f"{'df':>5}  {'seed SE':>7}  {'clip SE':>7}" if seeds else "ties"
-    lines = [f"{'set':<8} {'level':<5} {'A':>7} {'B':>7} {'B-A':>7}  {'95 % interval':<18} {'p':>6}  {tail}"]
+    wa, wb = (max(7, len(n)) for n in names)
+    first, second = names
+    sides = f"{first:>{wa}} {second:>{wb}} {'B-A':>7}"
+    lines = [f"{'set':<8} {'level':<5} {sides}  {'95 % interval':<18} {'p':>6}  {tail}"]
     tied = False
     for name in table_keys(result):
         for level, r in result[name].items():
-            a, b = (f"{v:>7.3f}" if metrics.defined(v) else f"{'n/a':>7}" for v in (r["a"], r["b"]))
+            a, b = (
+                f"{v:>{w}.3f}" if metrics.defined(v) else f"{'n/a':>{w}}"
+                for v, w in ((r["a"], wa), (r["b"], wb))
+            )
             if "undefined" in r:
                 lines.append(f"{name:<8} {level:<5} {a} {b} {'n/a':>7}  undefined: {r['undefined']}")
                 continue
             verdict = ""
             if r["significant"]:
-                better = "B" if (r["diff"] < 0) == lower_is_better else "A"
+                better = second if (r["diff"] < 0) == lower_is_better else first
                 verdict = f"  significant ({better} better)"
             if "averaged_over" in r:
                 verdict += f"  (over {', '.join(r['averaged_over'])})"
@@ -282,18 +315,21 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
     )
     seeds = len(args.a) > 1 and len(args.b) > 1
+    names = side_names(args.a, args.b)
+    what = f"{args.metric} ({direction(args.metric)})"
     if len(preds) == 2:
-        print(f"{args.metric}: B - A over {args.resamples} paired resamples (seed {args.seed})")
+        print(f"{what}: B - A over {args.resamples} paired resamples (seed {args.seed})")
     else:
         method = "Welch's t over seed-to-seed and clip variance, " if seeds else ""
         print(
-            f"{args.metric}: B - A of the means over runs (A: {len(args.a)}, B: {len(args.b)}); "
+            f"{what}: B - A of the means over runs (A: {len(args.a)}, B: {len(args.b)}); "
             f"{method}{args.resamples} paired resamples (seed {args.seed})"
         )
-    print(f"A = {', '.join(args.a)}\nB = {', '.join(args.b)}")
+    for side, name, runs in (("A", names[0], args.a), ("B", names[1], args.b)):
+        print(f"{side} = {'' if name == side else f'{name}: '}{', '.join(runs)}")
     if not seeds:
         print(SEED_NOTE)
-    print(format_comparison(result, args.metric, seeds))
+    print(format_comparison(result, args.metric, seeds, names))
     if args.json:
         summary = {
             "a": args.a,

@@ -150,8 +150,11 @@ def sentence(record: Mapping[str, Any]) -> str:
     ci = f"[{_number(interval[0])}, {_number(interval[1])}]" if interval else "not computed"
     kind = verdict(record)
     if kind == "no_better":
+        # Which side failed: a model better on test but not on validation is no better too.
+        failed = [name for name, part in (("test", test), ("validation", valid)) if _beats(part) is False]
         return (
-            f"This model predicts no better than the constant training mean {mean}: {numbers} "
+            f"This model predicts no better than the constant training mean {mean} on "
+            f"{' and '.join(failed)} (RMSE not below the constant's): {numbers} "
             "for the constant; do not rely on its scores."
         )
     if kind == "uncertain":

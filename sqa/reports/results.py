@@ -10,7 +10,9 @@ cell must have the same test sets. The table prints for a terminal, `--markdown`
 A value undefined in some runs (null in metrics.json) is summarised over the others and marked
 `(n=k)`, as is a value of a single run (no ±); `n/a` where no run defines it. `--paper-rows`
 prints the paper's published rows first and, under each cell labelled like one of them, the
-difference run − paper.
+difference run − paper. A cell whose runs were tested on different clips (each seed carved its
+own test split) or holds a run whose learning check failed (run_info.json) gets a mark after its
+run count and a note below the table naming the runs.
 """
 
 from __future__ import annotations
@@ -48,6 +50,50 @@ def _same_sets(run_dirs: list[Path]) -> list[dict]:
                 f"in {artefacts.metrics_file(run_dirs[0])}"
             )
     return runs
+
+
+# The marks of `cell_notes`, after a cell's run count.
+DIFFERENT_CLIPS, NO_BETTER = "*", "!"
+
+
+def test_clips(run_dir: Path) -> frozenset[tuple[str, str]] | None:
+    """The (test_set, sample_id) pairs of a run's predictions.csv; None without one (nothing to compare)."""
+    if not (run_dir / artefacts.PREDICTIONS_FILE).is_file():
+        return None
+    return frozenset((row["test_set"], row["sample_id"]) for row in artefacts.read_predictions(run_dir))
+
+
+def learned_nothing(run_dir: Path) -> bool:
+    """Whether the run's learning check (run_info.json) found it no better than the constant predictor."""
+    try:
+        info = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    check = info.get("learning_check") if isinstance(info, dict) else None
+    return isinstance(check, dict) and check.get("verdict") == "no_better"
+
+
+def cell_notes(label: str, run_dirs: list[Path]) -> tuple[str, list[str]]:
+    """The marks (`DIFFERENT_CLIPS`, `NO_BETTER`) of a cell's runs and a note for each, naming them."""
+    marks, notes = "", []
+    clips = [(d, test_clips(d)) for d in run_dirs]
+    known = [(d, c) for d, c in clips if c is not None]
+    differ = [d for d, c in known[1:] if c != known[0][1]]
+    if differ:
+        marks += DIFFERENT_CLIPS
+        notes.append(
+            f"{DIFFERENT_CLIPS} {label}: {', '.join(map(str, differ))} tested on other clips than "
+            f"{known[0][0]} (each run carved its own test split): the ± mixes seeds with test sets; "
+            f"pin one split: data.test_split_csv={known[0][0] / 'test_split.csv'}"
+        )
+    failed = [d for d in run_dirs if learned_nothing(d)]
+    if failed:
+        marks += NO_BETTER
+        notes.append(
+            f"{NO_BETTER} {label}: {', '.join(map(str, failed))} predicted no better than the constant "
+            "training mean (run_info.json learning_check); its numbers are in the mean"
+        )
+    return marks, notes
 
 
 def summarise(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float, int]]]:
@@ -240,7 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"sqa-table: {err}", file=sys.stderr)
         return 1
+    notes = []
+    for label, pattern in cells:
+        marks, cell_lines = cell_notes(label, artefacts.runs_with_metrics(pattern))
+        notes += cell_lines
+        for row in rows:
+            if marks and row[0] == label:
+                row[1] += marks
     print((markdown if args.markdown else plain_table)(header, rows))
+    if notes:
+        print("\n" + "\n".join(notes))
     if source:
         print(f"\nPaper rows: {source}")
     if args.csv:

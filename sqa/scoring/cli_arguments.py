@@ -25,7 +25,12 @@ def argument_parser() -> argparse.ArgumentParser:
         epilog="Documentation: docs/scoring.md",
     )
     parser.add_argument(
-        "--checkpoint", required=True, help="export directory, run directory holding export/, or model.pt"
+        "--checkpoint",
+        required=True,
+        help=(
+            "export directory, run directory holding export/, or model.pt; or distillmos (Distill-MOS, "
+            "ready without training: its weights come from the installed distillmos package)"
+        ),
     )
     parser.add_argument("--output", help="output .csv or .json (default: CSV on stdout)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")

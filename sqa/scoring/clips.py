@@ -30,9 +30,9 @@ SILENCE_PEAK = 1e-4
 # Peak amplitude above which float samples are far outside [-1, 1] (+6 dBFS): a float file or
 # array may overshoot full scale a little, but not by this much unless it holds integer PCM values.
 LOUD_PEAK = 2.0
-# A 2-D array's channel dimension is the one of at most this many entries, the other one longer:
-# only so can (channels, samples) and (samples, channels), what soundfile.read returns, be told
-# apart; a shape with both or neither dimension that short is refused (it may be a batch).
+# A 2-D clip's channels are its last dimension, of at most this many entries, the other longer:
+# (samples, channels), what soundfile.read returns. Rows are clips, as in SHEET's and SingMOS's
+# (batch, samples): `Scorer.score` splits a batch, and one clip of several rows is refused.
 MAX_CHANNELS = 8
 
 
@@ -60,7 +60,7 @@ def warn_at_caller(message: str, category: type[Warning]) -> None:
 
 
 def as_samples(audio: Any, name: str) -> np.ndarray:
-    """Float32 samples (N, C) of a float numpy array or torch tensor: (N,), (C, N) or (N, C), C <= 8 < N."""
+    """Float32 samples (N, C) of a float numpy array or torch tensor: (N,), (1, N) or (N, C), C <= 8 < N."""
     if isinstance(audio, torch.Tensor):
         if not audio.is_floating_point():
             raise TypeError(f"{name}: expected floating-point samples, got a {audio.dtype} tensor")
@@ -71,25 +71,25 @@ def as_samples(audio: Any, name: str) -> np.ndarray:
             f"{name}: expected floating-point samples in [-1, 1], got {array.dtype}; "
             "scale integer PCM first (e.g. x / 32768 for int16)"
         )
+    if array.ndim <= 2 and array.size == 0:
+        raise AudioError(f"{name}: the clip holds no samples")
     if array.ndim == 1:
         array = array[:, None]
     elif array.ndim == 2:
         rows, columns = array.shape
-        if rows <= MAX_CHANNELS < columns:
+        if rows == 1 and columns > MAX_CHANNELS:
             array = array.T
         elif not columns <= MAX_CHANNELS < rows:
             raise ValueError(
-                f"{name}: a 2-D clip is (channels, samples) or (samples, channels), with at most "
-                f"{MAX_CHANNELS} channels and more samples; shape {array.shape} could be either (or a "
-                "batch of clips); pass a 1-D clip (e.g. the channel mean), or a list for several clips"
+                f"{name}: a 2-D clip is (samples, channels), with at most {MAX_CHANNELS} channels and "
+                f"more samples, or (1, samples); shape {tuple(array.shape)} is neither: rows are clips "
+                "(score(batch) scores a (clips, samples) batch, one score per row); for one clip's "
+                "channels pass (samples, channels) or their mean"
             )
     else:
         raise ValueError(
-            f"{name}: expected a 1-D, (channels, samples) or (samples, channels) clip, "
-            f"got shape {array.shape}"
+            f"{name}: expected a 1-D, (1, samples) or (samples, channels) clip, got shape {array.shape}"
         )
-    if array.size == 0:
-        raise AudioError(f"{name}: the clip holds no samples")
     return np.ascontiguousarray(array, dtype=np.float32)
 
 

@@ -30,6 +30,8 @@ from sqa.models.uncertainty import UncertainMOSPredictor
 from sqa.scoring.clips import ClipPreparer, Piece, PreparedClip, file_batches, warn_at_caller
 from sqa.scoring.device import resolve_device
 from sqa.scoring.domains import check_domain_asked, scored_domains
+from sqa.scoring.inputs import audio_paths
+from sqa.scoring.named import export_folder
 from sqa.scoring.pieces import chunk_length, forward_pieces, pool_pieces
 from sqa.scoring.preferences import preference_note
 from sqa.scoring.results import ScoreResult, in_input_order
@@ -90,45 +92,49 @@ class ExportScorer:
         if pooling is not None and pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         self.device = resolve_device(device)
-        self.predictor, self.config, self.f0_extractor = load_export(export)
-        # Said on every load: a user may score with a model that learned nothing without knowing it.
-        self.learning_warning = learning_warning(export)
-        if self.learning_warning is not None:
-            warn_at_caller(self.learning_warning, LearningWarning)
-        if pooling is not None:
-            self.predictor.pooling = pooling
-        self.predictor.to(self.device)
-        self.dimensions = list(self.predictor.dimensions)
-        embedded = self.predictor.domain_count
-        check_domain_asked(domain, embedded)
-        # The datastore, where the mode or the domain lookup needs it (None: the head alone).
-        self.retrieval = retrieval_for(export, self.predictor, self.config, mode, domain)
-        # The spread was trained and calibrated about the head's own score, never a kNN or fused one.
-        parametric = self.retrieval is None or self.retrieval.mode == "parametric"
-        self.distribution: str | None = None
-        if parametric and isinstance(self.predictor, UncertainMOSPredictor):
-            self.distribution = self.predictor.distribution
-        # The domains scored as, and why (their note: the first of several, none asked for; neighbours).
-        domains = list(self.config.get("domains", []))
-        self.domains, self.domain_note = scored_domains(domain, domains, embedded, self.retrieval)
-        # The index scored as (None: the mean over several).
-        self.domain = self.domains[0] if len(self.domains) == 1 else None
-        self.sample_rate = int(self.config["sample_rate"])
-        self.min_samples = int(self.predictor.backbone.min_samples)
-        self.batch_size = batch_size
-        self.max_samples = max_samples
-        chunk, self.chunk_warning = None, None
-        if chunk_seconds is not None:
-            self.chunk_warning = chunk_warning(type(self.predictor.backbone).__name__, chunk_seconds)
-            chunk = chunk_length(chunk_seconds, self.sample_rate, self.min_samples)
-        if vocal_only is None:
-            vocal_only = bool(self.config.get("vocal_only", False))
-        self.vocal_only = vocal_only
-        self.prepare = ClipPreparer(self.sample_rate, self.min_samples, chunk, self.f0_extractor, vocal_only)
-        # The residual spread behind `prefer`'s probabilities (None: none recorded), and why it is not
-        # the validation RMSE where it is not; said at the first `prefer`, not on every load.
-        self.sigma, note = residual_sigma(export)
-        self.sigma_note = preference_note(self.sigma, note)
+        # A ready predictor's name (`sqa.scoring.named`) is an export built while it is read.
+        with export_folder(export) as export:
+            self.predictor, self.config, self.f0_extractor = load_export(export)
+            # Said on every load: a user may score with a model that learned nothing without knowing it.
+            self.learning_warning = learning_warning(export)
+            if self.learning_warning is not None:
+                warn_at_caller(self.learning_warning, LearningWarning)
+            if pooling is not None:
+                self.predictor.pooling = pooling
+            self.predictor.to(self.device)
+            self.dimensions = list(self.predictor.dimensions)
+            embedded = self.predictor.domain_count
+            check_domain_asked(domain, embedded)
+            # The datastore, where the mode or the domain lookup needs it (None: the head alone).
+            self.retrieval = retrieval_for(export, self.predictor, self.config, mode, domain)
+            # The spread was trained and calibrated about the head's own score, never a kNN or fused one.
+            parametric = self.retrieval is None or self.retrieval.mode == "parametric"
+            self.distribution: str | None = None
+            if parametric and isinstance(self.predictor, UncertainMOSPredictor):
+                self.distribution = self.predictor.distribution
+            # The domains scored as, and why (their note: the first of several, none asked for; neighbours).
+            domains = list(self.config.get("domains", []))
+            self.domains, self.domain_note = scored_domains(domain, domains, embedded, self.retrieval)
+            # The index scored as (None: the mean over several).
+            self.domain = self.domains[0] if len(self.domains) == 1 else None
+            self.sample_rate = int(self.config["sample_rate"])
+            self.min_samples = int(self.predictor.backbone.min_samples)
+            self.batch_size = batch_size
+            self.max_samples = max_samples
+            chunk, self.chunk_warning = None, None
+            if chunk_seconds is not None:
+                self.chunk_warning = chunk_warning(type(self.predictor.backbone).__name__, chunk_seconds)
+                chunk = chunk_length(chunk_seconds, self.sample_rate, self.min_samples)
+            if vocal_only is None:
+                vocal_only = bool(self.config.get("vocal_only", False))
+            self.vocal_only = vocal_only
+            self.prepare = ClipPreparer(
+                self.sample_rate, self.min_samples, chunk, self.f0_extractor, vocal_only
+            )
+            # The residual spread behind `prefer`'s probabilities (None: none recorded), and why it is not
+            # the validation RMSE where it is not; said at the first `prefer`, not on every load.
+            self.sigma, note = residual_sigma(export)
+            self.sigma_note = preference_note(self.sigma, note)
 
     def to(self, device: str | torch.device) -> Self:
         """Move the predictor to `device` ("auto", "cpu", "cuda:1", ...); returns self."""
@@ -159,9 +165,16 @@ class ExportScorer:
         return [row for _, row, _ in self._score_prepared(clips)]
 
     def score_files(
-        self, paths: Iterable[str | os.PathLike], num_workers: int = 0, ordered: bool = True
+        self,
+        paths: str | os.PathLike | Iterable[str | os.PathLike],
+        num_workers: int = 0,
+        ordered: bool = True,
     ) -> Iterator[ScoreResult]:
         """Score audio files, yielding one result per file in input order (`index`: its position).
+
+        `paths` is a path or an iterable of paths; a folder (its audio files, recursively) or a
+        glob pattern stands for its files in sorted order, as in `sqa-score` (`index` counts
+        files); one holding no audio is a ValueError naming it, raised at the call.
 
         Files are decoded by `num_workers` DataLoader workers (0: in this process) in batches of
         similar length, sorted by the length in their headers; a batch's results (never its
@@ -169,8 +182,8 @@ class ExportScorer:
         each batch's results as soon as it finishes instead (`index` says whose each is), e.g. to
         drive a progress bar. Unreadable files yield a result with `error` set.
         """
-        results = self._file_results([str(p) for p in paths], num_workers)
-        yield from in_input_order(results) if ordered else results
+        results = self._file_results(audio_paths(paths), num_workers)
+        return in_input_order(results) if ordered else results
 
     def _file_results(self, paths: list[str], num_workers: int) -> Iterator[ScoreResult]:
         """A result per file of `paths`, as its length-sorted batch finishes (header errors first)."""

@@ -1,10 +1,15 @@
-"""What `sqa-score` scores: audio files, folders, CSV manifests (wav_path column) and .txt lists."""
+"""What `sqa-score` scores: audio files, folders, glob patterns, CSV manifests (wav_path column), .txt lists.
+
+The folders and patterns are read alike by `sqa-score`, `Scorer.score` and `score_files`.
+"""
 
 from __future__ import annotations
 
 import csv
+import glob
 import io
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +17,8 @@ from sqa.core.reading import ReadError, read_bytes
 from sqa.data.audio import AudioError, os_path
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif", ".mp3", ".opus"}
+# The characters that make a name that is no file a glob pattern (as the shell's, with `**`).
+GLOB_CHARACTERS = frozenset("*?[")
 
 
 @dataclass
@@ -111,22 +118,60 @@ def _read_list(path: Path, inputs: Inputs) -> None:
         inputs.add(_resolve_against(path.parent, entry))
 
 
+def listed_audio(item: str | os.PathLike) -> tuple[list[Path], str | None] | None:
+    """The files a folder (its audio files, recursively) or a glob pattern names, sorted, and why none.
+
+    None for anything else: a file, or a name that is neither a folder, a file nor a pattern.
+    A pattern is a name holding `*`, `?` or `[` that is no file itself; it keeps every regular
+    file it matches (the user chose them), `**` matching folders at any depth.
+    """
+    path = Path(item)
+    if path.is_dir():
+        found = [p for p in sorted(path.rglob("*")) if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()]
+        suffixes = ", ".join(sorted(AUDIO_SUFFIXES))
+        return found, None if found else f"{path}: the folder holds no audio files ({suffixes})"
+    text = os.fspath(item)
+    if path.exists() or not GLOB_CHARACTERS & set(text):
+        return None
+    found = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+    return found, None if found else f"{text}: no file matches this pattern"
+
+
+def audio_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
+    """The files to score of a path or iterable of paths, a folder or glob pattern replaced by its files.
+
+    A folder holding no audio, or a pattern matching nothing, is a ValueError naming it.
+    """
+    items = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    files = []
+    for item in items:
+        listed = listed_audio(item)
+        if listed is None:
+            files.append(os.fspath(item))
+            continue
+        found, problem = listed
+        if problem is not None:
+            raise ValueError(problem)
+        files.extend(str(p) for p in found)
+    return files
+
+
 def expand_inputs(items: Sequence[str]) -> Inputs:
-    """Audio paths named by files, folders, CSV manifests (wav_path column) and .txt lists."""
+    """Audio paths named by files, folders, glob patterns, CSV manifests (wav_path column) and .txt lists."""
     inputs = Inputs()
     for item in items:
         path = Path(item)
-        if not path.exists():
+        listed = None if special_file(path) else listed_audio(item)
+        if listed is not None:
+            found, problem = listed
+            if problem is not None:
+                inputs.problems.append(problem)
+            for p in found:
+                inputs.add(p)
+        elif not path.exists():
             inputs.problems.append(f"{path}: does not exist")
         elif special_file(path):
             inputs.problems.append(special_file(path))
-        elif path.is_dir():
-            found = [p for p in sorted(path.rglob("*")) if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()]
-            if not found:
-                suffixes = ", ".join(sorted(AUDIO_SUFFIXES))
-                inputs.problems.append(f"{path}: the folder holds no audio files ({suffixes})")
-            for p in found:
-                inputs.add(p)
         elif path.suffix.lower() == ".csv":
             _read_manifest(path, inputs)
         elif path.suffix.lower() == ".txt":

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqa.core.spread import INTERVAL_LEVELS, interval
 from sqa.data.audio import AudioError
-from sqa.scoring.arrays import array_waveforms, clip_inputs, one_waveform
+from sqa.scoring.arrays import ClipInputs, array_waveforms, clip_inputs, one_waveform, shaped
 from sqa.scoring.clips import ClipWarning, warn_at_caller
 from sqa.scoring.device import resolve_device
 from sqa.scoring.domains import MEAN_DOMAIN, default_domain_note, resolve_domain
@@ -56,42 +56,42 @@ class Scorer(ExportScorer):
     scores with spreads and intervals, a clip's timeline, and preferences between two clips.
     """
 
-    def score(
-        self, audio: Any, sample_rate: int | None = None
-    ) -> float | dict[str, float] | None | list[float | dict[str, float] | None]:
-        """Score a clip, or a list (or tuple) of clips in input order: paths, arrays, or both mixed.
+    def score(self, audio: Any, sample_rate: int | None = None) -> Any:
+        """Score a clip, a list (or tuple) of clips, a (clips, samples) batch, or a folder's files.
 
-        A path (str or os.PathLike) is read as `sqa-score` reads it, at its header's rate. An
-        array is a float numpy array or torch tensor at `sample_rate` Hz (any rate; resampled as
-        files are): 1-D (samples,), or 2-D with exactly one dimension of at most 8 (the channels,
-        averaged) and the other longer, so (channels, samples) and (samples, channels), what
-        `soundfile.read` returns, are both understood; a 2-D shape with both or neither
-        dimension at most 8 (e.g. (4, 4), or (16, 16000), which may be a batch) is refused.
-        `sample_rate` applies to arrays only: needed where the input holds an array, refused
-        where it holds paths only (their rates are their headers'). Returns one float per clip,
-        or a dict {dimension: score} per clip when the model has several score dimensions, or
-        None for a clip without vocal activity under `vocal_only`; a list for a list of clips.
-        An unreadable file raises `sqa.data.audio.AudioError` (a ValueError) naming it.
+        A path (str or os.PathLike) is read as `sqa-score` reads it, at its header's rate; a
+        folder (its audio files, recursively) or a glob pattern ("takes/*.wav") as `sqa-score`
+        reads it, giving {path: score} in sorted path order. An array is a float numpy array or
+        torch tensor at `sample_rate` Hz (any rate; resampled as files are): 1-D (samples,) is
+        one clip; 2-D with fewer rows than columns and over 8 columns is a batch (clips,
+        samples), as SHEET's and SingMOS's predictors take it, giving a list of one score per
+        row (every row as long as the longest: trim padding, or pass a list of 1-D clips); 2-D
+        (samples, channels) with at most 8 channels, what `soundfile.read` returns, is one clip
+        (channels averaged); other shapes are refused. `sample_rate` applies to arrays only:
+        needed where the input holds an array, refused where it holds paths only (their rates
+        are their headers'). Returns one float per clip, or a dict {dimension: score} per clip
+        when the model has several score dimensions, or None for a clip without vocal activity
+        under `vocal_only`; a list for a list or batch, a dict for a folder or pattern. An
+        unreadable file raises `sqa.data.audio.AudioError` (a ValueError) naming it.
         `score_with_spread` adds the spread of a listener's rating, where the export has one.
         """
-        single, rows = self._scored(audio, sample_rate)
+        inputs, rows = self._scored(audio, sample_rate)
         out = [
             row[0] if len(row) == 1 or row[0] is None else dict(zip(self.dimensions, row, strict=True))
             for row, _ in rows
         ]
-        return out[0] if single else out
+        return shaped(inputs, out)
 
-    def score_with_spread(
-        self, audio: Any, sample_rate: int | None = None
-    ) -> SpreadScore | list[SpreadScore]:
+    def score_with_spread(self, audio: Any, sample_rate: int | None = None) -> Any:
         """Each clip's `SpreadScore`: overall score, spread of a listener's rating, its 90 % interval.
 
         Takes what `score` takes, and returns one `SpreadScore` (score, spread, (lo90, hi90)) per
-        clip, a list for a list: the columns `score`, `spread`, `lo90`, `hi90` of `sqa-score`,
-        intervals as in predictions.csv (`sqa.core.spread.interval`). An export without a spread
-        gives None spread and interval, so callers can pass any export.
+        clip, a list for a list or batch, {path: SpreadScore} for a folder: the columns `score`,
+        `spread`, `lo90`, `hi90` of `sqa-score`, intervals as in predictions.csv
+        (`sqa.core.spread.interval`). An export without a spread gives None spread and interval,
+        so callers can pass any export.
         """
-        single, rows = self._scored(audio, sample_rate)
+        inputs, rows = self._scored(audio, sample_rate)
         out = []
         for row, spread in rows:
             if spread is None or self.distribution is None:
@@ -99,12 +99,12 @@ class Scorer(ExportScorer):
                 continue
             low, high = interval(row[0], spread, INTERVAL_LEVELS["90"], self.distribution)
             out.append(SpreadScore(row[0], spread, (float(low), float(high))))
-        return out[0] if single else out
+        return shaped(inputs, out)
 
     def _scored(
         self, audio: Any, sample_rate: int | None
-    ) -> tuple[bool, list[tuple[list[float | None], float | None]]]:
-        """Whether `audio` is one clip, and per clip in input order its scores (K,) and spread (or None)."""
+    ) -> tuple[ClipInputs, list[tuple[list[float | None], float | None]]]:
+        """The clips `audio` holds, and per clip in input order its scores (K,) and spread (or None)."""
         inputs = clip_inputs(audio, sample_rate)
         names, files = inputs.names, inputs.files
         wavs = array_waveforms(
@@ -128,7 +128,7 @@ class Scorer(ExportScorer):
             if result.warning is not None:
                 warn_at_caller(f"{result.path}: {result.warning}", ClipWarning)
             rows[positions[result.index]] = ([result.score, *result.dimension_scores.values()], result.spread)
-        return inputs.single, [rows[i] for i in range(len(inputs.clips))]
+        return inputs, [rows[i] for i in range(len(inputs.clips))]
 
     def timeline(
         self,

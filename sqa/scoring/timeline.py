@@ -3,8 +3,9 @@
 The SSL-MOS head scores every backbone frame (20 ms) before pooling; `Timeline` keeps those
 frame scores (on the export's scale) and averages them in windows of `window` frames every `hop`
 frames (defaults: 50 and 25 frames, 1 s and 0.5 s at the 20 ms frame rate). A window is *vocal*
-when at least half of its 20 ms frames are vocal (`sqa.data.vocal`). `sqa-score --timeline DIR`
-writes one CSV (`start_s, end_s, score, vocal`) and one PNG per clip (`write_timeline`).
+when at least half of its 20 ms frames are vocal (`sqa.data.vocal`); a window of digital silence
+only has no score (silence scored as singing would be a made-up number). `sqa-score --timeline
+DIR` writes one CSV (`start_s, end_s, score, vocal, silent`) and one PNG per clip (`write_timeline`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,11 @@ SUFFIXES = (".csv", ".png")
 
 @dataclass(frozen=True)
 class Timeline:
-    """Frame scores (T,) every `frame_seconds`; windows' [start_s, end_s), scores and vocal flags (W,)."""
+    """Frame scores (T,) every `frame_seconds`; windows' [start_s, end_s), scores and vocal flags (W,).
+
+    `silent` (W,) marks windows of digital silence (every sample below -80 dBFS): their score is
+    NaN, since a score of silence says nothing of singing (None: no window is).
+    """
 
     frame_seconds: float
     frame_scores: np.ndarray
@@ -44,17 +49,36 @@ class Timeline:
     end_s: np.ndarray
     score: np.ndarray
     vocal: np.ndarray
+    silent: np.ndarray | None = None
 
-    def rows(self) -> list[dict[str, float | bool]]:
-        """One dict per window: start_s, end_s, score, vocal."""
+    def silence(self) -> np.ndarray:
+        """The silent flags (W,): `silent`, or all False."""
+        return np.zeros(self.score.shape, dtype=bool) if self.silent is None else self.silent
+
+    def rows(self) -> list[dict[str, float | bool | None]]:
+        """One dict per window: start_s, end_s, score (None for silence), vocal, silent."""
         return [
-            {"start_s": float(s), "end_s": float(e), "score": float(v), "vocal": bool(m)}
-            for s, e, v, m in zip(self.start_s, self.end_s, self.score, self.vocal, strict=True)
+            {
+                "start_s": float(s),
+                "end_s": float(e),
+                "score": None if quiet else float(v),
+                "vocal": bool(m),
+                "silent": bool(quiet),
+            }
+            for s, e, v, m, quiet in zip(
+                self.start_s, self.end_s, self.score, self.vocal, self.silence(), strict=True
+            )
         ]
 
     def lowest(self) -> tuple[float, float]:
-        """[start_s, end_s) of the window with the lowest score (the first of equals)."""
-        index = int(np.argmin(self.score))
+        """[start_s, end_s) of the lowest-scored window that is not silence (the first of equals).
+
+        A clip that is silence throughout has none: a ValueError.
+        """
+        scores = np.where(self.silence(), np.inf, self.score)
+        if np.isinf(scores).all():
+            raise ValueError("every window is digital silence: no window has a score")
+        index = int(np.argmin(scores))
         return float(self.start_s[index]), float(self.end_s[index])
 
 
@@ -68,13 +92,19 @@ def window_frames(seconds: float | None, frame_seconds: float, default: int, nam
 
 
 def build_timeline(
-    frame_scores: np.ndarray, vocal: np.ndarray, frame_seconds: float, window: int, hop: int
+    frame_scores: np.ndarray,
+    vocal: np.ndarray,
+    frame_seconds: float,
+    window: int,
+    hop: int,
+    silent: np.ndarray | None = None,
 ) -> Timeline:
     """Windows of `window` frames every `hop` of frame_scores (T,), vocal flags from vocal (T',) frames.
 
     Windows start at frame 0, hop, 2·hop, ... while they start inside the clip; the last one
     that reaches the clip's end stops there (so a clip shorter than a window has one window).
     `vocal` is indexed by 20 ms frame like `frame_scores`; a frame beyond it counts as not vocal.
+    `silent` (T,) marks frames of digital silence; a window of silent frames only gets a NaN score.
     """
     total = frame_scores.shape[0]
     starts = list(range(0, max(total - window, 0) + 1, hop))
@@ -86,6 +116,10 @@ def build_timeline(
     flags[: min(total, vocal.shape[0])] = vocal[:total]
     scores = np.array([frame_scores[s:e].mean() for s, e in zip(starts, ends, strict=True)])
     shares = np.array([flags[s:e].mean() for s, e in zip(starts, ends, strict=True)])
+    quiet = None
+    if silent is not None:
+        quiet = np.array([bool(silent[s:e].all()) for s, e in zip(starts, ends, strict=True)])
+        scores = np.where(quiet, np.nan, scores)
     return Timeline(
         frame_seconds,
         frame_scores,
@@ -93,7 +127,22 @@ def build_timeline(
         np.array(ends) * frame_seconds,
         scores,
         shares >= VOCAL_SHARE,
+        quiet,
     )
+
+
+def silent_frames(wav: np.ndarray, hop: int, frames: int) -> np.ndarray:
+    """Whether each of `frames` frames of `hop` samples of wav (N,) is digital silence (peak < -80 dBFS).
+
+    A frame past the end of the waveform is silent.
+    """
+    # Imported here: sqa.scoring.clips imports torch, which `sqa-score --help` must not.
+    from sqa.scoring.clips import SILENCE_PEAK
+
+    padded = np.zeros(frames * hop, dtype=np.float32)
+    count = min(wav.shape[0], padded.shape[0])
+    padded[:count] = np.abs(wav[:count])
+    return padded.reshape(frames, hop).max(axis=1) < SILENCE_PEAK
 
 
 def clip_timeline(
@@ -108,24 +157,27 @@ def clip_timeline(
 
     Windows of `window_seconds` (default 50 frames: 1 s) every `hop_seconds` (25 frames: 0.5 s),
     rounded to whole frames. Each backbone frame takes the vocal flag of the 20 ms activity frame
-    it starts in (`sqa.data.vocal.vocal_activity` of the whole waveform).
+    it starts in (`sqa.data.vocal.vocal_activity` of the whole waveform). A window over digital
+    silence only (`silent_frames`) has no score.
     """
     frame_seconds = hop / sample_rate
     window = window_frames(window_seconds, frame_seconds, WINDOW_FRAMES, "window_seconds")
     step = window_frames(hop_seconds, frame_seconds, HOP_FRAMES, "hop_seconds")
     activity = vocal_activity(wav, sample_rate)
     at = np.minimum(np.arange(frame_scores.shape[0]) * hop // activity.hop, activity.vocal.shape[0] - 1)
-    return build_timeline(frame_scores, activity.vocal[at], frame_seconds, window, step)
+    silent = silent_frames(wav, hop, frame_scores.shape[0])
+    return build_timeline(frame_scores, activity.vocal[at], frame_seconds, window, step, silent)
 
 
 def csv_text(timeline: Timeline) -> str:
-    """The timeline's windows as CSV: start_s, end_s, score, vocal (true/false)."""
+    """The timeline's windows as CSV: start_s, end_s, score (empty: silence), vocal, silent (true/false)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["start_s", "end_s", "score", "vocal"])
+    writer.writerow(["start_s", "end_s", "score", "vocal", "silent"])
     for row in timeline.rows():
-        vocal = "true" if row["vocal"] else "false"
-        writer.writerow([f"{row['start_s']:.2f}", f"{row['end_s']:.2f}", repr(row["score"]), vocal])
+        score = "" if row["score"] is None else repr(row["score"])
+        flags = ["true" if row[k] else "false" for k in ("vocal", "silent")]
+        writer.writerow([f"{row['start_s']:.2f}", f"{row['end_s']:.2f}", score, *flags])
     return buffer.getvalue()
 
 
@@ -198,17 +250,29 @@ def plot_timeline(
     figure = Figure(figsize=(8.0, 3.0), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    for start, end, vocal in zip(timeline.start_s, timeline.end_s, timeline.vocal, strict=True):
-        if not vocal:
+    quiet = timeline.silence()
+    for start, end, vocal, silent in zip(
+        timeline.start_s, timeline.end_s, timeline.vocal, quiet, strict=True
+    ):
+        if not vocal and not silent:
             axes.axvspan(start, end, color="0.85", linewidth=0, zorder=0)
     centres = (timeline.start_s + timeline.end_s) / 2
+    # Silence is left blank: its NaN scores break the line there.
     axes.plot(centres, timeline.score, marker=".", color="tab:blue", label="window score")
     axes.set_ylim(*score_range)
     axes.set_xlim(0.0, max(float(timeline.end_s[-1]), timeline.frame_seconds))
     axes.set_xlabel("time (s)")
     axes.set_ylabel("score")
     axes.set_title(title, fontsize=9)
-    axes.text(0.99, 0.02, "shaded: not vocal", transform=axes.transAxes, ha="right", fontsize=8, color="0.4")
+    axes.text(
+        0.99,
+        0.02,
+        "shaded: not vocal; blank: silence",
+        transform=axes.transAxes,
+        ha="right",
+        fontsize=8,
+        color="0.4",
+    )
     atomic_write(path, lambda fh: figure.savefig(fh, format="png"), exclusive)
 
 

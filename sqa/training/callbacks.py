@@ -19,6 +19,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
 from sqa.core.run_folder import discard_previous, record_point
 from sqa.reports.plots import History
@@ -75,6 +76,38 @@ class ParameterSummary(ModelSummary):
         """Log the summary table (Lightning before 2.5.2 passes no `total_flops`)."""
         table = summary_table(summary_data, trainable_parameters, total_parameters, model_size, total_flops)
         log.info("Model summary:\n%s", table)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The summary, then what of its trainable count a frozen backbone holds, and for how long."""
+        super().on_fit_start(trainer, pl_module)
+        note = frozen_note(pl_module, trainer.max_steps)
+        if note is not None and trainer.is_global_zero:
+            log.info("%s", note)
+
+
+def frozen_note(module: L.LightningModule, max_steps: int) -> str | None:
+    """The backbone's trainable parameters frozen for `freeze_backbone_steps`, in a line; None if none.
+
+    Lightning counts them trainable (they are, once unfrozen); a frozen backbone beside "2.5 M
+    Trainable params" reads as a contradiction without it.
+    """
+    steps = int(getattr(module, "freeze_backbone_steps", 0) or 0)
+    backbone = getattr(getattr(module, "predictor", None), "backbone", None)
+    if steps <= 0 or backbone is None:
+        return None
+    count = sum(p.numel() for p in backbone.parameters() if p.requires_grad)
+    if count == 0:
+        return None
+    human = get_human_readable_count(count).strip()
+    rest = sum(p.numel() for p in module.parameters() if p.requires_grad) - count
+    if 0 < max_steps <= steps:
+        when = f"frozen for the whole run ({max_steps} steps)"
+    else:
+        when = f"frozen for the first {steps} steps, then trained"
+    return (
+        f"Of the trainable params, the backbone's {human} are {when}; "
+        f"{get_human_readable_count(rest).strip()} (head and branches) train from the first step"
+    )
 
 
 def logged_tiebreak(values: Mapping[str, Any]) -> float:

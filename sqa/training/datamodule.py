@@ -44,6 +44,18 @@ def _log_moved(split: str, clips: Sequence[Clip], split_csv: str | None, carving
     )
 
 
+def skip_hint(corpus: Corpus, bad: set[str], splits: Sequence[str]) -> str:
+    """The fix for clips with problems: data.on_error=skip where that leaves every split some clips."""
+    emptied = [s for s in splits if corpus.split(s) and all(c.sample_id in bad for c in corpus.split(s))]
+    if emptied:
+        return (
+            f"(skipping them, data.on_error=skip, would leave no {' or '.join(emptied)} clips: "
+            "correct the table)"
+        )
+    left = len(corpus.clips) - len(bad)
+    return f"(set data.on_error=skip to drop these {len(bad)} clip(s) and train on the other {left})"
+
+
 class MOSDataModule(L.LightningDataModule):
     """Loaders over a `Corpus`: shuffled training clips, per-domain validation, per-set test.
 
@@ -105,9 +117,9 @@ class MOSDataModule(L.LightningDataModule):
         diagnosis = scale_diagnosis(corpus)
         if diagnosis:
             raise CorpusProblems(self.problems, diagnosis=diagnosis)
-        if self.problems and on_error == "raise":
-            raise CorpusProblems(self.problems, "(set data.on_error=skip to drop these clips)")
         bad = {p.sample_id for p in self.problems if p.sample_id is not None}
+        if self.problems and on_error == "raise":
+            raise CorpusProblems(self.problems, skip_hint(corpus, bad, required_splits))
         corpus = corpus.without(bad)
         if self.problems:
             log.warning("%s\nskipped %d clip(s)", format_report(self.problems, ON_SCREEN), len(bad))

@@ -14,14 +14,24 @@ A `FrameStore` shares caches between modules: the default run's candidates
 frozen pretrained network, and test and validate each again. Modules whose backbones have the same
 fingerprint (class and every parameter and buffer) get one cache, so the network passes each clip
 once for all of them.
+
+Filling the cache is the slow part of such a run (minutes on a CPU, before the first validation),
+so it says so when it starts and how far it is every `PROGRESS_SECONDS`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
 
 import torch
 from torch import nn
+
+log = logging.getLogger(__name__)
+
+# How often filling the cache logs its progress.
+PROGRESS_SECONDS = 10.0
 
 
 def fingerprint(module: nn.Module) -> bytes:
@@ -38,12 +48,40 @@ def fingerprint(module: nn.Module) -> bytes:
 class FrameCache:
     """Backbone frames by clip content, up to `max_bytes` of frames (kept on the CPU)."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, progress_seconds: float = PROGRESS_SECONDS) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
         self.frames_of: dict[bytes, torch.Tensor] = {}
         self.hits = 0
         self.misses = 0
+        self.progress_seconds = progress_seconds
+        # The clips the run will pass through it (its corpus: training, validation, test; None: not known).
+        self.expected: int | None = None
+        self._started: float | None = None
+        self._said = 0.0
+
+    def _progress(self, computing: int) -> None:
+        """Log the start of filling, then the clips computed so far at most every `progress_seconds`."""
+        now = time.monotonic()
+        of = f" of about {self.expected}" if self.expected else ""
+        if self._started is None:
+            self._started = self._said = now
+            log.info(
+                "frame cache: each clip%s passes once through the frozen backbone, its frames then "
+                "reused; this first pass is the slow part (progress every %.0f s)",
+                f" ({self.expected})" if self.expected else "",
+                self.progress_seconds,
+            )
+        elif now - self._said >= self.progress_seconds:
+            self._said = now
+            log.info(
+                "frame cache: %d clip(s)%s through the backbone, %.0f s, %.1f MB kept; computing %d more",
+                self.misses - computing,
+                of,
+                now - self._started,
+                self.bytes / 2**20,
+                computing,
+            )
 
     @staticmethod
     def key(wav: torch.Tensor) -> bytes:
@@ -62,6 +100,7 @@ class FrameCache:
         self.hits += len(found)
         self.misses += len(missing)
         if missing:
+            self._progress(len(missing))
             index = torch.tensor(missing, device=wav.device)
             sub_lengths = lengths[index]
             new, new_lengths = backbone(wav[index, : int(sub_lengths.max())], sub_lengths)

@@ -84,6 +84,7 @@ class MOSModule(L.LightningModule):
         caching = freeze_backbone_steps or (frame_store is not None and optimizer is None)
         self._cache_bytes = frame_cache_mb << 20 if caching else 0
         self.frame_store = frame_store
+        self._expected_clips: int | None = None
         # A shared cache is looked up by the backbone's weights at its first cached pass (after any
         # init_from or checkpoint restore), so it is found then.
         own = self._cache_bytes and frame_store is None
@@ -160,7 +161,17 @@ class MOSModule(L.LightningModule):
             return False
         if self.frame_cache is None:
             self.frame_cache = self.frame_store.cache_for(self.predictor.backbone, self._cache_bytes)
+            self.frame_cache.expected = self.frame_cache.expected or self._expected_clips
         return True
+
+    def on_fit_start(self) -> None:
+        """Tell the frame cache how many clips it will hold (training, validation, test), for its progress."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and hasattr(datamodule, "corpus"):
+            # A shared cache is found at its first pass (`_cached`), and told then.
+            self._expected_clips = len(datamodule.corpus.clips)
+        if self.frame_cache is not None:
+            self.frame_cache.expected = self._expected_clips
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Seed torch's RNG (dropout) from (seed, step): a resumed run replays every step exactly.

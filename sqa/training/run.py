@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import textwrap
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -199,6 +200,10 @@ class Fitted(NamedTuple):
         return self.callbacks["checkpoint"].best_model_path
 
 
+# The corpus table last logged for each run directory (its candidates share the run's).
+CORPUS_LOGGED: dict[Path, str] = {}
+
+
 def prepare(cfg: DictConfig, run_dir: Path, report_dir: Path | None = None) -> Prepared:
     """Seed, build the data and model of `cfg` and write config.yaml, run_info.json and the splits.
 
@@ -235,9 +240,17 @@ def prepare(cfg: DictConfig, run_dir: Path, report_dir: Path | None = None) -> P
     info = run_info(cfg, datamodule) if leader else {}
     if leader:
         counts = datamodule.label_counts()
-        log.info("Corpus:\n%s", format_counts(counts))
+        table = format_counts(counts)
+        # Candidates of one run read the same corpus: its table is logged once, then referred to.
+        if CORPUS_LOGGED.get(report_dir) == table:
+            log.info("Corpus: the same clips and splits as above")
+        else:
+            log.info("Corpus:\n%s", table)
+            CORPUS_LOGGED[report_dir] = table
         if rule.warning:
-            log.warning("selection: %s", rule.warning)
+            # Indented lines of at most 100 characters: the warning names every set and its counts.
+            wrapped = textwrap.fill(rule.warning, 100, subsequent_indent="  ", break_on_hyphens=False)
+            log.warning("selection: %s", wrapped)
         log.info("Selecting checkpoints on %s", rule.describe())
         info["splits"] = {name: vars(c) for name, c in counts.items()}
         info["selection"] = rule.record()

@@ -62,6 +62,18 @@ def run_inputs(cfg: DictConfig) -> list[str]:
 
 
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+# Lightning's info lines that say nothing about the run: hardware it did not use, and adverts.
+LIGHTNING_NOISE = ("GPU available: ", "TPU available: ", "HPU available: ", "💡 Tip")
+# The loggers Lightning's rank-zero messages go through (fabric's or pytorch's, by import order).
+RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
+class LightningNoise(logging.Filter):
+    """Drops Lightning's lines of `LIGHTNING_NOISE` (hardware it did not use, adverts); keeps the rest."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for a noise line, so it is neither shown nor written to train.log."""
+        return not str(record.msg).startswith(LIGHTNING_NOISE)
 
 
 @contextmanager
@@ -102,11 +114,16 @@ def log_to_file(run_dir: str | Path) -> Iterator[None]:
         sqa_logger.setLevel(logging.INFO)
     for logger, h in added:
         logger.addHandler(h)
+    noise = LightningNoise()
+    for name in RANK_ZERO_LOGGERS:
+        logging.getLogger(name).addFilter(noise)
     logging.captureWarnings(True)
     try:
         yield
     finally:
         logging.captureWarnings(False)
+        for name in RANK_ZERO_LOGGERS:
+            logging.getLogger(name).removeFilter(noise)
         for logger, h in added:
             logger.removeHandler(h)
         sqa_logger.setLevel(level)

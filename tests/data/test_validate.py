@@ -139,10 +139,13 @@ def test_a_wrong_scale_is_one_line_naming_the_setting_first_and_skipping_cannot_
 
 
 def test_a_few_ratings_outside_the_scale_are_problems_of_their_clips_only(tmp_path):
-    # Half the clips outside: per-clip problems, the usual hint, no diagnosis.
+    # Half the clips outside: per-clip problems, the skip hint, no diagnosis. The two are the
+    # carved test split, so the hint says skipping would leave no test clips.
     corpus = scaled_corpus(tmp_path, [2.0, 3.0, 40.0, 60.0])
     assert scale_diagnosis(corpus) is None
-    with pytest.raises(CorpusProblems, match=r"\(set data.on_error=skip") as err:
+    with pytest.raises(
+        CorpusProblems, match=r"\(skipping them, data.on_error=skip, would leave no test clips"
+    ) as err:
         MOSDataModule(corpus)
     assert err.value.diagnosis is None
     # Just over half: the diagnosis.

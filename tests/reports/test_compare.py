@@ -68,8 +68,21 @@ def test_clearly_better_run_is_significantly_better(corpus, tmp_path, capsys):
     assert result["avg"]["sys"]["b"] == pytest.approx(expected["avg"]["sys"]["srcc"])
     # Lower RMSE is better: B is still the better run.
     assert compare.main([str(a), str(b), "--metric", "rmse", "--resamples", "100"]) == 0
-    utt_avg = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("avg      utt"))
-    assert "significant (B better)" in utt_avg
+    out = capsys.readouterr().out.splitlines()
+    # The sides by name, and the metric's direction said.
+    assert out[0].startswith("rmse (lower is better): B - A over 100 paired resamples")
+    assert out[1:3] == [f"A = a.csv: {a}", f"B = b.csv: {b}"]
+    assert next(line for line in out if line.startswith("set")).split()[2:4] == ["a.csv", "b.csv"]
+    utt_avg = next(line for line in out if line.startswith("avg      utt"))
+    assert "significant (b.csv better)" in utt_avg
+
+
+def test_the_sides_are_named_by_what_their_paths_do_not_share():
+    assert compare.side_names(["runs/ssl/0", "runs/ssl/1"], ["runs/midi/0", "runs/midi/1"]) == ("ssl", "midi")
+    assert compare.side_names(["runs/ssl/0"], ["runs/midi/0"]) == ("ssl/0", "midi/0")
+    assert compare.side_names(["x/0"], ["x/0"]) == ("A", "B")  # the same run twice: no name tells them apart
+    assert compare.side_names(["x"], ["x/y"]) == ("A", "B")  # one side's folder holds the other's
+    assert compare.direction("srcc") == "higher is better" and compare.direction("mse") == "lower is better"
 
 
 def test_mismatched_clips_are_an_error_naming_the_file_and_sample(corpus, tmp_path, capsys):
@@ -107,7 +120,7 @@ def test_runs_as_a_module(corpus, tmp_path):
         text=True,
         check=True,
     )
-    assert result.stdout.startswith("pair_acc: B - A over 50 paired resamples (seed 0)")
+    assert result.stdout.startswith("pair_acc (higher is better): B - A over 50 paired resamples (seed 0)")
 
 
 def test_a_set_where_the_metric_is_undefined_is_left_out_of_the_average(corpus, tmp_path, capsys):
@@ -645,13 +658,13 @@ def test_the_cli_reports_its_settings_and_writes_the_comparison_it_prints(tmp_pa
     assert compare.main([*args, "--metric", "lcc", "--seed", "3", "--resamples", "60"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[:4] == [
-        "lcc: B - A over 60 paired resamples (seed 3)",
-        f"A = {a}",
-        f"B = {b}",
+        "lcc (higher is better): B - A over 60 paired resamples (seed 3)",
+        f"A = a.csv: {a}",
+        f"B = b.csv: {b}",
         compare.SEED_NOTE,
     ]
     expected = compare.compare(*runs, metric="lcc", resamples=60, seed=3)
-    assert "\n".join(printed[4:]) == compare.format_comparison(expected, "lcc")
+    assert "\n".join(printed[4:]) == compare.format_comparison(expected, "lcc", names=("a.csv", "b.csv"))
     written = json.loads(out.read_text())
     assert {k: v for k, v in written.items() if k != "results"} == {
         "a": [str(a)],
@@ -665,7 +678,9 @@ def test_the_cli_reports_its_settings_and_writes_the_comparison_it_prints(tmp_pa
     assert written["results"] != json.loads(json_text(compare.compare(*runs, metric="lcc", resamples=60)))
     # The defaults: SRCC, 1000 resamples, seed 0.
     assert compare.main(args) == 0
-    assert capsys.readouterr().out.startswith("srcc: B - A over 1000 paired resamples (seed 0)\n")
+    assert capsys.readouterr().out.startswith(
+        "srcc (higher is better): B - A over 1000 paired resamples (seed 0)\n"
+    )
     written = json.loads(out.read_text())
     assert (written["metric"], written["resamples"], written["seed"]) == ("srcc", 1000, 0)
     assert written["results"] == json.loads(json_text(compare.compare(*runs)))
@@ -674,7 +689,7 @@ def test_the_cli_reports_its_settings_and_writes_the_comparison_it_prints(tmp_pa
 def test_one_resample_is_enough_and_none_is_refused(tmp_path, capsys):
     a, b, _ = _two_runs(tmp_path)
     assert compare.main([str(a), str(b), "--resamples", "1"]) == 0
-    assert capsys.readouterr().out.startswith("srcc: B - A over 1 paired resamples")
+    assert capsys.readouterr().out.startswith("srcc (higher is better): B - A over 1 paired resamples")
     with pytest.raises(SystemExit) as exit_:
         compare.main([str(a), str(b), "--resamples", "0"])
     assert exit_.value.code == 2

@@ -114,7 +114,9 @@ def test_one_run_a_side_says_seed_variance_is_not_included_in_one_line(tmp_path,
     out_json = tmp_path / "c.json"
     assert compare.main([*map(str, a), "--", str(b[0]), "--json", str(out_json)]) == 0
     out = capsys.readouterr().out
-    assert out.count(compare.SEED_NOTE) == 1 and out.splitlines()[0].startswith("srcc: B - A of the means")
+    assert out.count(compare.SEED_NOTE) == 1 and out.splitlines()[0].startswith(
+        "srcc (higher is better): B - A of the means"
+    )
     written = json.loads(out_json.read_text())
     r = written["results"]["t"]["utt"]
     assert not written["seed_variance"] and "ties" in r and "df" not in r and r["b_runs"] == [1.0]
@@ -129,7 +131,7 @@ def test_two_runs_a_side_print_welchs_table_and_one_run_a_side_the_bootstraps(tm
     assert compare.main([*a, "--", *b, "--metric", "rmse", "--resamples", "20", "--seed", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[:3] == [
-        "rmse: B - A of the means over runs (A: 2, B: 2); "
+        "rmse (lower is better): B - A of the means over runs (A: 2, B: 2); "
         "Welch's t over seed-to-seed and clip variance, 20 paired resamples (seed 3)",
         f"A = {a[0]}, {a[1]}",
         f"B = {b[0]}, {b[1]}",
@@ -154,7 +156,9 @@ def test_two_runs_a_side_print_welchs_table_and_one_run_a_side_the_bootstraps(tm
     # One run on side A, two on B: no Welch, the ties column, and the one-line note.
     assert compare.main([a[0], "--", *b, "--metric", "rmse", "--resamples", "20"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "rmse: B - A of the means over runs (A: 1, B: 2); 20 paired resamples (seed 0)"
+    assert lines[0] == (
+        "rmse (lower is better): B - A of the means over runs (A: 1, B: 2); 20 paired resamples (seed 0)"
+    )
     assert lines[3] == compare.SEED_NOTE and lines[4].split()[-1] == "ties"
 
 

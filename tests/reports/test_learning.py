@@ -110,9 +110,17 @@ def test_a_null_rmse_is_never_said_to_beat_the_constant():
 def test_the_sentence_states_the_outcome_with_both_numbers():
     no = learning.sentence(record(0.95, 0.88, [0.1, 0.5], {"rmse": 0.7, "constant_rmse": 0.6}, mean=3.12))
     assert no == (
-        "This model predicts no better than the constant training mean 3.12: test utterance RMSE 0.95 "
-        "against 0.88, validation 0.7 against 0.6 for the constant; do not rely on its scores."
+        "This model predicts no better than the constant training mean 3.12 on test and validation (RMSE "
+        "not below the constant's): test utterance RMSE 0.95 against 0.88, validation 0.7 against 0.6 for "
+        "the constant; do not rely on its scores."
     )
+    # Each side that failed is named, and only it: the run, better on test, failed validation.
+    valid_only = learning.sentence(record(0.7019, 0.841, [0.1, 0.5], {"rmse": 0.8677, "constant_rmse": 0.86}))
+    assert valid_only.startswith(
+        "This model predicts no better than the constant training mean 3 on validation (RMSE not below"
+    )
+    test_only = learning.sentence(record(0.9, 0.841, [0.1, 0.5], {"rmse": 0.5, "constant_rmse": 0.86}))
+    assert " on test (RMSE not below" in test_only
     unsure = learning.sentence(record(0.5, 0.88, [-0.2, 0.5]))
     assert "beats the constant training mean 3 in RMSE" in unsure
     assert "interval [-0.2, 0.5] does not exclude 0" in unsure

@@ -108,3 +108,46 @@ def test_predictions_round_trip_and_bad_files_name_the_file(tmp_path):
     path.write_text("sample_id,system_id,mos\n")
     with pytest.raises(ValueError, match=r"predictions\.csv: missing column\(s\) test_set, pred"):
         artefacts.read_predictions(path)
+
+
+def write_clips(run_dir, sample_ids, verdict=None):
+    """A predictions.csv of `sample_ids` (test set `test1`), and run_info.json's learning check if given."""
+    rows = [
+        {"sample_id": s, "system_id": "a", "test_set": "test1", "mos": 3.0, "pred": 3.0} for s in sample_ids
+    ]
+    artefacts.write_predictions(run_dir, rows)
+    if verdict is not None:
+        atomic_write_json(run_dir / "run_info.json", {"learning_check": {"verdict": verdict}})
+
+
+def test_runs_tested_on_other_clips_are_marked_and_named(tmp_path, capsys):
+    for seed in range(3):
+        write_run(tmp_path / "same" / str(seed), 0.1 * seed)
+        write_clips(tmp_path / "same" / str(seed), ["u1", "u2", "u3"])
+        write_run(tmp_path / "carved" / str(seed), 0.1 * seed)
+        # Seed 2 carved another test split: one clip differs.
+        write_clips(tmp_path / "carved" / str(seed), ["u1", "u2", "u3" if seed < 2 else "u4"])
+    assert results.main(["--cell", f"S={tmp_path}/same/*", "--cell", f"C={tmp_path}/carved/*"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines[2:4]] == [["S", "3"], ["C", "3*"]]
+    (note,) = [line for line in lines if line.startswith("* ")]
+    assert note == (
+        f"* C: {tmp_path}/carved/2 tested on other clips than {tmp_path}/carved/0 (each run carved its own "
+        "test split): the ± mixes seeds with test sets; pin one split: "
+        f"data.test_split_csv={tmp_path}/carved/0/test_split.csv"
+    )
+
+
+def test_a_run_whose_learning_check_failed_is_marked(tmp_path, capsys):
+    for seed, verdict in enumerate(["better", "no_better", "uncertain"]):
+        write_run(tmp_path / "r" / str(seed), 0.1 * seed)
+        write_clips(tmp_path / "r" / str(seed), ["u1", "u2"], verdict)
+        write_run(tmp_path / "ok" / str(seed), 0.1 * seed)
+        write_clips(tmp_path / "ok" / str(seed), ["u1", "u2"], "uncertain" if seed else "better")
+    assert results.main(["--cell", f"R={tmp_path}/r/*", "--cell", f"OK={tmp_path}/ok/*"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines[2:4]] == [["R", "3!"], ["OK", "3"]]
+    assert lines[-1] == (
+        f"! R: {tmp_path}/r/1 predicted no better than the constant training mean (run_info.json "
+        "learning_check); its numbers are in the mean"
+    )

@@ -53,24 +53,25 @@ def test_every_input_form_matches_sqa_score_on_the_file(predictor, default_expor
         float(r["score"])
         for r in cli_scores(default_export, [tmp_path / "clip.wav", tmp_path / "mono.wav"], tmp_path)
     )
+    # (samples, channels), as soundfile.read returns it; (channels, samples) would be a batch.
     forms = {
-        "numpy float64": clip,
-        "numpy float32": clip.astype(np.float32),
-        "torch float32": torch.from_numpy(clip).float(),
-        "torch float64": torch.from_numpy(clip),
+        "numpy float64": clip.T,
+        "numpy float32": clip.T.astype(np.float32),
+        "torch float32": torch.from_numpy(clip.T).float(),
+        "torch float64": torch.from_numpy(clip.T),
     }
     for name, audio in forms.items():
         assert predictor.score(audio, 44100) == pytest.approx(from_file, abs=1e-4), name
     assert predictor.score(clip[1], 22050) == pytest.approx(mono_file, abs=1e-4)
     assert predictor.score(torch.from_numpy(clip[1]), 22050) == pytest.approx(mono_file, abs=1e-4)
-    many = predictor.score([clip, clip[1][None]], 44100)
+    many = predictor.score([clip.T, clip[1][None]], 44100)
     assert many[0] == pytest.approx(from_file, abs=1e-4) and isinstance(many[1], float)
     # The resampling matters: the same samples declared at another rate score differently.
-    assert abs(predictor.score(clip, 16000) - from_file) > 1e-3
+    assert abs(predictor.score(clip.T, 16000) - from_file) > 1e-3
 
 
 def test_half_precision_is_accepted(predictor):
-    clip = stereo(1.0, 16000).astype(np.float16)
+    clip = stereo(1.0, 16000).T.astype(np.float16)
     assert predictor.score(torch.from_numpy(clip), 16000) == pytest.approx(
         predictor.score(clip.astype(np.float32), 16000), abs=1e-6
     )
@@ -93,8 +94,8 @@ def test_several_dimensions_give_a_dict_per_clip(tmp_path):
     [
         (np.zeros(1000, dtype=np.int16), 16000, TypeError, "scale integer PCM"),
         (torch.zeros(1000, dtype=torch.int32), 16000, TypeError, "floating-point"),
-        (np.zeros((4, 4)), 16000, ValueError, "shape (4, 4) could be either (or a batch of clips)"),
-        (np.zeros((1, 2, 1000)), 16000, ValueError, "1-D, (channels, samples) or (samples, channels)"),
+        (np.zeros((4, 4)), 16000, ValueError, "shape (4, 4) is neither: rows are clips"),
+        (np.zeros((1, 2, 1000)), 16000, ValueError, "1-D, (1, samples) or (samples, channels)"),
         (np.zeros(1000), 0, ValueError, "sample_rate must be an integer in 1..384000 Hz, got 0"),
         ([np.zeros(1000), np.zeros(0)], 16000, ValueError, "audio[1]: the clip holds no samples"),
     ],

@@ -126,33 +126,48 @@ def test_a_path_too_short_or_silent_warns_naming_it(predictor, tmp_path):
         predictor.score(tmp_path / "silent.wav")
 
 
-def test_samples_by_channels_equals_its_transpose(predictor):
-    clip = np.stack([np.sin(np.arange(20000) / 7), np.random.default_rng(0).uniform(-0.3, 0.3, 20000)])
-    assert clip.shape == (2, 20000)
-    assert predictor.score(clip.T, 16000) == predictor.score(clip, 16000)
-    assert predictor.score(np.asfortranarray(clip.T), 16000) == predictor.score(clip, 16000)
+def test_samples_by_channels_is_one_clip_whatever_its_memory_order(predictor):
+    clip = np.stack([np.sin(np.arange(20000) / 7), np.random.default_rng(0).uniform(-0.3, 0.3, 20000)]).T
+    assert clip.shape == (20000, 2)
+    assert predictor.score(np.asfortranarray(clip), 16000) == predictor.score(clip, 16000)
+    assert predictor.score(clip, 16000) == pytest.approx(predictor.score(clip.mean(axis=1), 16000), abs=1e-6)
 
 
-@pytest.mark.parametrize("shape", [(16000, 8), (8, 16000), (9, 8), (8, 9), (16000, 1), (1, 16000)])
-def test_a_dimension_of_at_most_8_beside_a_longer_one_is_the_channels(predictor, shape):
+@pytest.mark.parametrize("shape", [(16000, 8), (9, 8), (16000, 1)])
+def test_a_last_dimension_of_at_most_8_below_a_longer_one_is_the_channels(predictor, shape):
     clip = np.random.default_rng(0).uniform(-0.3, 0.3, shape)
-    channels_first = clip if shape[0] < shape[1] else clip.T
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ClipWarning)  # 9 samples: shorter than the receptive field
-        assert predictor.score(clip, 16000) == predictor.score(channels_first.T, 16000)
-        mono = predictor.score(channels_first.mean(axis=0), 16000)
-        assert predictor.score(clip, 16000) == pytest.approx(mono, abs=1e-6)
+        score = predictor.score(clip, 16000)
+        assert isinstance(score, float)
+        assert score == pytest.approx(predictor.score(clip.mean(axis=1), 16000), abs=1e-6)
 
 
-@pytest.mark.parametrize("shape", [(8, 8), (1, 1), (9, 9), (16000, 9), (9, 16000), (16, 16000)])
-def test_a_shape_whose_channels_cannot_be_told_is_refused(predictor, shape):
+@pytest.mark.parametrize("shape", [(8, 16000), (8, 9), (1, 16000), (16, 16000)])
+def test_fewer_rows_than_over_8_columns_is_a_batch_of_clips(predictor, shape):
+    batch = np.random.default_rng(0).uniform(-0.3, 0.3, shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClipWarning)
+        scores = predictor.score(batch, 16000)
+        assert scores == predictor.score(list(batch), 16000)
+        assert scores == [predictor.score(row, 16000) for row in batch]
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (1, 1), (9, 9), (16000, 9), (1, 8)])
+def test_a_shape_neither_a_batch_nor_samples_by_channels_is_refused(predictor, shape):
     message = (
-        "audio: a 2-D clip is (channels, samples) or (samples, channels), with at most 8 channels and "
-        f"more samples; shape {shape} could be either (or a batch of clips); pass a 1-D clip (e.g. the "
-        "channel mean), or a list for several clips"
+        "audio: a 2-D clip is (samples, channels), with at most 8 channels and more samples, or "
+        f"(1, samples); shape {shape} is neither: rows are clips (score(batch) scores a (clips, "
+        "samples) batch, one score per row); for one clip's channels pass (samples, channels) or "
+        "their mean"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         predictor.score(np.zeros(shape, dtype=np.float32), 16000)
+
+
+def test_several_rows_as_one_clip_of_a_list_are_refused_naming_it(predictor):
+    with pytest.raises(ValueError, match=r"^audio\[1\]: a 2-D clip is .* shape \(2, 16000\) is neither"):
+        predictor.score([np.zeros(16000), np.zeros((2, 16000))], 16000)
 
 
 def test_a_clip_with_no_samples_or_no_channels_is_refused(predictor):

@@ -97,16 +97,17 @@ def saved_figures(monkeypatch: pytest.MonkeyPatch) -> list:
 def test_rows_the_lowest_window_and_the_csv_of_a_hand_made_timeline():
     timeline = three_windows([3.25, 2.5, 2.5])
     assert timeline.rows() == [
-        {"start_s": 0.0, "end_s": 1.0, "score": 3.25, "vocal": True},
-        {"start_s": 0.5, "end_s": 1.5, "score": 2.5, "vocal": False},
-        {"start_s": 1.0, "end_s": 1.98, "score": 2.5, "vocal": True},
+        {"start_s": 0.0, "end_s": 1.0, "score": 3.25, "vocal": True, "silent": False},
+        {"start_s": 0.5, "end_s": 1.5, "score": 2.5, "vocal": False, "silent": False},
+        {"start_s": 1.0, "end_s": 1.98, "score": 2.5, "vocal": True, "silent": False},
     ]
     assert all(type(value) is bool for value in (row["vocal"] for row in timeline.rows()))
     # The first of the two lowest windows, not the first window.
     assert timeline.lowest() == (0.5, 1.5)
     # Seconds to 2 decimals, scores whole (repr), flags in lower case, one \n per line.
     assert csv_text(timeline) == (
-        "start_s,end_s,score,vocal\n0.00,1.00,3.25,true\n0.50,1.50,2.5,false\n1.00,1.98,2.5,true\n"
+        "start_s,end_s,score,vocal,silent\n0.00,1.00,3.25,true,false\n0.50,1.50,2.5,false,false\n"
+        "1.00,1.98,2.5,true,false\n"
     )
 
 
@@ -127,7 +128,7 @@ def test_the_plot_draws_window_scores_at_their_centres_and_shades_only_non_vocal
     assert span.get_facecolor() == (0.85, 0.85, 0.85, 1.0) and span.get_linewidth() == 0
     assert axes.get_xlim() == (0.0, 1.98) and axes.get_ylim() == (1.0, 5.0)
     assert (axes.get_title(), axes.get_xlabel(), axes.get_ylabel()) == ("one.wav", "time (s)", "score")
-    assert [text.get_text() for text in axes.texts] == ["shaded: not vocal"]
+    assert [text.get_text() for text in axes.texts] == ["shaded: not vocal; blank: silence"]
     # An 800 x 300 PNG: its width and height are the IHDR chunk's first two big-endian words.
     header = (tmp_path / "one.png").read_bytes()[16:24]
     assert (int.from_bytes(header[:4], "big"), int.from_bytes(header[4:], "big")) == (800, 300)
@@ -159,7 +160,7 @@ def test_windows_start_every_hop_and_one_more_only_where_the_hop_misses_the_end(
 
 
 def test_window_and_hop_round_to_whole_frames_of_at_least_one():
-    frames, wav = np.arange(10, dtype=float), np.zeros(3200, dtype=np.float32)
+    frames, wav = np.arange(10, dtype=float), np.full(3200, 0.1, dtype=np.float32)
     # 20 ms frames: 0.01 s rounds to no frame, so one; 0.05 s to 2 (round half to even), 0.07 s to 4.
     one = clip_timeline(frames, wav, 16000, 320, window_seconds=0.01, hop_seconds=0.01)
     assert one.score.tolist() == frames.tolist()
@@ -201,7 +202,7 @@ def test_timeline_option_writes_a_csv_and_a_png_per_clip_and_never_a_users_file(
     assert score.main([*args, *clips]) == 0
     lines = (folder / "one.csv").read_text().splitlines()
     # 2 s: 99 frames, windows starting at 0, 0.5 and 1 s (the last ending with the clip at 1.98 s).
-    assert lines[0] == "start_s,end_s,score,vocal" and len(lines) == 1 + 3
+    assert lines[0] == "start_s,end_s,score,vocal,silent" and len(lines) == 1 + 3
     assert lines[-1].startswith("1.00,1.98,")
     assert (folder / "two.png").read_bytes()[:4] == b"\x89PNG"
     # Written again only with --overwrite, and a file sqa did not write is never replaced.
@@ -262,3 +263,30 @@ def test_a_plot_without_matplotlib_names_the_feature_and_the_extra(tmp_path, mon
         "pip install 'sqa[all]' (or `bash scripts/setup.sh`, which installs every extra)"
     )
     assert not (tmp_path / "one.png").exists()
+
+
+def test_windows_of_digital_silence_get_no_score_and_are_left_blank(default_export, tmp_path, monkeypatch):
+    """A silent intro (3 s of zeros) before 2 s of singing: its windows have no score, not a made-up one."""
+    model = sqa.load(default_export)
+    wav = np.concatenate([np.zeros(48000, dtype=np.float32), sung_phrase(2.0).astype(np.float32)])
+    timeline = model.timeline(wav, 16000)
+    silent = timeline.silence()
+    # Windows of 1 s every 0.5 s: those within the first 3 s are silence, from 2.5 s on they hold singing.
+    assert silent.tolist() == [start + 1.0 <= 3.0 for start in timeline.start_s]
+    assert np.isnan(timeline.score[silent]).all() and np.isfinite(timeline.score[~silent]).all()
+    assert timeline.lowest()[0] >= 2.5  # the lowest window is one with a score
+    rows = csv_text(timeline).splitlines()
+    assert rows[1].split(",")[2:] == ["", "false", "true"]
+    # A window with one sample above -80 dBFS is no silence: its frames are scored as they are.
+    wav[16000] = 2e-4
+    assert not model.timeline(wav, 16000).silence()[1]
+    # Silence throughout: no window to name as the lowest.
+    with pytest.raises(ValueError, match="every window is digital silence"):
+        model.timeline(np.zeros(32000, dtype=np.float32), 16000).lowest()
+    # The plot: silent windows are neither shaded nor drawn.
+    figures = saved_figures(monkeypatch)
+    plot_timeline(timeline, "intro", tmp_path / "t.png", (1.0, 5.0))
+    (axes,) = figures[0].axes
+    assert len(axes.patches) == int((~timeline.vocal & ~silent).sum())
+    drawn = axes.lines[0].get_ydata()
+    assert np.isnan(drawn[silent]).all()

@@ -7,7 +7,7 @@ import logging
 import lightning as L
 import torch
 
-from sqa.training.callbacks import ParameterSummary, summary_table
+from sqa.training.callbacks import ParameterSummary, frozen_note, summary_table
 
 COLUMNS = [
     (" ", ["0", "1"]),
@@ -49,3 +49,29 @@ def test_fitting_logs_the_parameter_summary_without_a_flops_total(caplog):
     text = record.getMessage()
     assert text.startswith("Model summary:") and "5         Total params" in text
     assert "FLOPs" not in text and "Flops" not in text
+
+
+class Frozen(L.LightningModule):
+    """A module whose 10-weight backbone is frozen for `steps` steps beside a 3-weight head."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.predictor = torch.nn.Module()
+        self.predictor.backbone = torch.nn.Linear(3, 2, bias=False)
+        self.predictor.backbone.extra = torch.nn.Linear(2, 2)  # with the first: 3 x 2 + 2 x 2 + 2 = 12
+        self.head = torch.nn.Linear(2, 1)
+        self.freeze_backbone_steps = steps
+
+
+def test_a_frozen_backbone_is_said_beside_the_trainable_count():
+    assert frozen_note(Frozen(400), 400) == (
+        "Of the trainable params, the backbone's 12 are frozen for the whole run (400 steps); "
+        "3 (head and branches) train from the first step"
+    )
+    assert frozen_note(Frozen(400), 1000).startswith(
+        "Of the trainable params, the backbone's 12 are frozen for the first 400 steps, then trained"
+    )
+    assert frozen_note(Frozen(400), -1).endswith(
+        "frozen for the first 400 steps, then trained; 3 (head and branches) train from the first step"
+    )
+    assert frozen_note(Frozen(0), 400) is None

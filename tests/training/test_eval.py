@@ -76,6 +76,9 @@ def test_eval_of_a_runs_export_reproduces_its_test_results(tiny_run, tmp_path):
         "reference_systems": [],
         "anchor_systems": [],
         "columns": None,
+        # How the table is read (separator, a column per rater) is recorded with it.
+        "delimiter": None,
+        "rater_columns": None,
     }
     assert config["test"] == {"seed": 0, "bootstrap": 20}
     # The corpus recorded in the export, and the same corpus named on the command line.

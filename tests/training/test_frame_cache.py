@@ -198,3 +198,28 @@ def test_an_evaluation_only_module_reads_the_store_it_is_given(tmp_path, shared,
     )
     trainer(tmp_path).test(tester, dataloaders=[loader(items(3))], verbose=False)
     assert sum(counted) == expected
+
+
+def test_filling_the_cache_says_it_starts_and_how_far_it_is(caplog, monkeypatch):
+    import logging
+
+    from sqa.training import frame_cache
+
+    clock = iter([0.0, 4.0, 10.5, 12.0, 25.0])
+    monkeypatch.setattr(frame_cache.time, "monotonic", lambda: next(clock))
+    backbone = LogMelBackbone(channels=16).eval()
+    cache = FrameCache(1 << 20, progress_seconds=10.0)
+    cache.expected = 40
+    caplog.set_level(logging.INFO, logger="sqa")
+    wav = torch.randn(5, 4000)
+    for i in range(5):
+        cache.frames(backbone, wav[i : i + 1], torch.tensor([4000]))
+    cache.frames(backbone, wav[:1], torch.tensor([4000]))  # a hit: no pass, nothing to say
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0].startswith("frame cache: each clip (40) passes once through the frozen backbone")
+    # 0 s starts; 4 s is within 10 s of it; 10.5 s reports; 12 s is within 10 s of that; 25 s reports.
+    assert [m.split(",")[0] for m in said[1:]] == [
+        "frame cache: 2 clip(s) of about 40 through the backbone",
+        "frame cache: 4 clip(s) of about 40 through the backbone",
+    ]
+    assert said[1].endswith(", 10 s, 0.0 MB kept; computing 1 more")

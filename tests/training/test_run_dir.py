@@ -646,3 +646,19 @@ def test_train_py_stopped_by_a_config_error_leaves_no_outputs_folder(tmp_path, s
     )
     assert result.returncode == 1 and "batch_size" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_lightnings_hardware_lines_and_adverts_are_left_out_of_the_log(tmp_path):
+    import lightning as L
+
+    from sqa.training.run_dir import log_to_file
+
+    with log_to_file(tmp_path):
+        L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False)
+        logging.getLogger("lightning.pytorch.utilities.rank_zero").info("💡 Tip: try installing litlogger")
+        logging.getLogger("lightning.pytorch.utilities.rank_zero").info("`Trainer.fit` stopped: max_steps=2")
+    text = (tmp_path / "train.log").read_text(encoding="utf-8")
+    assert "`Trainer.fit` stopped: max_steps=2" in text
+    assert "GPU available" not in text and "TPU available" not in text and "litlogger" not in text
+    # The filter goes with the block: outside a run, Lightning's lines are Lightning's business.
+    assert not logging.getLogger("lightning.pytorch.utilities.rank_zero").filters

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import math
@@ -241,10 +242,15 @@ def test_two_validation_systems_fall_back_to_an_error_measure(tiny_run):
     # warnings, Lightning's and Python's too.
     _, run_dir = tiny_run
     log = (run_dir / "train.log").read_text().splitlines()
-    warnings = [line for line in log if "cannot rank" in line]
-    assert len(warnings) == 1 and "[WARNING]" in warnings[0]
-    assert "'valid/default': 8 clips, 2 systems, 2 distinct labels" in warnings[0]
-    assert "selecting on utterance-level rmse" in warnings[0]
+    starts = [i for i, line in enumerate(log) if "cannot rank" in line]
+    assert len(starts) == 1 and "[WARNING]" in log[starts[0]]
+    # The warning's lines: its first, then its indented continuations, none over 100 characters.
+    block = [log[starts[0]].split(" - selection: ", 1)[1]]
+    block += list(itertools.takewhile(lambda line: line.startswith("  "), log[starts[0] + 1 :]))
+    assert len(block) > 1 and max(len(line) for line in block) <= 100
+    warning = " ".join(line.strip() for line in block)
+    assert "'valid/default': 8 clips, 2 systems, 2 distinct labels" in warning
+    assert "selecting on utterance-level rmse" in warning
     selection = read_run_info(run_dir)["selection"]
     assert (selection["metric"], selection["level"], selection["mode"]) == ("rmse", "utt", "min")
     assert selection["fallback_used"] and not selection["uninformative"]
@@ -469,3 +475,18 @@ def test_training_that_ends_before_any_validation_is_one_line_not_lightnings_tra
     assert "before any validation (trainer.val_check_interval=10000) selected a checkpoint" in str(err.value)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "none" / "export").exists()
+
+
+def test_candidates_of_one_run_log_its_corpus_table_once(manifest, tmp_path, caplog):
+    from sqa.training.run import prepare
+
+    cfg = compose_train(tiny_run_overrides(manifest))
+    caplog.set_level(logging.INFO, logger="sqa")
+    for name in ("first", "second"):
+        prepare(cfg, tmp_path / "run" / "candidates" / name, tmp_path / "run")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Corpus:")]
+    assert len(said) == 2 and said[0].startswith("Corpus:\n")
+    assert said[1] == "Corpus: the same clips and splits as above"
+    # Another run directory logs its own.
+    prepare(cfg, tmp_path / "other", None)
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("Corpus:")][-1] == said[0]

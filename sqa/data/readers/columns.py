@@ -2,13 +2,17 @@
 
 A manifest's columns are taken by sqa's names, a mapping (`data.corpus.columns`) or recognised
 spellings (`COLUMN_SPELLINGS`); whatever cannot be settled is a `CorpusError` naming the setting
-that settles it (`columns_override`).
+that settles it (`columns_override`). Its separator (comma, semicolon or tab, as spreadsheets
+export them) is read from its header line unless `data.corpus.delimiter` names it; a wide table
+(a column per rater) is read by `data.corpus.rater_columns`.
 """
 
 from __future__ import annotations
 
 import csv
+import fnmatch
 import io
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,9 +39,11 @@ COLUMN_SPELLINGS = {
         "audio",
         "audio_file",
         "audio_path",
+        "take",
     ),
     "score": ("mos", "rating", "mean_score"),
-    "system_id": ("system", "sys", "sys_id", "system_name", "model", "model_id", "model_name"),
+    # A singer is the "system" of a teacher's or a choir's recordings.
+    "system_id": ("system", "sys", "sys_id", "system_name", "model", "model_id", "model_name", "singer"),
     "sample_id": ("sample", "utt_id", "utterance_id", "clip_id"),
     "listener_id": ("listener", "rater", "rater_id", "judge", "judge_id"),
     "song_id": ("song", "song_name", "item", "item_id"),
@@ -47,11 +53,35 @@ COLUMN_SPELLINGS = {
 RATING_STATISTICS = ("std", "sd", "stdev", "var", "variance", "count", "n", "num_ratings", "ci", "sem")
 
 
-def csv_rows(text: str, path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """The columns and rows of the CSV `text` of `path`; a CorpusError names the line of a bad field."""
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+# The separators a spreadsheet exports (a comma; a semicolon where the comma is the decimal mark; a tab).
+DELIMITERS = (",", ";", "\t")
+# Column names that say a wide table's rater columns, by their start (`rater_anna`, `Listener 2`).
+RATER_PREFIXES = ("rater", "listener", "judge", "rating", "annotator")
+
+
+def detect_delimiter(text: str) -> str:
+    """The separator of CSV `text`: the one of `DELIMITERS` most often outside quotes in its header line.
+
+    A tie (a one-column header) is the comma.
+    """
+    header = next((line for line in text.splitlines() if line.strip()), "")
+    # Separators outside quotes: a quoted column name may hold any of them.
+    unquoted = "".join(part for i, part in enumerate(header.split('"')) if i % 2 == 0)
+    return max(DELIMITERS, key=unquoted.count)
+
+
+def csv_rows(
+    text: str, path: Path, delimiter: str = ","
+) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """The columns and rows of the CSV `text` of `path`, each row with its (last) line in the file.
+
+    A CorpusError names the line of a bad field.
+    """
+    if delimiter not in DELIMITERS:
+        raise ValueError(f"delimiter must be one of {list(DELIMITERS)} or null (detected), got {delimiter!r}")
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
-        return list(reader.fieldnames or []), list(reader)
+        return list(reader.fieldnames or []), [(reader.line_num, row) for row in reader]
     except csv.Error as err:
         # csv's error names neither the file nor the line. Its field limit stays as it is: no
         # manifest cell is that long, but an unclosed quote makes the rest of the file one cell.
@@ -84,7 +114,7 @@ def columns_override(names: Mapping[str, str]) -> str:
 
 
 def csv_columns(
-    found: Sequence[str], given: Mapping[str, str] | None, path: Path
+    found: Sequence[str], given: Mapping[str, str] | None, path: Path, wide: Sequence[str] = ()
 ) -> tuple[dict[str, str], list[str]]:
     """The table's column (of `found`) for each of sqa's, `score_<name>` too; and what was recognised.
 
@@ -153,13 +183,48 @@ def csv_columns(
     names.update({c: c for c in dimensions if c not in statistics})
     unread = "left unread (a statistic of the ratings, not a score dimension)"
     recognised += [f"{c!r} {unread}" for c in statistics]
-    missing = [c for c in REQUIRED_CSV_COLUMNS if c not in names and c != "sample_id"]
+    missing = [c for c in REQUIRED_CSV_COLUMNS if c not in names and c != "sample_id" and c not in wide]
     if missing:
+        fix = columns_override({m: "<column>" for m in missing})
+        raters = rater_pattern(found) if "score" in missing else None
+        if raters is not None:
+            # A wide table: the setting that reads it first, then the mapping (for a table that is not).
+            fix = f"for a column per rater, {rater_columns_override(raters)}; else {fix}"
         raise CorpusError(
-            f"{path}: missing column(s) {missing}; found {list(found)}; add them, or name the table's own: "
-            f"{columns_override({m: '<column>' for m in missing})}"
+            f"{path}: missing column(s) {missing}; found {list(found)}; add them, or name the "
+            f"table's own: {fix}"
         )
     return names, recognised
+
+
+def rater_pattern(found: Sequence[str]) -> str | None:
+    """The name pattern (`rater_*`) of at least two columns that start alike with a rater word, or None."""
+    for prefix in RATER_PREFIXES:
+        starts = [c for c in found if _spelling(c).startswith(prefix) and len(_spelling(c)) > len(prefix)]
+        common = os.path.commonprefix(starts)
+        if len(starts) >= 2 and len(common) >= len(prefix):
+            return f"{common}*"
+    return None
+
+
+def rater_columns_override(pattern: str) -> str:
+    """The setting `data.corpus.rater_columns='<pattern>'` as typed in a shell."""
+    return f"\"data.corpus.rater_columns='{pattern}'\""
+
+
+def matched_rater_columns(found: Sequence[str], patterns: str | Sequence[str], path: Path) -> list[str]:
+    """The table's columns (of `found`, in its order) that `patterns` (names or shell patterns) name.
+
+    A pattern that names no column, or patterns naming fewer than one column, are CorpusErrors.
+    """
+    wanted = [patterns] if isinstance(patterns, str) else [str(p) for p in patterns]
+    for pattern in wanted:
+        if not fnmatch.filter(found, pattern):
+            raise CorpusError(
+                f"{path}: data.corpus.rater_columns names {pattern!r}, which matches no column of the "
+                f"table; its columns: {list(found)}"
+            )
+    return [c for c in found if any(fnmatch.fnmatchcase(c, p) for p in wanted)]
 
 
 def derive_sample_ids(rows: list[dict[str, str]], path: Path) -> None:

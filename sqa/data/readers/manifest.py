@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -20,7 +21,13 @@ from sqa.data.corpus import (
     CorpusError,
     canonical_split,
 )
-from sqa.data.readers.columns import csv_columns, csv_rows, derive_sample_ids
+from sqa.data.readers.columns import (
+    csv_columns,
+    csv_rows,
+    derive_sample_ids,
+    detect_delimiter,
+    matched_rater_columns,
+)
 from sqa.data.readers.common import natural_key, rating_scale, read_text
 from sqa.metrics import AVERAGE_KEY
 
@@ -28,25 +35,58 @@ log = logging.getLogger(__name__)
 
 # How a clip's replicate ratings (a listener's repeated rows) enter its score.
 REPLICATE_MODES = ("per_listener", "pooled")
+# A number written with a decimal comma, as spreadsheets in much of Europe export it ("4,5").
+DECIMAL_COMMA = re.compile(r"\s*[+-]?\d*,\d+\s*")
 
 
 def _numbers(
-    group: list[tuple[int, dict[str, str]]], column: str, name: str, problems: list[str]
+    group: list[tuple[int, dict[str, str]]],
+    column: str,
+    name: str,
+    problems: list[str],
+    commas: list[tuple[int, str]],
 ) -> list[tuple[int, float]]:
-    """(line, value) of the rows of `group` with a number in `column`; the others' cells go to `problems`.
+    """(position in `group`, value) of its rows with a number in `column`; others' cells go to `problems`.
 
-    Empty cells of an extra score column are no label; an empty `score` cell is a problem.
+    A decimal comma ("4,5") is a decimal mark, its (line, cell) noted in `commas`. Empty cells of
+    an extra score column are no label; an empty `score` cell is a problem.
     """
     values = []
-    for line, row in group:
+    for position, (line, row) in enumerate(group):
         cell = row[column]
         if cell == "" and column != "score":
             continue
         try:
-            values.append((line, float(cell)))
+            values.append((position, float(cell)))
         except ValueError:
-            problems.append(f"line {line} of {name}: {column} is not a number ({cell!r})")
+            if DECIMAL_COMMA.fullmatch(cell):
+                values.append((position, float(cell.replace(",", "."))))
+                commas.append((line, cell))
+            else:
+                problems.append(f"line {line} of {name}: {column} is not a number ({cell!r})")
     return values
+
+
+def _wide_rows(
+    table: list[tuple[int, dict[str, str]]], names: Mapping[str, str], raters: Sequence[str]
+) -> list[tuple[int, dict[str, str]]]:
+    """Rows by sqa's names: one per row of `table`, or one per rated cell of its `raters` columns.
+
+    A rater column's cell is a rating (`score`) by that column (`listener_id`); an empty cell is
+    no rating, and a row without any keeps one empty score (a problem of its clip).
+    """
+    rows = []
+    for line, row in table:
+        # A short row's missing cells are empty.
+        base = {k: row.get(c) or "" for k, c in names.items()}
+        rated = [(c, (row.get(c) or "").strip()) for c in raters]
+        rated = [(c, cell) for c, cell in rated if cell]
+        if not raters:
+            rows.append((line, base))
+        elif not rated:
+            rows.append((line, {**base, "score": "", "listener_id": ""}))
+        rows.extend((line, {**base, "score": cell, "listener_id": c}) for c, cell in rated)
+    return rows
 
 
 def _clip_score(ratings: list[tuple[str, float]], replicates: str) -> float:
@@ -73,6 +113,8 @@ def read_csv_manifest(
     anchor_systems: Sequence[str] = (),
     root: str | Path | None = None,
     columns: Mapping[str, str] | None = None,
+    delimiter: str | None = None,
+    rater_columns: str | Sequence[str] | None = None,
 ) -> Corpus:
     """Read a SHEET-style CSV manifest; rows of one sample from several listeners are averaged.
 
@@ -97,6 +139,12 @@ def read_csv_manifest(
     every other one before training; one audio file under several sample IDs is warned about.
     The file is UTF-8 (a byte-order mark is fine) unless `encoding` names another (e.g.
     "latin-1"); `score_range` is the rating scale that scores and ratings are checked against.
+    Its separator is `delimiter` (",", ";" or a tab), or, where None, the one of those that
+    splits the header line into most fields; a number with a decimal comma ("4,5") is read as
+    4.5 (said once in the log). A wide table, one row per clip and a column per rater, is read
+    with `rater_columns` (column names or shell patterns, e.g. "rater_*"): each non-empty cell is
+    that rater's rating (the column name is its `listener_id`); such a table has no score or
+    listener_id column.
     """
     scale = rating_scale(score_range)
     if replicates not in REPLICATE_MODES:
@@ -104,16 +152,27 @@ def read_csv_manifest(
     roles = {**{s: ROLE_ANCHOR for s in anchor_systems}, **{s: ROLE_REFERENCE for s in reference_systems}}
     path = Path(root) / path if root is not None else Path(path)
     text = read_text(path, encoding, " or set data.corpus.encoding (e.g. latin-1)")
-    found, table = csv_rows(text, path)
-    names, recognised = csv_columns(found, columns, path)
-    # Rows by sqa's names; a short row's missing cells are empty.
-    rows = [{k: row.get(c) or "" for k, c in names.items()} for row in table]
+    separator = delimiter if delimiter is not None else detect_delimiter(text)
+    found, table = csv_rows(text, path, separator)
+    raters = matched_rater_columns(found, rater_columns, path) if rater_columns else []
+    wide = ("score", "listener_id") if raters else ()
+    names, recognised = csv_columns([c for c in found if c not in raters], columns, path, wide)
+    both = [f"{names[k]!r} as {k}" for k in wide if k in names]
+    if both:
+        raise CorpusError(
+            f"{path}: data.corpus.rater_columns reads each rating from a rater's column, but the table "
+            f"also has {' and '.join(both)}; leave rater_columns out, or drop those columns"
+        )
+    rows = _wide_rows(table, names, raters)
     extra_cols = [k for k in names if k.startswith("score_")]
-    said = [f"recognised columns {', '.join(recognised)}"] if recognised else []
+    said = [f"read with {separator!r} as the separator"] if separator != "," else []
+    said += [f"recognised columns {', '.join(recognised)}"] if recognised else []
+    if raters:
+        said.append(f"ratings from {len(raters)} rater column(s): {', '.join(map(repr, raters))}")
     if "sample_id" not in names:
-        derive_sample_ids(rows, path)
+        derive_sample_ids([row for _, row in rows], path)
         said.append("sample_id derived from each file's name without its extension")
-    unread = [c for c in found if c not in names.values()]
+    unread = [c for c in found if c not in names.values() and c not in raters]
     if said and unread:
         said.append(f"columns left unread: {', '.join(map(repr, unread))}")
     if said:
@@ -122,8 +181,9 @@ def read_csv_manifest(
     if "split" not in names and default_split is None:
         default_split = "train"
     grouped: dict[str, list[tuple[int, dict[str, str]]]] = {}
-    for lineno, row in enumerate(rows, start=2):
+    for lineno, row in rows:
         grouped.setdefault(row["sample_id"], []).append((lineno, row))
+    commas: list[tuple[int, str]] = []
     clips = []
     for sample_id, group in grouped.items():
         lineno, first = group[0]
@@ -134,18 +194,19 @@ def read_csv_manifest(
                         f"{path}:{other_line}: {key} of sample {sample_id!r} differs from line {lineno}"
                     )
         problems: list[str] = []
-        scores = dict(_numbers(group, "score", path.name, problems))
-        listeners = {n: r.get("listener_id") for n, r in group}
-        mos = _clip_score([(listeners[n] or f"row {n}", v) for n, v in scores.items()], replicates)
+        scores = dict(_numbers(group, "score", path.name, problems, commas))
+        # A wide table's row gives several ratings: rows are told apart by position, not line.
+        listeners = {i: r.get("listener_id") or f"row {n}" for i, (n, r) in enumerate(group)}
+        mos = _clip_score([(listeners[i], v) for i, v in scores.items()], replicates)
         extra = {}
         for col in extra_cols:
-            values = [v for _, v in _numbers(group, col, path.name, problems)]
+            values = [v for _, v in _numbers(group, col, path.name, problems, commas)]
             if values:
                 extra[col.removeprefix("score_")] = sum(values) / len(values)
         by_listener: dict[str, list[float]] = {}
-        for n, value in scores.items():
-            if listeners[n]:
-                by_listener.setdefault(listeners[n], []).append(value)
+        for i, value in scores.items():
+            if group[i][1].get("listener_id"):
+                by_listener.setdefault(listeners[i], []).append(value)
         wav = Path(first["wav_path"])
         if not (first.get("split") or default_split):
             raise CorpusError(
@@ -174,6 +235,15 @@ def read_csv_manifest(
                 problems=tuple(problems),
                 song=first.get("song_id") or None,
             )
+        )
+    if commas:
+        line, cell = commas[0]
+        log.info(
+            "%s: %d number(s) with a decimal comma read as decimals (line %d: %r)",
+            path,
+            len(commas),
+            line,
+            cell,
         )
     _warn_shared_files(clips, path)
     domains = sorted({c.domain for c in clips}, key=natural_key)

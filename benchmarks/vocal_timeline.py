@@ -1,0 +1,115 @@
+"""Where the time of `sqa-score --vocal-only --timeline` on a long song goes, phase by phase.
+
+    .venv/bin/python benchmarks/vocal_timeline.py [--backbone logmel|distillmos | --export E] [--minutes 4]
+
+The song is synthetic singing (`sqa.data.singing`: phrases of a random melody with breath gaps)
+after a silent intro of `--intro` seconds, written as a 44.1 kHz stereo WAV, as a user's song
+would be. The phases are those `sqa-score` runs for one file: the file scored (decoding,
+resampling, trimming to the vocal span, the forward pass), then its timeline (decoding again,
+the forward pass over the whole clip, vocal activity, the plot). Without `--export`, an
+untrained default log-mel predictor is exported to a temporary folder (its timing is the
+network's, not its training's); `--backbone distillmos` puts the pretrained Distill-MOS network
+under it instead, as the default run's `distillmos` candidate (experiment=small_corpus) does.
+Prints seconds per phase and the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+import torch
+
+from sqa.data.audio import load_audio
+from sqa.data.singing import SYNTH_RATE, melody, sing
+from sqa.data.vocal import vocal_activity, vocal_part
+from sqa.exports.format import export_predictor
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.distillmos import DistillMosBackbone
+from sqa.models.predictor import MOSPredictor
+from sqa.scoring.scorer import Scorer
+from sqa.scoring.timeline import clip_timeline, write_timeline
+
+
+def song(minutes: float, intro: float, seed: int) -> np.ndarray:
+    """Stereo (N, 2) at SYNTH_RATE: `intro` s of digital silence, then phrases up to `minutes`."""
+    rng = np.random.default_rng(seed)
+    parts = [np.zeros(int(intro * SYNTH_RATE), dtype=np.float32)]
+    total = int(minutes * 60 * SYNTH_RATE)
+    while sum(p.size for p in parts) < total:
+        f0, voiced, _ = melody(rng, SYNTH_RATE, "clean", 0.0, seconds=float(rng.uniform(3.0, 6.0)))
+        parts.append(sing(rng, f0, voiced).astype(np.float32))
+        parts.append(np.zeros(int(rng.uniform(0.2, 0.8) * SYNTH_RATE), dtype=np.float32))
+    mono = np.concatenate(parts)[:total]
+    mono = 0.5 * mono / max(float(np.abs(mono).max()), 1e-9)
+    return np.stack([mono, 0.9 * mono], axis=1)
+
+
+def timed(phases: dict[str, float], name: str, call: Callable[[], Any]) -> Any:
+    """Run `call`, adding its wall seconds to `phases[name]`; return its result."""
+    start = time.perf_counter()
+    out = call()
+    phases[name] = phases.get(name, 0.0) + time.perf_counter() - start
+    return out
+
+
+def main() -> None:
+    """Print the seconds of each phase of scoring one long song with --vocal-only --timeline."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--export", help="an export folder or `distillmos` (default: an untrained head)")
+    parser.add_argument("--backbone", choices=["logmel", "distillmos"], default="logmel")
+    parser.add_argument("--minutes", type=float, default=4.0)
+    parser.add_argument("--intro", type=float, default=20.0, help="seconds of silence before the singing")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "song.wav"
+        sf.write(path, song(args.minutes, args.intro, args.seed), SYNTH_RATE)
+        export = args.export
+        if export is None:
+            torch.manual_seed(args.seed)
+            backbone = LogMelBackbone() if args.backbone == "logmel" else DistillMosBackbone(pretrained=True)
+            export = export_predictor(MOSPredictor(backbone), Path(tmp) / "export", 16000, ["d"])
+        phases: dict[str, float] = {}
+        scorer = timed(phases, "load the export", lambda: Scorer(export, vocal_only=True))
+        rate = scorer.sample_rate
+        # What `score_files` does for the file, phase by phase (its own decoding and trimming).
+        wav = timed(phases, "decode + resample", lambda: load_audio(path, rate))
+        part = timed(phases, "vocal span (trim)", lambda: vocal_part(wav, rate))[0]
+        timed(phases, "forward (score)", lambda: scorer.score_waveforms([part]))
+        # What `Scorer.timeline` and `write_timeline` do.
+        wav = timed(phases, "decode again (timeline)", lambda: load_audio(path, rate))
+        frames = timed(phases, "forward (timeline frames)", lambda: scorer.frame_scores(wav))
+        timed(phases, "vocal activity (timeline)", lambda: vocal_activity(wav, rate))
+        hop = int(scorer.predictor.backbone.hop_length)
+        timeline = timed(phases, "windows", lambda: clip_timeline(frames, wav, rate, hop))
+        folder = Path(tmp) / "timelines"
+        folder.mkdir()
+        timed(
+            phases,
+            "csv + png",
+            lambda: write_timeline(folder, "song", timeline, "song", scorer.predictor.score_range, False),
+        )
+        # The whole command, as a user runs it.
+        from sqa.scoring import cli
+
+        command = ["--checkpoint", str(export), "--vocal-only", "--timeline", str(Path(tmp) / "cli")]
+        command += ["--output", str(Path(tmp) / "s.csv"), "--num-workers", "0", str(path)]
+        timed(phases, "sqa-score (the whole command)", lambda: cli.main(command))
+    print(
+        f"{args.minutes:g} min song ({args.intro:g} s silent intro), 44.1 kHz stereo, "
+        f"export {args.export or 'untrained head on ' + args.backbone}, "
+        f"{torch.get_num_threads()} torch thread(s)"
+    )
+    for name, seconds in phases.items():
+        print(f"{name:<32} {seconds:7.2f} s")
+
+
+if __name__ == "__main__":
+    main()
