@@ -54,9 +54,8 @@ from sqa.core import artefacts
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.extras import require
 from sqa.core.provenance import package_versions
-from sqa.core.run_folder import claimed
+from sqa.core.run_folder import claimed, discard_previous
 from sqa.core.run_lock import Options, RunDirError
-from sqa.core.set_aside import discard_previous
 from sqa.data.audio import AudioError
 from sqa.data.corpus import ROLES, Corpus, CorpusError
 from sqa.data.validate import CorpusProblems, Problem, format_report
