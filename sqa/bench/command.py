@@ -64,6 +64,7 @@ from sqa.exports.errors import ExportError
 from sqa.exports.format import load_export
 from sqa.exports.location import resolve_export
 from sqa.reports import learning, tables
+from sqa.training.frame_cache import FrameStore
 
 OPTIONS = Options("--out", None, "--overwrite")
 KIND_CONSTANT, KIND_IN, KIND_CROSS, KIND_ZERO_SHOT = "constant", "in-corpus", "cross-corpus", "zero-shot"
@@ -152,9 +153,13 @@ def score_zero_shot(
 
 
 def export_rows(
-    export: Path, corpus: Corpus, args: argparse.Namespace, what: str
+    export: Path, corpus: Corpus, args: argparse.Namespace, what: str, frames: FrameStore | None = None
 ) -> tuple[list[dict[str, Any]], tuple[float, float]]:
-    """The test rows of `corpus` scored by the export at `export` as eval.py scores them, and its scale."""
+    """The test rows of `corpus` scored by the export at `export` as eval.py scores them, and its scale.
+
+    Exports over the same frozen backbone (a pretrained network under several heads) read its
+    frames of each clip from one cache of `frames`: one pass per clip for all of them.
+    """
     # Here, not at the top: a bench of zero-shot predictors runs without the train extra.
     require("lightning", "train", "an export's rows in sqa-bench")
     from sqa.training.ensemble.testing import tested
@@ -171,6 +176,7 @@ def export_rows(
             batch_size,
             num_workers=args.num_workers,
             on_error=args.on_error,
+            frame_store=frames,
         )
     except CorpusProblems as err:
         print(format_report(err.problems), file=sys.stderr)
@@ -180,18 +186,19 @@ def export_rows(
 
 
 def score_export(
-    predictor: BenchPredictor, corpus: Corpus, name: str, args: argparse.Namespace
+    predictor: BenchPredictor, corpus: Corpus, name: str, args: argparse.Namespace, frames: FrameStore
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None, tuple[float, float] | None, tuple[float, float]]:
     """Test rows of an export on `corpus`, the line onto its scale where the export's differs, its scale."""
     what = f"{predictor.name} on {name}"
-    rows, own = export_rows(predictor.export, corpus, args, what)
+    rows, own = export_rows(predictor.export, corpus, args, what, frames)
     if tuple(corpus.score_range) == own:
         return rows, None, None, own
     train = [replace(c, split="test") for c in corpus.split("train")]
     line, record = None, None
     if train:
         as_test = Corpus(train, corpus.domains, corpus.score_range, corpus.systems)
-        line, record = scale_map(export_rows(predictor.export, as_test, args, f"{what} (training clips)")[0])
+        scored = export_rows(predictor.export, as_test, args, f"{what} (training clips)", frames)
+        line, record = scale_map(scored[0])
     return rows, record, line, own
 
 
@@ -239,6 +246,7 @@ def bench(config: BenchConfig, args: argparse.Namespace) -> list[Scored]:
         corpora[entry.name] = corpus
     trained = {p.name: recorded_source(p.export) for p in config.predictors if p.export is not None}
     scorers = {p.name: BASELINES[p.zero_shot].scorer() for p in config.predictors if p.zero_shot}
+    frames = FrameStore()
     out: list[Scored] = []
     for entry in config.corpora:
         corpus = corpora[entry.name]
@@ -261,7 +269,7 @@ def bench(config: BenchConfig, args: argparse.Namespace) -> list[Scored]:
                 )
                 kind, own = KIND_ZERO_SHOT, BASELINE_RANGE
             else:
-                rows, record, line, own = score_export(predictor, corpus, entry.name, args)
+                rows, record, line, own = score_export(predictor, corpus, entry.name, args, frames)
                 kind = export_kind(predictor, trained[predictor.name], entry)
             if not rows:
                 raise BenchError(f"{predictor.name} on {entry.name}: no clip could be scored")

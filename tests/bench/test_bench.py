@@ -27,6 +27,7 @@ from sqa.bench.config import BenchConfigError, read_config
 from sqa.core import artefacts
 from sqa.data.corpus import ROLES
 from sqa.reports import tables
+from sqa.training.frame_cache import FrameStore
 
 # The per-system corpus's training labels (tests/training/test_selection.py: SYSTEMS): six systems
 # of four clips at 1.5 ... 4.5, so the constant predictor's value is their mean, 3.0.
@@ -462,3 +463,33 @@ def test_a_good_config_reads_its_defaults_and_relative_paths(tmp_path):
 def test_a_missing_config_is_one_line(tmp_path, capsys):
     assert command.main([str(tmp_path / "none.yaml")]) == 2
     assert capsys.readouterr().err.strip() == f"sqa-bench: {tmp_path / 'none.yaml'}: file not found"
+
+
+def test_exports_over_the_same_backbone_pass_each_clip_through_it_once(bench_run, tmp_path, monkeypatch):
+    export = bench_run["run_dir"] / "export"
+    config = write_config(
+        tmp_path,
+        f"""
+corpora:
+  - {{name: tones, manifest: {bench_run["manifest"]}}}
+predictors:
+  - {{export: {export}, name: first}}
+  - {{export: {export}, name: second}}
+bootstrap: 10
+""",
+    )
+    caches = []
+    found = FrameStore.cache_for
+
+    def recorded(self, backbone, max_bytes):
+        caches.append(found(self, backbone, max_bytes))
+        return caches[-1]
+
+    monkeypatch.setattr(FrameStore, "cache_for", recorded)
+    assert command.main([str(config), "--out", str(tmp_path / "out")]) == 0
+    record = json.loads((tmp_path / "out" / "bench.json").read_text(encoding="utf-8"))
+    rows = {r["predictor"]: r for r in record["rows"]}
+    # One cache for both; the second export found every clip the first had passed.
+    assert len(caches) == 2 and caches[0] is caches[1]
+    assert caches[0].misses == caches[0].hits > 0
+    assert rows["first"]["results"] == rows["second"]["results"]
