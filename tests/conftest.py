@@ -36,10 +36,10 @@ def _torch_settings() -> tuple | None:
     )
 
 
-def _logger_settings() -> dict[str, tuple]:
-    """Level, propagation, disabled flag and handlers of every named logger."""
+def _logger_settings() -> dict[str, tuple[int, bool, bool]]:
+    """Level, propagation and disabled flag of every named logger."""
     return {
-        name: (logger.level, logger.propagate, logger.disabled, list(logger.handlers))
+        name: (logger.level, logger.propagate, logger.disabled)
         for name, logger in logging.Logger.manager.loggerDict.items()
         if isinstance(logger, logging.Logger)
     }
@@ -49,10 +49,12 @@ def _logger_settings() -> dict[str, tuple]:
 def restore_process_state() -> Iterator[None]:
     """Each test leaves the process as it found it: environment, working folder, loggers, torch settings.
 
-    Libraries change them inside a test: Lightning's DDP set-up sets LOCAL_RANK, MASTER_ADDR and
-    MASTER_PORT (fairseq2 then refused to start in a later test: "LOCAL_RANK and LOCAL_WORLD_SIZE
-    ... together"), `seed_everything` PL_GLOBAL_SEED and PL_SEED_WORKERS, and a Hydra run the log
-    levels of its loggers. Restored after every test, so that no test depends on the order.
+    Libraries change them inside a test: Lightning's DDP set-up sets LOCAL_RANK, NODE_RANK,
+    MASTER_ADDR and MASTER_PORT (fairseq2 then refused to start in a later test: "LOCAL_RANK and
+    LOCAL_WORLD_SIZE ... together"), `seed_everything` PL_GLOBAL_SEED and PL_SEED_WORKERS, wandb
+    WANDB_MODE (offline to dryrun) and WANDB_SERVICE, fairseq2's import a logger's level. Restored
+    after every test, so that no test depends on the order. Handlers are left alone: a library
+    that closed one of its own (wandb) must not get it back.
     """
     environ = dict(os.environ)
     cwd = os.getcwd()
@@ -65,13 +67,11 @@ def restore_process_state() -> Iterator[None]:
         del os.environ[key]
     os.environ.update({k: v for k, v in environ.items() if os.environ.get(k) != v})
     os.chdir(cwd)
-    # The root logger's handlers are pytest's own capture, swapped per phase: its level alone.
     logging.getLogger().setLevel(root_level)
-    for name, (level, propagate, was_disabled, handlers) in loggers.items():
+    for name, (level, propagate, was_disabled) in loggers.items():
         logger = logging.getLogger(name)
         logger.setLevel(level)
         logger.propagate, logger.disabled = propagate, was_disabled
-        logger.handlers[:] = handlers
     logging.disable(disabled)
     if torch_settings is not None and _torch_settings() != torch_settings:
         import torch
