@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,66 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _torch_settings() -> tuple | None:
+    """torch's process-wide settings that a test may change (None: torch not imported yet)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return (
+        torch.get_num_threads(),
+        torch.get_default_dtype(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_grad_enabled(),
+    )
+
+
+def _logger_settings() -> dict[str, tuple[int, bool, bool]]:
+    """Level, propagation and disabled flag of every named logger."""
+    return {
+        name: (logger.level, logger.propagate, logger.disabled)
+        for name, logger in logging.Logger.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+
+
+@pytest.fixture(autouse=True)
+def restore_process_state() -> Iterator[None]:
+    """Each test leaves the process as it found it: environment, working folder, loggers, torch settings.
+
+    Libraries change them inside a test: Lightning's DDP set-up sets LOCAL_RANK, NODE_RANK,
+    MASTER_ADDR and MASTER_PORT (fairseq2 then refused to start in a later test: "LOCAL_RANK and
+    LOCAL_WORLD_SIZE ... together"), `seed_everything` PL_GLOBAL_SEED and PL_SEED_WORKERS, wandb
+    WANDB_MODE (offline to dryrun) and WANDB_SERVICE, fairseq2's import a logger's level. Restored
+    after every test, so that no test depends on the order. Handlers are left alone: a library
+    that closed one of its own (wandb) must not get it back.
+    """
+    environ = dict(os.environ)
+    cwd = os.getcwd()
+    root_level = logging.getLogger().level
+    loggers = _logger_settings()
+    disabled = logging.root.manager.disable
+    torch_settings = _torch_settings()
+    yield
+    for key in set(os.environ) - set(environ):
+        del os.environ[key]
+    os.environ.update({k: v for k, v in environ.items() if os.environ.get(k) != v})
+    os.chdir(cwd)
+    logging.getLogger().setLevel(root_level)
+    for name, (level, propagate, was_disabled) in loggers.items():
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        logger.propagate, logger.disabled = propagate, was_disabled
+    logging.disable(disabled)
+    if torch_settings is not None and _torch_settings() != torch_settings:
+        import torch
+
+        threads, dtype, deterministic, grad = torch_settings
+        torch.set_num_threads(threads)
+        torch.set_default_dtype(dtype)
+        torch.use_deterministic_algorithms(deterministic)
+        torch.set_grad_enabled(grad)
 
 
 @pytest.fixture(scope="module")

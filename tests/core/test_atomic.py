@@ -1,3 +1,4 @@
+import ctypes
 import errno
 import os
 import signal
@@ -5,6 +6,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -331,3 +333,59 @@ def test_leftovers_are_only_the_folders_of_that_name(tmp_path):
     assert (tmp_path / ".export.sqa-new-file").is_file()
     assert (tmp_path / ".export.sqa-old-link").is_symlink()
     assert (tmp_path / "kept" / "f.txt").read_text() == "x"
+
+
+def refusing_libc(code: int, flags: list[int]):
+    """A stand-in for `ctypes.CDLL` whose renameat2 fails with errno `code`, recording its flags."""
+
+    def renameat2(*args: object) -> int:
+        flags.append(args[-1])
+        ctypes.set_errno(code)
+        return -1
+
+    return lambda *args, **kwargs: SimpleNamespace(renameat2=renameat2)
+
+
+# What a file system without the exchange answers: old kernels ENOSYS, the flag unknown to a file
+# system (overlayfs, some network mounts) EINVAL, an operation it refuses EOPNOTSUPP.
+@pytest.mark.parametrize(
+    "code", [errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP], ids=["EINVAL", "ENOSYS", "EOPNOTSUPP"]
+)
+def test_a_file_system_without_the_exchange_still_gets_its_folder_replaced(tmp_path, monkeypatch, code):
+    path = tmp_path / "export"
+    write_tree(path, OLD)
+    flags: list[int] = []
+    monkeypatch.setattr(atomic.ctypes, "CDLL", refusing_libc(code, flags))
+    with atomic_dir(path, replace=True) as tmp:
+        write_tree(tmp, NEW)
+    assert flags == [2]  # RENAME_EXCHANGE was tried, then the two renames replaced the folder
+    assert tree(path) == NEW
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]
+
+
+def test_an_export_on_a_file_system_answering_einval_is_replaced(tmp_path, monkeypatch):
+    import torch
+
+    from sqa.exports.format import export_predictor
+    from sqa.models.backbone import LogMelBackbone
+    from sqa.models.predictor import MOSPredictor
+
+    torch.manual_seed(0)
+    model = MOSPredictor(LogMelBackbone(channels=16, conv_layers=1), head_dim=8)
+    path = export_predictor(model, tmp_path / "export", 16000, ["a"])
+    flags: list[int] = []
+    monkeypatch.setattr(atomic.ctypes, "CDLL", refusing_libc(errno.EINVAL, flags))
+    export_predictor(model, path, 16000, ["b", "c"], overwrite=True)
+    assert flags == [2]
+    assert "domains:\n- b\n- c\n" in (path / "config.yaml").read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]
+
+
+def test_any_other_failure_of_the_exchange_is_raised_and_leaves_the_old_folder(tmp_path, monkeypatch):
+    path = tmp_path / "export"
+    write_tree(path, OLD)
+    monkeypatch.setattr(atomic.ctypes, "CDLL", refusing_libc(errno.EACCES, []))
+    with pytest.raises(PermissionError, match="Permission denied"), atomic_dir(path, replace=True) as tmp:
+        write_tree(tmp, NEW)
+    assert tree(path) == OLD
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]

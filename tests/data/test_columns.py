@@ -344,3 +344,20 @@ def test_a_users_60_clip_table_trains_as_written_and_with_one_mapping(tmp_path):
         again["test"]["utt"]["n"]
         == json.loads((tmp_path / "b" / "metrics.json").read_text())["test"]["utt"]["n"]
     )
+
+
+def test_a_mapped_column_is_never_recognised_again_for_another_column(tmp_path):
+    for name in ("a", "b"):
+        tone(tmp_path / f"{name}.wav")
+    # `file` is a spelling of wav_path, mapped here to sample_id: `path` alone is the wav_path.
+    manifest = table(tmp_path / "m.csv", "file,path,score,system_id\nu1,a.wav,3,s1\nu2,b.wav,4,s2\n")
+    corpus = read_with(manifest, "data.corpus.columns={sample_id:file}")
+    assert [(c.sample_id, c.path, c.mos) for c in corpus.clips] == [
+        ("u1", tmp_path / "a.wav", 3.0),
+        ("u2", tmp_path / "b.wav", 4.0),
+    ]
+    # `judge` is a spelling of listener_id, mapped here to system_id: the rows name no listener
+    # (no ratings by listener), and the system is not taken for a listener who rated twice.
+    judged = table(tmp_path / "j.csv", "wav_path,score,judge\na.wav,2,s1\na.wav,4,s1\nb.wav,5,s2\n")
+    corpus = read_with(judged, "data.corpus.columns={system_id:judge}")
+    assert [(c.system_id, c.mos, dict(c.ratings)) for c in corpus.clips] == [("s1", 3.0, {}), ("s2", 5.0, {})]

@@ -331,3 +331,22 @@ def test_the_offset_removed_is_the_mean_over_frames_above_the_floor_only():
     above = np.array([False, False, True, True, True, True])
     np.testing.assert_allclose(vocal.without_dc(wav, above, 320)[640:], [0.2] * 640 + [-0.2] * 640)
     assert (vocal.without_dc(wav, np.zeros(6, bool), 320) == wav).all()
+
+
+def test_a_noise_floor_just_below_the_floor_around_a_clip_leaves_its_span_as_it_was():
+    # A quiet voiced lead (35 dB below the loud note: inactive) before a loud note. Padded with a
+    # -53 dBFS noise floor (not digital silence) ten times its length, the loud frames' level is
+    # still taken over the frames above -50 dBFS only, so the lead stays out of the span; taken
+    # over every non-silent frame, it would be the noise floor's, and the lead would join.
+    clip = np.concatenate([tone(0.5, -45.0), tone(1.0, -10.0)])
+    alone = vocal_activity(clip, RATE).span(clip.size)
+    assert alone is not None and alone[0] >= 0.5 * RATE - 320 and alone[1] == clip.size
+    pad = 10 * RATE
+    floor = noise(2 * pad / RATE, FLOOR_DB - 3.0, seed=1)
+    assert frame_levels(floor, 320).max() < FLOOR_DB  # every frame of the padding is below the floor
+    padded = np.concatenate([floor[:pad], clip, floor[pad:]])
+    start, stop = vocal_activity(padded, RATE).span(padded.size)
+    assert (start - pad, stop - pad) == alone
+    # The same with digital silence around it.
+    silent = np.concatenate([np.zeros(pad, np.float32), clip, np.zeros(pad, np.float32)])
+    assert vocal_activity(silent, RATE).span(silent.size) == (alone[0] + pad, alone[1] + pad)

@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from sqa.models.retrieval import (
+    K_GRID,
     MAX_DATASTORE_ENTRIES,
     Datastore,
     choose_fusion_weight,
+    choose_k,
     fuse,
     pooled_embedding,
 )
@@ -143,3 +145,33 @@ def test_huge_finite_embeddings_give_the_distances_and_scores_of_small_ones(magn
     # A query far larger than every entry is scaled with them: its distances stay finite.
     far = store.neighbours(torch.tensor([[3e38]]))
     assert bool(torch.isfinite(far[0]).all()) and far[0][0, 0] == pytest.approx((3e38 - 2 * magnitude) ** 2)
+
+
+@pytest.mark.parametrize(
+    "n, expected",
+    [
+        (1, (1, 1.5)),  # one entry: k=1 is tried, its error finite
+        (2, (2, 0.0)),  # a size the grid tries: that k is tried
+        (4, (4, 0.0)),
+        (5, (4, 0.5)),  # between two k of the grid: the larger one (8) is not tried
+    ],
+)
+def test_choose_k_tries_every_k_of_the_grid_up_to_the_datastores_size(n, expected):
+    # Entries at one point: k neighbours score the mean of the first k labels 1, 2, ..., and the
+    # query's label is the mean of all n, so the error of k is |mean(1..k) - mean(1..n)|.
+    assert K_GRID[:4] == (1, 2, 4, 8)
+    store = store_of(torch.zeros(n, 2), [float(i + 1) for i in range(n)])
+    target = (n + 1) / 2 if n > 1 else 2.5
+    k, error = choose_k(store, torch.zeros(1, 2), torch.tensor([target]))
+    assert (k, error) == (expected[0], pytest.approx(expected[1], abs=1e-6))
+    assert math.isfinite(error)
+
+
+def test_choose_k_takes_the_smaller_k_of_a_tie_and_the_lowest_rmse_over_several_queries():
+    store = store_of(torch.zeros(8, 1), [3.0] * 8)
+    assert choose_k(store, torch.zeros(2, 1), torch.tensor([3.0, 3.0])) == (1, 0.0)
+    # Two queries, entries at 0 (labels 1, 1, 5, 5) and far away (9 at 10): k=4 scores 3 at both.
+    store = store_of(torch.tensor([[0.0], [0.0], [0.0], [0.0], [10.0]]), [1.0, 1.0, 5.0, 5.0, 9.0])
+    k, error = choose_k(store, torch.zeros(2, 1), torch.tensor([3.0, 2.0]))
+    # k=1: scores 1 -> RMSE sqrt((4 + 1) / 2); k=2: the same; k=4: 3 -> sqrt((0 + 1) / 2).
+    assert (k, error) == (4, pytest.approx(math.sqrt(0.5), abs=1e-6))

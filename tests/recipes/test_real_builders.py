@@ -90,6 +90,17 @@ def test_ward2018_rows_are_one_per_rating_with_roles_songs_and_a_test_split_by_s
     assert {r["score"] for r in other if r["system_id"] == "KAM1" and r["listener_id"] == "A"} == {"35"}
 
 
+def test_a_ward2018_page_not_named_for_a_track_is_its_own_song_and_no_test_songs_hold_none_out(tmp_path):
+    # Pages are vocals-<track>-<SIR|SAR>; any other page name is taken whole as the song.
+    clone = fake_ward(tmp_path / "ward", pages=("vocals-10-SIR", "vocals-11-SAR", "demo", "vocals-x"))
+    rows = build.ward2018_rows(clone, "quality", test_songs=["demo"])
+    assert {r["song_id"] for r in rows} == {"10", "11", "demo", "vocals-x"}
+    assert {r["split"] for r in rows if r["song_id"] == "demo"} == {"test"}
+    # An empty list of test songs (`--test-songs` with no names) holds none out: every row trains.
+    assert {r["split"] for r in build.ward2018_rows(clone, "quality", test_songs=[])} == {"train"}
+    assert {r["split"] for r in build.ward2018_rows(clone, "quality")} == {"train", "test"}
+
+
 def test_a_ward2018_manifest_reads_as_a_0_to_100_corpus_with_replicates_averaged_per_listener(tmp_path):
     clone = fake_ward(tmp_path / "ward")
     out = tmp_path / "m" / "ward.csv"

@@ -541,3 +541,28 @@ def test_a_pairs_row_longer_than_its_header_and_a_repeated_column_are_named(tmp_
     pairs.write_text("a,b,a\none.wav,two.wav,two.wav\n", encoding="utf-8")
     with pytest.raises(ValueError, match=f"^{re.escape(str(pairs))}: column a appears more than once"):
         read_pairs(pairs)
+
+
+def test_a_song_name_in_two_test_sets_is_two_songs_never_paired_across_the_sets():
+    # Both sets sing `song0` and `song1`: pairs and songs are counted per (test set, song), so no
+    # clip of test1 is paired with one of test2, in a set's block or in the pool.
+    rows = [
+        {**r, "song": f"song{int(r['song'].rsplit('-', 1)[1]) % 2}"} for r in song_rows() if r.get("song")
+    ]
+    assert {r["song"] for r in rows if r["test_set"] == "test1"} == {
+        r["song"] for r in rows if r["test_set"] == "test2"
+    }
+    record = song_preferences(rows, 0.5, VALID_RMSE_SOURCE)
+    for name in ("test1", "test2"):
+        expected, pairs = same_pairs_pair_acc([r for r in rows if r["test_set"] == name])
+        block = record["sets"][name]
+        assert (block["clips"], block["songs"], block["pairs"]) == (20, 2, pairs)
+        assert block["accuracy"] == pytest.approx(expected, abs=1e-12)
+    pooled, pairs = same_pairs_pair_acc(rows)
+    across = sum(
+        a["test_set"] != b["test_set"] and a["song"] == b["song"] and a["system_id"] != b["system_id"]
+        for a, b in itertools.combinations(rows, 2)
+    )
+    assert across > 0  # grouped by the name alone, these pairs would join the pool
+    assert (record["all"]["songs"], record["all"]["pairs"]) == (4, pairs)
+    assert record["all"]["accuracy"] == pytest.approx(pooled, abs=1e-12)

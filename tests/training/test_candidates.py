@@ -15,10 +15,12 @@ import soundfile as sf
 from omegaconf import OmegaConf
 
 import sqa
+from sqa.data.corpus import LabelCounts
 from sqa.training import candidates
 from sqa.training.callbacks import checkpoint_step
 from sqa.training.candidates import Candidate, Tried, chosen, pick, plan, validation_score
 from sqa.training.run import run
+from sqa.training.selection import choose_rule
 
 SR = 16000
 # (system, split, label, clips): the noise of a clip falls as its label rises; with `flat_valid`
@@ -39,13 +41,17 @@ CANDIDATES = (
 )
 
 
-def write_corpus(root: Path, flat_valid: bool) -> Path:
-    """Sung-like tones whose noise falls with the label (validation rated flat if asked); a manifest."""
+def write_corpus(root: Path, flat_valid: bool, valid_shift: float = 0.0) -> Path:
+    """Sung-like tones whose noise falls with the label (validation rated flat if asked); a manifest.
+
+    `valid_shift` is added to the validation labels (their mean is then not the training mean, 3.0).
+    """
     rng = np.random.default_rng(0)
     root.mkdir(parents=True, exist_ok=True)
     rows = ["wav_path,score,system_id,sample_id,split"]
     for system, split, label, clips in SYSTEMS:
         rated = 3.0 if flat_valid and split == "valid" else label
+        rated += valid_shift if split == "valid" else 0.0
         for k in range(clips):
             t = np.arange(int(SR * (0.4 + 0.1 * k))) / SR
             tone = 0.3 * np.sin(2 * np.pi * rng.uniform(180, 400) * t)
@@ -70,9 +76,9 @@ def overrides(manifest: Path, *more: str) -> list[str]:
     ]
 
 
-def trained(tmp_path: Path, flat_valid: bool, *more: str) -> tuple[Path, dict]:
+def trained(tmp_path: Path, flat_valid: bool, *more: str, valid_shift: float = 0.0) -> tuple[Path, dict]:
     """Run the two candidates on a corpus; the run directory and its run_info.json."""
-    manifest = write_corpus(tmp_path / "corpus", flat_valid)
+    manifest = write_corpus(tmp_path / "corpus", flat_valid, valid_shift)
     line = overrides(manifest, *more)
     run_dir = tmp_path / "run"
     run(candidates.compose_train(line), run_dir, line)
@@ -118,7 +124,7 @@ def test_the_candidate_that_learns_wins_where_validation_sounds_like_training(tm
 
 
 def test_the_constant_candidate_wins_where_validation_is_rated_flat_at_the_training_mean(tmp_path):
-    run_dir, info = trained(tmp_path, True)
+    run_dir, info = trained(tmp_path, True, "retrieval.datastore=true")
     record = info["candidates"]
     entries = {e["name"]: e for e in record["entries"]}
     assert entries["constant"]["valid"]["value"] == pytest.approx(0.0, abs=1e-4)
@@ -126,6 +132,11 @@ def test_the_constant_candidate_wins_where_validation_is_rated_flat_at_the_train
     assert record["winner"] == "constant"
     won = json.loads((run_dir / "candidates" / "constant" / "metrics.json").read_text(encoding="utf-8"))
     assert json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")) == won
+    # The run's export alone gets the datastore; the candidates' own exports get none.
+    assert (run_dir / "export" / "datastore.pt").is_file() and "retrieval" in info
+    for name in ("constant", "learns"):
+        assert (run_dir / "candidates" / name / "export" / "config.yaml").is_file()
+        assert not (run_dir / "candidates" / name / "export" / "datastore.pt").exists()
 
 
 def tried(name: str, value: float) -> Tried:
@@ -262,6 +273,14 @@ def test_validation_score_weighs_the_sets_by_their_clips_and_takes_the_interval_
     assert validation_score(one, "rmse", "utt") == (2.0, [1.0, 3.0])
 
 
+def test_candidates_compare_on_the_runs_rule_or_on_utterance_rmse_where_it_selects_on_a_loss():
+    counts = {"v": LabelCounts(40, 9, 20, 9, clips_per_system=4)}
+    for metric in ("loss", "train_loss"):
+        assert candidates.comparison(choose_rule(counts, metric=metric)) == ("rmse", "utt", "min")
+    assert candidates.comparison(choose_rule(counts, metric="srcc", level="sys")) == ("srcc", "sys", "max")
+    assert candidates.comparison(choose_rule(counts, metric="lcc", level="utt")) == ("lcc", "utt", "max")
+
+
 def test_a_candidate_needing_a_missing_package_is_named_with_its_extra(monkeypatch):
     real = candidates.importlib.util.find_spec
     missing: set[str] = set()
@@ -295,8 +314,10 @@ def predictions(path: Path) -> dict[str, float]:
 def test_an_ensemble_that_wins_is_tested_and_exported_as_the_mean_of_its_members(tmp_path, monkeypatch):
     # Validation decides which wins; here the ensemble is made to, so that its own path runs whole.
     monkeypatch.setattr(candidates, "pick", lambda tried, mode, tolerance: tried[-1])
-    run_dir, info = trained(tmp_path, False, "candidates.ensemble=true")
+    # Validation labels 0.5 above training's: the learning check's constant is the training mean.
+    run_dir, info = trained(tmp_path, False, "candidates.ensemble=true", valid_shift=0.5)
     assert info["candidates"]["winner"] == "ensemble(learns, constant)"
+    assert info["learning_check"]["train_mean"] == pytest.approx(3.0, abs=1e-9)
     assert [m["name"] for m in info["ensemble"]["members"]] == ["learns", "constant"]
     assert info["learning_check"]["verdict"] in ("better", "no_better", "uncertain")
     joined = predictions(run_dir / "predictions.csv")

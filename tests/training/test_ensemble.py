@@ -254,3 +254,34 @@ def test_an_ensemble_of_three_seeds_scores_at_least_their_mean(synthetic_root, t
         for level in ("utt", "sys"):
             assert got[level]["srcc"] >= np.mean([m[level]["srcc"] for m in own]), (method, level)
             assert got[level]["rmse"] <= np.mean([m[level]["rmse"] for m in own]), (method, level)
+
+
+def test_members_of_different_domain_counts_score_only_the_domains_every_member_embeds(clips, tmp_path):
+    # Three domains, none, and two: the ensemble scores p1 and p2 (each member's own score of that
+    # domain, averaged), refuses p3 by name, and its mean over domains is over p1 and p2.
+    models = []
+    for seed, count in ((0, 3), (1, None), (2, 2)):
+        torch.manual_seed(seed)
+        backbone = LogMelBackbone(channels=16, conv_layers=1)
+        model = MOSPredictor(backbone, head_dim=8, num_domains=count or 1, domain_dim=4 if count else 0)
+        with torch.no_grad():
+            model.head[-1].weight.mul_(4.0)
+        models.append(model.eval())
+    ensemble = EnsemblePredictor(models, [[1 / 3] * 3], [0.0])
+    assert ensemble.domain_count == 2 and ensemble.domain.embedding.num_embeddings == 2
+    domains = ["p1", "p2", "p3"]
+    path = export_predictor(ensemble, tmp_path / "ens", 16000, domains)
+    alone = [export_predictor(m, tmp_path / f"m{i}", 16000, domains) for i, m in enumerate(models)]
+    with pytest.raises(ValueError, match=r"domain 'p3' \(index 2\).*its model embeds only 2"):
+        sqa.load(path, domain="p3")
+    per_domain = []
+    for name in ("p1", "p2"):
+        own = np.array(
+            [sqa.load(m, domain=name if i != 1 else None).score(clips[:3]) for i, m in enumerate(alone)]
+        )
+        scored = sqa.load(path, domain=name).score(clips[:3])
+        assert scored == pytest.approx(own.mean(axis=0).tolist(), abs=1e-5)
+        per_domain.append(scored)
+    assert np.abs(np.subtract(*per_domain)).max() > 1e-3  # the domain changes the scores
+    mean = sqa.load(path, domain="mean").score(clips[:3])
+    assert mean == pytest.approx(np.mean(per_domain, axis=0).tolist(), abs=1e-5)
