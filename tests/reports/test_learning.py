@@ -103,7 +103,8 @@ def test_a_null_rmse_is_never_said_to_beat_the_constant():
     line = learning.sentence(record(None, 0.88, None, mean=3.0))
     assert "beats" not in line
     assert line.startswith(
-        "This model predicts no better than the constant training mean 3: test utterance RMSE n/a"
+        "This model predicts no better than the constant training mean 3 on test (RMSE not below the "
+        "constant's): test utterance RMSE n/a against 0.88"
     )
 
 
