@@ -143,7 +143,7 @@ def test_sqa_score_the_api_and_the_hub_entry_point_score_alike_without_the_extra
         "assert 'torch' not in sys.modules, 'import sqa alone must stay light'\n"
         "sys.path.insert(0, sys.argv[1])\nimport hubconf\n"
         "wav, rate = sf.read(sys.argv[3], dtype='float32')\n"
-        "print(hubconf.load(sys.argv[2]).score(wav.T, rate), sqa.load(sys.argv[2]).score(wav.T, rate))\n",
+        "print(hubconf.load(sys.argv[2]).score(wav, rate), sqa.load(sys.argv[2]).score(wav, rate))\n",
         encoding="utf-8",
     )
     done = run_core_only(tmp_path / "hub.py", REPO, default_export, tmp_path / "a.wav")
