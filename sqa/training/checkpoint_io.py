@@ -9,6 +9,7 @@ from typing import Any, BinaryIO
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from sqa.core import ownership
 from sqa.core.atomic import atomic_write
 
 
@@ -41,6 +42,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 raise
 
         atomic_write(path, save)
+        # Recorded as sqa's the moment it exists (in a run directory that keeps a record), so that a
+        # run killed before its next record update still resumes from it.
+        folder = Path(path).parent
+        ownership.record_where_recorded(folder.parent, [folder.name])
 
 
 def checkpoint_step(path: str | Path) -> int:

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from sqa.core import ownership
 from sqa.data.synthetic import load_synthetic
 from sqa.training.datamodule import BucketBatchSampler, EpochSampler
 from tests.conftest import REPO
@@ -156,6 +157,8 @@ def test_resume_from_a_tampered_checkpoint_is_one_line_and_changes_nothing(synth
     checkpoints = run_dir / "checkpoints"
     checkpoints.mkdir(parents=True)
     (checkpoints / "last.ckpt").write_bytes(b"PK\x03\x04 not a whole zip archive")
+    # sqa's own checkpoint, damaged afterwards: a folder sqa did not record is refused before this.
+    ownership.record(run_dir, ["checkpoints"])
     before = sorted(p.name for p in run_dir.rglob("*"))
     result = subprocess.run(
         train(run_dir, synthetic_root, "resume=true"), cwd=REPO, capture_output=True, text=True, timeout=300
