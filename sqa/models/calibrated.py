@@ -83,6 +83,7 @@ class CalibratedPredictor(Exportable, nn.Module):
         self.config = CalibratedConfig([low, high])
         self.backbone = backbone
         self.attention, self.output = attention_head(backbone.output_dim, pretrained)
+        self.pretrained = pretrained
         for parameter in (*self.attention.parameters(), *self.output.parameters()):
             parameter.requires_grad_(train_head)
         # The identity at the start: the network's own score on 1-5.
@@ -107,6 +108,10 @@ class CalibratedPredictor(Exportable, nn.Module):
     def pooling(self, value: str) -> None:
         if value != "attention":
             raise ValueError(f"pooling {value!r}: the calibrated head pools with its own attention")
+
+    def pretrained_head_parameters(self) -> list[nn.Parameter]:
+        """The head's parameters where they start from the network's pretrained ones (else none)."""
+        return [*self.attention.parameters(), *self.output.parameters()] if self.pretrained else []
 
     def start_at(self, scores: Sequence[float]) -> None:
         """Refused: the map starts as the identity, so training begins at the network's own score."""

@@ -187,7 +187,18 @@ class EnsemblePredictor(Exportable, nn.Module):
         Each member takes the inputs it uses. Scores (B, K) and frame scores (B, T, K) are the
         weighted sums of the members' on the internal scale; members must agree on frame counts.
         """
-        outs = [member(wav, lengths, domain, f0, judge) for member in self.members]
+        return self.combine([member(wav, lengths, domain, f0, judge) for member in self.members], lengths)
+
+    def combine(self, outs: Sequence[Prediction], lengths: torch.Tensor) -> Prediction:
+        """The ensemble's prediction from its members' `outs` on one batch of clips of `lengths` (B,) samples.
+
+        A caller that has the members' predictions by another way (a frozen member's frames from a
+        cache) combines them here exactly as `forward` does.
+        """
+        if len(outs) != len(self.members):
+            raise ValueError(
+                f"combine needs one prediction per member ({len(self.members)}), got {len(outs)}"
+            )
         frame_lengths = outs[0].frame_lengths
         for i, out in enumerate(outs[1:], start=1):
             if not torch.equal(out.frame_lengths.to(frame_lengths.device), frame_lengths):

@@ -28,3 +28,41 @@ def backbone_optimizer(
         optimizer, [lambda step: 1.0, lambda step: 0.0 if step < frozen_steps else 1.0]
     )
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+class Anchor(torch.nn.Module):
+    """L2-SP: `weight` · Σ‖θ − θ₀‖² over pretrained parameters θ, θ₀ their values when it is made.
+
+    Training a pretrained network on a few dozen clips of one corpus forgets what it knew of
+    others (docs/results.md#across-corpora); the penalty pulls its weights back toward where they
+    started (Li et al., 2018, "Explicit inductive bias for transfer learning with convolutional
+    networks"). θ₀ are buffers of the training module, so a checkpoint keeps them and a resumed
+    run pulls toward the same point; an export holds the predictor alone, without them.
+    """
+
+    def __init__(self, parameters: Iterable[torch.nn.Parameter], weight: float) -> None:
+        super().__init__()
+        if not (weight >= 0 and weight < float("inf")):
+            raise ValueError(f"finetune.anchor must be a finite number, 0 or more, got {weight}")
+        self.weight = float(weight)
+        # A plain list, not registered: the parameters belong to the predictor.
+        self.anchored = list(parameters)
+        for number, parameter in enumerate(self.anchored):
+            self.register_buffer(f"start{number}", parameter.detach().clone())
+
+    def forward(self) -> torch.Tensor:
+        """The penalty, a scalar (0 without anchored parameters)."""
+        starts = [getattr(self, f"start{n}") for n in range(len(self.anchored))]
+        total = sum(((p - s.to(p)) ** 2).sum() for p, s in zip(self.anchored, starts, strict=True))
+        return self.weight * torch.as_tensor(total)
+
+
+def pretrained_parameters(predictor: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters of `predictor` that start from pretrained weights and may learn.
+
+    The backbone's, and those a family declares (`pretrained_head_parameters`, e.g. the calibrated
+    family's pretrained head); a head trained from scratch has no pretrained point to keep.
+    """
+    own = getattr(predictor, "pretrained_head_parameters", None)
+    head = list(own()) if callable(own) else []
+    return [p for p in (*predictor.backbone.parameters(), *head) if p.requires_grad]

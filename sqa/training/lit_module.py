@@ -13,7 +13,7 @@ from sqa import metrics
 from sqa.core.prediction import OVERALL, Prediction
 from sqa.data.corpus import ROLES
 from sqa.models.predictor import MOSPredictor
-from sqa.training.finetune import backbone_optimizer
+from sqa.training.finetune import Anchor, backbone_optimizer, pretrained_parameters
 from sqa.training.frame_cache import FrameCache, FrameStore
 from sqa.training.losses import NLL_LOSSES
 from sqa.training.prediction_rows import clip_rows, gathered_rows, labelled
@@ -39,7 +39,8 @@ class MOSModule(L.LightningModule):
     head and branches learn (the backbone is in eval mode, its learning rate is 0, and in a
     single process its gradients are not computed and its frames of each clip are computed once,
     up to `frame_cache_mb` of them: `sqa.training.frame_cache`), then the backbone learns at
-    `backbone_lr_scale` times the rate.
+    `backbone_lr_scale` times the rate. `anchor` > 0 adds `anchor` · Σ‖θ − θ₀‖² over the pretrained
+    parameters θ that learn, θ₀ their starting values (L2-SP: `sqa.training.finetune.Anchor`).
     Test results (per set and averaged) of the overall MOS are kept in `test_results`, those of
     the predictor's other score dimensions in `dimension_results` (each over the clips that have
     that label), and per-clip predictions in `test_predictions` (`mos`, `pred`, and
@@ -61,6 +62,7 @@ class MOSModule(L.LightningModule):
         backbone_lr_scale: float = 1.0,
         frame_cache_mb: int = 1024,
         frame_store: FrameStore | None = None,
+        anchor: float = 0.0,
     ) -> None:
         super().__init__()
         if freeze_backbone_steps < 0:
@@ -84,6 +86,7 @@ class MOSModule(L.LightningModule):
         caching = freeze_backbone_steps or (frame_store is not None and optimizer is None)
         self._cache_bytes = frame_cache_mb << 20 if caching else 0
         self.frame_store = frame_store
+        self._member_caches: dict[int, FrameCache] = {}
         self._expected_clips: int | None = None
         # A shared cache is looked up by the backbone's weights at its first cached pass (after any
         # init_from or checkpoint restore), so it is found then.
@@ -97,6 +100,8 @@ class MOSModule(L.LightningModule):
         self.seed = seed
         self.bootstrap = bootstrap
         self.predictor = predictor
+        # Made after any init_from or pretrained load (the builder's order): θ₀ is where training starts.
+        self.anchor = Anchor(pretrained_parameters(predictor), anchor) if anchor else None
         self.loss = loss
         self.optimizer_factory = optimizer
         self.valid_names = list(valid_names)
@@ -123,7 +128,37 @@ class MOSModule(L.LightningModule):
                 self.predictor.backbone, batch["wav"], batch["lengths"]
             )
             return self.predictor.score_frames(frames, frame_lengths, batch["lengths"], *args)
+        if self._members_cached():
+            outs = [self._member_prediction(m, batch, args) for m in self.predictor.members]
+            return self.predictor.combine(outs, batch["lengths"])
         return self.predictor(batch["wav"], batch["lengths"], *args)
+
+    def _members_cached(self) -> bool:
+        """Whether an ensemble's members take their frames from the shared store.
+
+        Only in an evaluation-only module (no optimizer: no member ever learns) given a store, in a
+        single process: a member over the same frozen network as a candidate then costs no pass.
+        """
+        return (
+            self.frame_store is not None
+            and self.optimizer_factory is None
+            and bool(self._cache_bytes)
+            and hasattr(self.predictor, "combine")
+            and self.trainer.world_size == 1
+        )
+
+    def _member_prediction(self, member: torch.nn.Module, batch: dict[str, Any], args: tuple) -> Prediction:
+        """One ensemble member's prediction of a batch; members that score frames take them from the store."""
+        if not hasattr(member, "score_frames"):
+            return member(batch["wav"], batch["lengths"], *args)
+        # Looked up once per member: a fingerprint reads every weight.
+        cache = self._member_caches.get(id(member))
+        if cache is None:
+            cache = self._member_caches[id(member)] = self.frame_store.cache_for(
+                member.backbone, self._cache_bytes
+            )
+        frames, frame_lengths = cache.frames(member.backbone, batch["wav"], batch["lengths"])
+        return member.score_frames(frames, frame_lengths, batch["lengths"], *args)
 
     def share_frames(self, store: FrameStore) -> None:
         """Before training: take frames from `store`'s cache of this backbone, shared with other modules."""
@@ -153,7 +188,7 @@ class MOSModule(L.LightningModule):
         """Whether frames come from the frame cache: an untouched backbone, in a single process.
 
         Only a predictor that scores frames (`score_frames`) has one backbone to cache; an ensemble's
-        members run whole.
+        members go through the store member by member (`_members_cached`).
         """
         if not self._cache_bytes or self.trainer.world_size != 1 or not self._untouched():
             return False
@@ -201,6 +236,8 @@ class MOSModule(L.LightningModule):
         """One optimisation step on a padded batch."""
         out = self(batch)
         loss = self._loss(out, batch)
+        if self.anchor is not None:
+            loss = loss + self.anchor()
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["mos"]))
         if self.selection.metric == "train_loss":
             # Read (a device sync) only when selecting on it.

@@ -11,7 +11,10 @@ import torch
 
 from sqa.exports.format import ExportError, export_predictor, load_export, read_architecture
 from sqa.models.backbone import LogMelBackbone
+from sqa.models.calibrated import CalibratedPredictor
+from sqa.models.distillmos import DistillMosBackbone
 from sqa.models.predictor import MOSPredictor
+from sqa.training.finetune import Anchor, pretrained_parameters
 from sqa.training.lit_module import MOSModule
 from sqa.training.losses import margin_l1
 from sqa.training.run import build, run
@@ -186,3 +189,79 @@ def test_init_from_architecture_is_checked(manifest, tmp_path):
     ]
     with pytest.raises(ExportError, match="config.yaml"):
         build(compose_train(missing))
+
+
+def test_the_anchor_penalty_is_its_weight_times_the_squared_distance_from_the_start():
+    first, second = torch.nn.Parameter(torch.tensor([1.0, -2.0])), torch.nn.Parameter(torch.ones(2, 2))
+    anchor = Anchor([first, second], weight=0.3)
+    assert float(anchor().detach()) == 0.0
+    with torch.no_grad():
+        first += torch.tensor([0.5, 0.0])
+        second[1, 0] -= 2.0
+    # 0.3 · (0.5² + 2²), by hand; the other parameter unmoved counts nothing.
+    assert float(anchor().detach()) == pytest.approx(0.3 * (0.25 + 4.0))
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finetune.anchor"):
+            Anchor([first], weight=bad)
+
+
+def test_the_anchor_gradient_pulls_each_weight_back_toward_its_start():
+    weight = torch.nn.Parameter(torch.tensor([2.0, -1.0]))
+    anchor = Anchor([weight], weight=0.5)
+    with torch.no_grad():
+        weight += torch.tensor([1.0, -3.0])
+    anchor().backward()
+    # d/dθ 0.5 · (θ − θ₀)² = 2 · 0.5 · (θ − θ₀).
+    assert weight.grad.tolist() == pytest.approx([1.0, -3.0])
+
+
+def test_the_anchored_parameters_are_the_pretrained_ones_that_learn():
+    # The network's own sizes, which its pretrained head needs (the backbone's weights stay random).
+    backbone = DistillMosBackbone()
+    head = CalibratedPredictor(backbone, train_head=True, pretrained=True)
+    anchored = {id(p) for p in pretrained_parameters(head)}
+    assert {id(p) for m in (head.attention, head.output) for p in m.parameters()} <= anchored
+    assert {id(p) for p in backbone.parameters()} <= anchored
+    # The calibration map starts at the identity, not at pretrained values: never anchored.
+    assert not {id(head.log_gain), id(head.offset)} & anchored
+    # A head that starts random, or one that does not learn, has no pretrained point to keep.
+    for random_or_fixed in ({"train_head": True, "pretrained": False}, {"train_head": False}):
+        model = CalibratedPredictor(
+            DistillMosBackbone(channels=8, conv_layers=2, dim=16, heads=2, layers=1), **random_or_fixed
+        )
+        assert not {id(p) for m in (model.attention, model.output) for p in m.parameters()} & {
+            id(p) for p in pretrained_parameters(model)
+        }
+
+
+def anchored_fit(tmp_path, weight: float) -> tuple[MOSModule, torch.Tensor]:
+    """A tiny module trained 6 steps with `anchor=weight`; its backbone's first weight at the start."""
+    predictor = tiny_predictor()
+    start = predictor.backbone.convs[0].weight.detach().clone()
+    module = MOSModule(
+        predictor, margin_l1, functools.partial(torch.optim.SGD, lr=0.2), valid_names=[], anchor=weight
+    )
+    trainer(tmp_path, max_steps=6, limit_val_batches=0).fit(
+        module, loader(*[items(4, offset=4 * k) for k in range(6)])
+    )
+    return module, start
+
+
+def test_training_with_an_anchor_stays_nearer_the_start_and_a_checkpoint_keeps_the_start(tmp_path):
+    free, start = anchored_fit(tmp_path / "free", 0.0)
+    held, same_start = anchored_fit(tmp_path / "held", 2.0)
+    assert torch.equal(start, same_start) and free.anchor is None
+
+    def moved(module: MOSModule) -> float:
+        return float((module.predictor.backbone.convs[0].weight - start).norm())
+
+    assert 0 < moved(held) < 0.8 * moved(free)
+    # θ₀ travels in the module's state (a checkpoint), not in the predictor's (an export).
+    state = held.state_dict()
+    assert torch.equal(state["anchor.start0"], start)
+    assert not any(key.startswith("anchor") for key in held.predictor.state_dict())
+    fresh = MOSModule(tiny_predictor(), margin_l1, torch.optim.SGD, anchor=2.0)
+    with torch.no_grad():
+        fresh.anchor.start0.add_(1.0)
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.anchor.start0, start)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sqa.models.backbone import LogMelBackbone
+from sqa.models.ensemble import EnsemblePredictor
 from sqa.models.predictor import MOSPredictor
 from sqa.training.frame_cache import FrameCache, FrameStore, fingerprint
 from sqa.training.lit_module import MOSModule
@@ -198,6 +199,36 @@ def test_an_evaluation_only_module_reads_the_store_it_is_given(tmp_path, shared,
     )
     trainer(tmp_path).test(tester, dataloaders=[loader(items(3))], verbose=False)
     assert sum(counted) == expected
+
+
+@pytest.mark.parametrize(("shared", "expected"), [(True, [0, 3]), (False, [3, 3])])
+def test_an_ensembles_members_read_the_store_member_by_member(tmp_path, shared, expected):
+    # The first member's frozen backbone filled the store while it trained; the second's did not.
+    store = FrameStore()
+    trained, _ = shared_fit(tmp_path, LogMelBackbone(channels=16, conv_layers=1), store)
+    torch.manual_seed(5)
+    other = MOSPredictor(LogMelBackbone(channels=8, conv_layers=1))
+    counted = [passes(trained.predictor.backbone), passes(other.backbone)]
+    ensemble = EnsemblePredictor([trained.predictor, other], [[0.25, 0.75]], [0.1]).eval()
+    tester = MOSModule(
+        ensemble, loss=None, optimizer=None, test_names=["t"], frame_store=store if shared else None
+    )
+    trainer(tmp_path).test(tester, dataloaders=[loader(items(3))], verbose=False)
+    assert [sum(c) for c in counted] == expected
+    # The same scores as the ensemble run whole: 0.1 + 0.25 · first + 0.75 · second.
+    with torch.no_grad():
+        wav, lengths = batch()
+        whole = ensemble(wav, lengths)
+        combined = ensemble.combine([m(wav, lengths) for m in ensemble.members], lengths)
+        by_hand = 0.1 + 0.25 * trained.predictor(wav, lengths).score + 0.75 * other(wav, lengths).score
+    assert torch.allclose(combined.scores, whole.scores) and torch.allclose(whole.score, by_hand, atol=1e-6)
+    plain = MOSModule(ensemble, loss=None, optimizer=None, test_names=["t"])
+    trainer(tmp_path).test(plain, dataloaders=[loader(items(3))], verbose=False)
+    assert [r["pred"] for r in tester.test_predictions] == pytest.approx(
+        [r["pred"] for r in plain.test_predictions], abs=1e-5
+    )
+    with pytest.raises(ValueError, match="one prediction per member"):
+        ensemble.combine([whole], lengths)
 
 
 def test_filling_the_cache_says_it_starts_and_how_far_it_is(caplog, monkeypatch):
