@@ -229,6 +229,13 @@ def test_an_ensembles_members_read_the_store_member_by_member(tmp_path, shared, 
     )
     with pytest.raises(ValueError, match="one prediction per member"):
         ensemble.combine([whole], lengths)
+    # A module that may train its members never takes their frames from the store, frozen or not.
+    learner = MOSModule(
+        ensemble, margin_l1, torch.optim.SGD, test_names=["t"], frame_store=store, freeze_backbone_steps=1
+    )
+    before = sum(counted[0])
+    trainer(tmp_path).test(learner, dataloaders=[loader(items(3))], verbose=False)
+    assert sum(counted[0]) - before == 3
 
 
 def test_filling_the_cache_says_it_starts_and_how_far_it_is(caplog, monkeypatch):
