@@ -290,6 +290,11 @@ def ensemble_of_best(
             err,
         )
         return None
+    log.info(
+        "candidates: the mean of %s and %s is scored on the validation and test clips",
+        ranked[0].candidate.name,
+        ranked[1].candidate.name,
+    )
     # The member with pitch features brings its f0 extractor; the ensemble's f0 is the same one.
     host = next((t for t in ranked if t.prepared.datamodule.f0_extractor is not None), ranked[0])
     value, interval, valid = validated(ensemble, host.prepared, metric, level)

@@ -115,6 +115,10 @@ def test_the_candidate_that_learns_wins_where_validation_sounds_like_training(tm
     assert "## Candidates" in card and "| `constant` | 1 |" in card
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("candidates: learns won")]
     assert len(said) == 1 and "constant 1 [" in said[0] and ", by 0." in said[0]
+    # The ensemble's scoring, a phase of its own, says when it starts.
+    assert "candidates: the mean of learns and constant is scored on the validation and test clips" in [
+        r.getMessage() for r in caplog.records
+    ]
     # Every candidate is exported in its folder, with its own record.
     for name in ("learns", "constant"):
         own = json.loads(
