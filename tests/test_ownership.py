@@ -270,10 +270,12 @@ def test_a_run_killed_before_training_is_undone_by_the_next_claim(tmp_path):
     before = previous_run(run_dir)
     script = (
         "import os, signal, sys\n"
-        "from sqa.core.run_folder import lock, prepare\n"
+        "from sqa.core.run_folder import lock, prepare, record_point\n"
         "with lock(sys.argv[1]):\n"
         "    prepare(sys.argv[1], resume=False, overwrite=True, remove_log=True)\n"
         "    open(os.path.join(sys.argv[1], 'config.yaml'), 'w').write('new: 1\\n')\n"
+        # As a run does once it has written its config.yaml: the claim's own from then on.
+        "    record_point(sys.argv[1])\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     done = subprocess.run([sys.executable, "-c", script, str(run_dir)], cwd=REPO, timeout=120)
