@@ -217,6 +217,28 @@ def test_a_run_inside_a_repository_never_clears_it(tmp_path, monkeypatch):
     assert snapshot(repo) == before
 
 
+@pytest.mark.slow  # a second Python process or a training (over 10 s)
+@pytest.mark.parametrize("run_dir", [".", "''"])
+def test_train_py_started_over_in_its_own_clone_is_refused_and_changes_nothing(run_dir, tmp_path):
+    clone = tmp_path / "clone"
+    (clone / ".git").mkdir(parents=True)
+    write_files(clone, {"checkpoints/README.md": "what goes here\n", "checkpoints/mine/model.pt": "w"})
+    before = snapshot(clone)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), f"hydra.run.dir={run_dir}", "overwrite=true"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1] == (
+        "Error: . is the working directory or one of its parents and holds a previous run's outputs "
+        "(checkpoints); sqa never starts a run over there: choose another hydra.run.dir"
+    )
+    assert snapshot(clone) == before
+
+
 def set_aside_folders(run_dir: Path) -> list[Path]:
     """The set-aside folders (`.sqa-previous-<claim>`) in `run_dir`."""
     return sorted(run_dir.glob(f"{PREVIOUS}-*"))
@@ -270,10 +292,12 @@ def test_a_run_killed_before_training_is_undone_by_the_next_claim(tmp_path):
     before = previous_run(run_dir)
     script = (
         "import os, signal, sys\n"
-        "from sqa.core.run_folder import lock, prepare\n"
+        "from sqa.core.run_folder import lock, prepare, record_point\n"
         "with lock(sys.argv[1]):\n"
         "    prepare(sys.argv[1], resume=False, overwrite=True, remove_log=True)\n"
         "    open(os.path.join(sys.argv[1], 'config.yaml'), 'w').write('new: 1\\n')\n"
+        # As a run does once it has written its config.yaml: the claim's own from then on.
+        "    record_point(sys.argv[1])\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     done = subprocess.run([sys.executable, "-c", script, str(run_dir)], cwd=REPO, timeout=120)

@@ -102,6 +102,17 @@ def record(folder: str | Path, names: Iterable[str]) -> None:
         _write(folder, mine | new)
 
 
+def forget(folder: str | Path, names: Iterable[str]) -> None:
+    """Drop `names` from `folder`'s record: sqa is moving those entries away, so the names are free.
+
+    Whatever is made under them afterwards is sqa's only once recorded again.
+    """
+    folder = Path(folder)
+    mine = _record(folder)
+    if mine is not None and mine & set(names):
+        _write(folder, mine - set(names))
+
+
 def record_where_recorded(folder: str | Path, names: Iterable[str]) -> None:
     """`record` `names` in `folder` only if sqa keeps a record there (a run or export folder).
 

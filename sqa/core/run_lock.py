@@ -108,12 +108,17 @@ def set_previous_aside(run_dir: str | Path, names: Collection[str]) -> None:
     """Move the entries `names` of `run_dir` aside under this process's claim (`sqa.core.set_aside`)."""
     claim = _held[Path(run_dir).resolve()]
     set_aside.set_aside(run_dir, claim.token, names)
-    # Whatever is made under those names from now on is this claim's.
-    claim.users -= set(names)
+    # Whatever is made under those names from now on is this claim's; the set-aside folder never
+    # is an output (what it keeps is named, never removed, `sqa.core.set_aside.restore`).
+    claim.users = (claim.users - set(names)) | {set_aside.aside_folder(run_dir, claim.token).name}
 
 
 def restore_previous(run_dir: str | Path) -> bool:
-    """Put back the previous run that this process's claim of `run_dir` set aside; whether there was one."""
+    """Put back the previous run that this process's claim of `run_dir` set aside; whether there was one.
+
+    What the claim created so far is recorded first: that record is what it may replace.
+    """
+    record_point(run_dir)
     return set_aside.restore(run_dir, held_token(run_dir))
 
 

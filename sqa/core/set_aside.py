@@ -43,33 +43,53 @@ def is_set_aside(name: str) -> bool:
 
 
 def set_aside(run_dir: str | Path, token: str, names: Collection[str]) -> None:
-    """Move the entries `names` of `run_dir` into the set-aside folder of the claim holding `token`."""
+    """Move the entries `names` of `run_dir` into the set-aside folder of the claim holding `token`.
+
+    Each name leaves the record before its entry moves: from then on, an entry of that name in
+    `run_dir` is sqa's only if the claim records it, so a file made there after a kill is never
+    taken for the new run's and replaced when the previous run is put back.
+    """
     aside = aside_folder(run_dir, token)
     aside.mkdir()
     for name in sorted(names):
+        ownership.forget(run_dir, [name])
         os.rename(Path(run_dir) / name, aside / name)
 
 
 def restore(run_dir: str | Path, token: str | None) -> bool:
-    """Put back the outputs that the claim holding `token` set aside, replacing what it wrote since.
+    """Put back the outputs that the claim holding `token` set aside, replacing what it recorded since.
 
-    The names put back are recorded as sqa's again. Returns whether there were any.
+    An entry of `run_dir` under a set-aside name that the record does not list (made after the
+    set-aside by someone else, or by the claim after its last record) is kept, and the set-aside
+    entry stays in the set-aside folder, named in one line. The names put back are recorded as
+    sqa's again. Returns whether there was a set-aside.
     """
     aside = aside_folder(run_dir, token) if token else None
     if aside is None or aside.is_symlink() or not aside.is_dir():
         return False
     run_dir = Path(run_dir)
+    mine = ownership.owned(run_dir)
     # Only names a claim sets aside come back: a lock, a record or a set-aside inside it never do.
     names = sorted(p.name for p in aside.iterdir() if not _reserved(p.name))
-    for name in names:
+    kept = [name for name in names if os.path.lexists(run_dir / name) and name not in mine]
+    back = [name for name in names if name not in kept]
+    for name in back:
         target = run_dir / name
         _remove(target)
         os.rename(aside / name, target)
-    ownership.record(run_dir, names)
-    left = sorted(p.name for p in aside.iterdir())
+    ownership.record(run_dir, back)
+    if kept:
+        log.warning(
+            "%s: kept %s there: %s holds %s now, which sqa cannot prove it wrote, and never replaces",
+            aside,
+            ", ".join(kept),
+            run_dir,
+            "an entry of that name" if len(kept) == 1 else "entries of those names",
+        )
+    left = sorted(p.name for p in aside.iterdir() if p.name not in kept)
     if left:
         log.warning("%s: left %s there; sqa puts back only a run's outputs", aside, ", ".join(left))
-    else:
+    if not kept and not left:
         aside.rmdir()
     log.info("put the previous run's outputs back in %s", run_dir)
     return True
@@ -101,7 +121,9 @@ def recover(run_dir: str | Path, token: str | None) -> list[str]:
             shutil.rmtree(discarded)
         restore(run_dir, token)
     restored = sorted(ownership.entries(run_dir) - before)
-    strangers = sorted(name for name in ownership.entries(run_dir) if is_set_aside(name))
+    # Its own set-aside, where it kept entries (`restore`), has been named already.
+    own = {aside_folder(run_dir, token).name} if token else set()
+    strangers = sorted(name for name in ownership.entries(run_dir) - own if is_set_aside(name))
     if strangers:
         log.warning(
             "%s: left %s alone; sqa cannot prove that it set %s aside here",

@@ -116,9 +116,22 @@ def _reason(err: OSError) -> str:
 
 
 def _print(text: str) -> None:
-    """Write `text` to stdout now, so that a failure (a closed pipe, a full disk) is raised here."""
-    sys.stdout.write(text)
+    """Write `text` to stdout now and whole, so that a failure (a closed pipe, a full disk) is raised here.
+
+    Written to the descriptor directly where there is one: a write cut short by a file size limit
+    (stdout redirected to a file under `ulimit -f`) passes through Python's buffered stdout
+    without an error, leaving part of the table.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     sys.stdout.flush()
+    data = memoryview(text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict"))
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 def _save_in_temp(text: str, output: Path | None) -> str:

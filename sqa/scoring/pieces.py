@@ -7,6 +7,9 @@ they never depend on the pieces scored beside it.
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -16,6 +19,14 @@ from sqa.models.backbone import W2V_HOP
 from sqa.models.predictor import MOSPredictor
 from sqa.scoring.clips import Piece, PreparedClip
 from sqa.scoring.retrieval import RetrievalScoring
+
+# Why a clip has no overall score in kNN or fusion mode although its audio was read.
+QUERY_NOT_FINITE = (
+    "no score (mode {mode!r}): the clip's pooled backbone embedding (the query of its nearest "
+    "training clips) holds NaN or infinite values"
+)
+# Why a score the model gave is left null.
+SCORE_NOT_FINITE = "no score: the model gave a NaN or infinite score for this clip"
 
 
 def chunk_length(chunk_seconds: float, sample_rate: int, min_samples: int) -> int:
@@ -101,7 +112,8 @@ def pool_pieces(
     order. The spread (None without `spreads`) is a whole clip's own, or its windows' pooled by
     their kept frames (`sqa.core.spread.pooled`). A clip without pieces (no vocal activity) gets
     K Nones and None. With `embeddings`, the overall score is `retrieval`'s of the clip's mean
-    kept backbone frame.
+    kept backbone frame, None where that mean is not finite. Every score that is NaN or infinite
+    is None, and the clip carries the reason (`finite_scores`).
     """
     out: list[tuple[PreparedClip, list[float | None], float | None]] = []
     start = 0
@@ -114,18 +126,41 @@ def pool_pieces(
         elif spreads is not None and clip.pieces:
             # Each window's spread is of its rating; it weighs as much as the frames it keeps.
             spread = pooled(spreads[rows], [kept.shape[0] for kept in frames[rows]])
+        row: list[float | None]
         if not clip.pieces:
             out.append((clip, [None] * len(predictor.dimensions), None))
-        elif len(clip.pieces) == 1:
-            out.append((clip, scores[rows.start].tolist(), spread))
+            continue
+        if len(clip.pieces) == 1:
+            row = scores[rows.start].tolist()
         else:
             sums = np.sum([kept.sum(axis=0) for kept in frames[rows]], axis=0)
             counts = sum(kept.shape[0] for kept in frames[rows])
             # Frame scores are on the head's 1-5 scale; the map to the user's scale is linear.
-            out.append((clip, predictor.to_scale(torch.from_numpy(sums / counts)).tolist(), spread))
-        if embeddings is not None and retrieval is not None and clip.pieces:
+            row = predictor.to_scale(torch.from_numpy(sums / counts)).tolist()
+        reason = None
+        if embeddings is not None and retrieval is not None:
             # The clip's embedding is the mean of its kept frames, as the datastore's are.
             mean = np.sum(embeddings[rows], axis=0) / sum(kept.shape[0] for kept in frames[rows])
-            row = out[-1][1]
-            row[0] = retrieval.overall(row[0], torch.from_numpy(mean))
+            if np.isfinite(mean).all():
+                row[0] = retrieval.overall(row[0], torch.from_numpy(mean))
+            else:
+                # NaN distances would rank the neighbours arbitrarily: no neighbour, no score.
+                row[0], reason = None, QUERY_NOT_FINITE.format(mode=retrieval.mode)
+        out.append(finite_scores(clip, row, spread, reason))
     return out
+
+
+def finite_scores(
+    clip: PreparedClip, row: list[float | None], spread: float | None, reason: str | None
+) -> tuple[PreparedClip, list[float | None], float | None]:
+    """`clip`'s scores (K,) with each NaN or infinite one None, the clip carrying why, and its spread.
+
+    `reason` is why the overall score is already None; a clip whose overall score is None has no
+    spread either.
+    """
+    finite = [None if value is None or not math.isfinite(value) else value for value in row]
+    if reason is None and finite != row:
+        reason = SCORE_NOT_FINITE
+    if reason is None:
+        return clip, row, spread
+    return replace(clip, reason=reason), finite, spread if finite[0] is not None else None

@@ -117,8 +117,8 @@ class Scorer(ExportScorer):
         prepared = [self.prepare.clip(i, wav) for i, wav in zip(inputs.arrays, wavs, strict=True)]
         rows = {}
         for clip, row, spread in self._score_prepared(prepared):
-            if clip.warning or clip.reason:
-                warn_at_caller(f"{names[clip.index]}: {clip.warning or clip.reason}", ClipWarning)
+            if clip.reason or clip.warning:
+                warn_at_caller(f"{names[clip.index]}: {clip.reason or clip.warning}", ClipWarning)
             rows[clip.index] = (row, spread)
         positions = list(files)
         # As batches finish: an unreadable file (its header is read first) stops the call at once.

@@ -81,17 +81,25 @@ def test_a_set_aside_folder_sqa_did_not_make_is_never_put_back(name, tmp_path, c
     assert (folder / "thesis.tex").read_text() == USERS["thesis.tex"]
 
 
-def killed_after_setting_aside(run_dir: Path) -> None:
-    """`overwrite=true` into `run_dir` in a process killed once it has set the previous run aside."""
+def killed_after_setting_aside(run_dir: Path, writes: bool = True) -> None:
+    """`overwrite=true` into `run_dir` in a process killed once it has set the previous run aside.
+
+    With `writes`, it first writes and records config.yaml; else it is killed at once.
+    """
     script = (
         "import os, signal, sys\n"
-        "from sqa.core.run_folder import lock, prepare\n"
+        "from sqa.core.run_folder import lock, prepare, record_point\n"
         "with lock(sys.argv[1]):\n"
         "    prepare(sys.argv[1], resume=False, overwrite=True)\n"
-        "    open(os.path.join(sys.argv[1], 'config.yaml'), 'w').write('new: 1\\n')\n"
+        "    if sys.argv[2] == 'writes':\n"
+        "        open(os.path.join(sys.argv[1], 'config.yaml'), 'w').write('new: 1\\n')\n"
+        # As a run does once it has written its config.yaml: the claim's own from then on.
+        "        record_point(sys.argv[1])\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(run_dir)], cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(run_dir), "writes" if writes else "-"], cwd=REPO, timeout=120
+    )
     assert done.returncode == -9
 
 
@@ -109,6 +117,63 @@ def test_a_lock_and_a_record_planted_in_sqas_own_set_aside_never_come_back(tmp_p
         assert (run_dir / "config.yaml").read_text() == RUN["config.yaml"]
         # What was planted stays where it was, named; nothing else is left there.
         assert sorted(os.listdir(aside)) == [".lock", ownership.MANIFEST]
+
+
+def test_after_a_kill_the_killed_runs_entry_is_replaced_and_a_users_new_file_is_kept(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir, RUN)
+    killed_after_setting_aside(run_dir)
+    (aside,) = run_dir.glob(f"{PREVIOUS}-*")
+    # Between the kill and the next command the user makes a file under one of the old run's
+    # names, and one under a name of their own.
+    write_files(run_dir, {"metrics.json": "the user's\n", "notes.txt": "mine\n"})
+    with caplog.at_level(logging.WARNING, logger="sqa.core"), lock(run_dir):
+        # config.yaml, which the killed run wrote and recorded, is the old run's again.
+        assert (run_dir / "config.yaml").read_text() == RUN["config.yaml"]
+        assert (run_dir / "checkpoints" / "last.ckpt").read_text() == "old"
+        assert (run_dir / "predictions.csv").read_text() == RUN["predictions.csv"]
+        assert (run_dir / "metrics.json").read_text() == "the user's\n"
+        assert (run_dir / "notes.txt").read_text() == "mine\n"
+        # The old run's metrics.json is kept where it was set aside, and named.
+        assert sorted(os.listdir(aside)) == ["metrics.json"]
+        assert (aside / "metrics.json").read_text() == RUN["metrics.json"]
+    assert caplog.messages == [
+        f"{aside.resolve()}: kept metrics.json there: {run_dir.resolve()} holds an entry of that name now, "
+        "which sqa cannot prove it wrote, and never replaces"
+    ]
+    # Neither is sqa's: overwrite=true names the first rather than removing anything.
+    assert not {"metrics.json", "notes.txt", aside.name} & ownership.owned(run_dir)
+    with pytest.raises(RunDirError, match="which sqa did not write"), lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=True)
+    assert (aside / "metrics.json").read_text() == RUN["metrics.json"]
+
+
+def test_a_users_file_made_after_a_kill_before_any_record_is_kept_under_any_old_name(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir, RUN)
+    killed_after_setting_aside(run_dir, writes=False)
+    (aside,) = run_dir.glob(f"{PREVIOUS}-*")
+    write_files(run_dir, {"config.yaml": "mine: 1\n", "metrics.json": "the user's\n"})
+    with caplog.at_level(logging.WARNING, logger="sqa.core"), lock(run_dir):
+        assert (run_dir / "config.yaml").read_text() == "mine: 1\n"
+        assert (run_dir / "metrics.json").read_text() == "the user's\n"
+        assert (run_dir / "predictions.csv").read_text() == RUN["predictions.csv"]
+        assert sorted(os.listdir(aside)) == ["config.yaml", "metrics.json"]
+    assert [m.split(": ")[1] for m in caplog.messages] == ["kept config.yaml, metrics.json there"]
+
+
+def test_a_runs_own_restore_replaces_what_it_wrote_since_it_set_the_old_run_aside(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir, RUN)
+    with caplog.at_level(logging.WARNING, logger="sqa.core"), lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=True)
+        write_files(run_dir, {"config.yaml": "new: 1\n", "metrics.json": "{}"})
+        assert run_lock.restore_previous(run_dir) is True
+    assert {name: (run_dir / name).read_text() for name in ("config.yaml", "metrics.json")} == {
+        "config.yaml": RUN["config.yaml"],
+        "metrics.json": RUN["metrics.json"],
+    }
+    assert not list(run_dir.glob(f"{PREVIOUS}-*")) and caplog.messages == []
 
 
 def test_a_set_aside_is_put_back_only_by_the_claim_after_the_one_that_made_it(tmp_path):
@@ -172,7 +237,7 @@ KILL_IN_DISCARD = (
     "import os, shutil, signal, sys\n"
     "from pathlib import Path\n"
     "from sqa.core import set_aside\n"
-    "from sqa.core.run_folder import lock, prepare, discard_previous\n"
+    "from sqa.core.run_folder import lock, prepare, discard_previous, record_point\n"
     "run_dir, after = Path(sys.argv[1]), int(sys.argv[2])\n"
     "removed = []\n"
     "def rmtree(path, *args, **kwargs):\n"
@@ -187,6 +252,8 @@ KILL_IN_DISCARD = (
     "    prepare(run_dir, resume=False, overwrite=True)\n"
     "    (run_dir / 'checkpoints').mkdir()\n"
     "    (run_dir / 'checkpoints' / 'last.ckpt').write_text('new')\n"
+    # Recorded the moment a checkpoint is written, as checkpoint_io does.
+    "    record_point(run_dir)\n"
     "    discard_previous(run_dir)\n"
 )
 

@@ -10,9 +10,9 @@ once under way), writing sqa's outputs whether or not the names exist. After eve
 file the user made is still there with the bytes it had.
 
 The user writes only names that are free at the top level (a file inside a folder of sqa's goes
-with that folder, as documented) and never while a killed command's set-aside is waiting to be
-put back: the next claim puts the previous run back over whatever took those names meanwhile
-(docs/failures.md). The names `.lock` and `.sqa-owned.json` are sqa's in any folder it writes.
+with that folder, as documented), also between a kill and the next command, while a killed
+command's set-aside waits to be put back under names the user may have taken meanwhile. The
+names `.lock` and `.sqa-owned.json` are sqa's in any folder it writes.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import signal
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sqa.core import ownership
@@ -81,7 +81,16 @@ aside_step = st.tuples(
 )
 # A lock naming the forged set-aside's token for another folder, or another token for this one.
 lock_step = st.tuples(st.just("lock"), st.sampled_from([(FORGED_TOKEN, False), (OTHER_TOKEN, True)]))
-steps = st.lists(st.one_of(user_step, sqa_step, record_step, aside_step, lock_step), max_size=8)
+# A run started over, killed at one of its calls, then a user's file under a name the previous
+# run had, made before the next command.
+window_step = st.tuples(
+    st.just("window"),
+    st.lists(st.sampled_from(SQA_WRITES), unique=True, max_size=4),
+    st.integers(0, 14),
+    st.sampled_from(USER_NAMES),
+    st.booleans(),
+)
+steps = st.lists(st.one_of(user_step, sqa_step, record_step, aside_step, lock_step, window_step), max_size=8)
 final_step = st.tuples(
     st.just("sqa"),
     st.sampled_from(["overwrite", "resume"]),
@@ -157,12 +166,16 @@ def pending_set_aside(run_dir: Path) -> bool:
 def apply(step: tuple, run_dir: Path, elsewhere: Path, made: dict[str, bytes]) -> None:
     """Apply one drawn `step` to `run_dir`."""
     kind = step[0]
-    if kind == "sqa":
+    if kind == "window":
+        _, writes, kill_after, name, as_folder = step
+        apply(("sqa", "overwrite", writes, kill_after), run_dir, elsewhere, made)
+        apply(("user", name, as_folder), run_dir, elsewhere, made)
+    elif kind == "sqa":
         status = run_command(run_dir, *step[1:])
         assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) in (0, 3), status
     elif kind == "user":
         _, name, as_folder = step
-        if not os.path.lexists(run_dir / name) and not pending_set_aside(run_dir):
+        if not os.path.lexists(run_dir / name):
             user_files(run_dir, run_dir, name, as_folder, made)
     elif kind == "record":
         _, how, names = step
@@ -203,8 +216,19 @@ def unchanged(run_dir: Path, made: dict[str, bytes]) -> list[str]:
     ]
 
 
+def with_kills_in_the_window(test):
+    """`test` also run, whatever is drawn, on a finished run started over and killed at each of
+    its calls in turn, a user's file made under an old run's name, then a resumed command."""
+    finished = ("sqa", "new", ["config.yaml", "metrics.json", "plots"], None)
+    for kill_after in range(15):
+        window = ("window", ["export"], kill_after, "metrics.json", False)
+        test = example(history=[finished, window], final=("sqa", "resume", [], None))(test)
+    return test
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=steps, final=final_step)
+@with_kills_in_the_window
 def test_no_command_with_overwrite_or_resume_loses_or_changes_a_users_file(history, final):
     with tempfile.TemporaryDirectory() as tmp:
         run_dir, elsewhere = Path(tmp) / "run", Path(tmp) / "elsewhere"

@@ -6,13 +6,17 @@ the file, before anything is scored, and a pickled payload never runs.
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 import torch
 
 from sqa.exports import datastore as datastore_file
@@ -21,7 +25,9 @@ from sqa.models import retrieval
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.models.retrieval import Datastore, pooled_embedding
-from sqa.scoring.scorer import Scorer
+from sqa.scoring import cli as score_cli
+from sqa.scoring.pieces import QUERY_NOT_FINITE
+from sqa.scoring.scorer import ClipWarning, Scorer
 from tests.exports.test_export_security import Payload, rewrite_archive
 
 SR = 16000
@@ -90,6 +96,70 @@ def test_a_datastore_of_finite_1e20_embeddings_scores_real_numbers(tmp_path):
     assert Scorer(export, mode="knn").score(clips(), SR) == [1.5] * 6
     fusion = Scorer(export, mode="fusion").score(clips(), SR)
     assert fusion == pytest.approx([0.25 * p + 0.75 * 1.5 for p in parametric])
+
+
+def finite_and_overflowing_exports(tmp_path: Path) -> tuple[Path, Path]:
+    """Two exports with one datastore: a model, and the same model whose frames overflow float32.
+
+    The second's weights are finite (an export load accepts them), but its last LayerNorm
+    (weight and bias 3e38) sends every clip's frames, and so its pooled query, to ±inf or NaN.
+    """
+    model = predictor()
+    labels = torch.tensor(LABELS)
+    store = Datastore(
+        embeddings(model, clips()), labels, torch.zeros(6, dtype=torch.int64), torch.arange(6), 1, 0.25
+    )
+    finite = export_predictor(model, tmp_path / "finite", SR, ["a"], datastore=store)
+    with torch.no_grad():
+        model.backbone.norms[-1].weight.fill_(3e38)
+        model.backbone.norms[-1].bias.fill_(3e38)
+    return finite, export_predictor(model, tmp_path / "overflow", SR, ["a"], datastore=store)
+
+
+@pytest.mark.parametrize("mode", ["knn", "fusion"])
+def test_a_clip_whose_query_embedding_is_not_finite_scores_none_with_its_reason(tmp_path, mode):
+    finite, overflow = finite_and_overflowing_exports(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scores = Scorer(finite, mode=mode).score(clips(2), SR)
+    assert all(math.isfinite(score) for score in scores)
+    if mode == "knn":
+        assert scores == pytest.approx(LABELS[:2], abs=1e-6)  # each clip's nearest entry is its own
+    with pytest.warns(ClipWarning) as caught:
+        assert Scorer(overflow, mode=mode).score(clips(2), SR) == [None, None]
+    reason = QUERY_NOT_FINITE.format(mode=mode)
+    assert [str(w.message) for w in caught] == [f"audio[0]: {reason}", f"audio[1]: {reason}"]
+    # The head alone gives no number either, and says so.
+    with pytest.warns(ClipWarning, match="the model gave a NaN or infinite score"):
+        assert Scorer(overflow).score(clips(1), SR) == [None]
+
+
+def test_sqa_score_writes_a_non_finite_query_as_null_with_its_reason(tmp_path, capsys):
+    finite, overflow = finite_and_overflowing_exports(tmp_path)
+    paths = []
+    for i, wav in enumerate(clips(2)):
+        paths.append(str(tmp_path / f"clip{i}.wav"))
+        sf.write(paths[-1], wav, SR, subtype="FLOAT")
+    reason = QUERY_NOT_FINITE.format(mode="knn")
+    for export, name in ((finite, "finite"), (overflow, "overflow")):
+        for suffix in ("csv", "json"):
+            out = tmp_path / f"{name}.{suffix}"
+            args = ["--checkpoint", str(export), "--mode", "knn", "--num-workers", "0", "--output", str(out)]
+            assert score_cli.main([*args, *paths]) == 0
+    with open(tmp_path / "finite.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(row["score"]) for row in rows] == pytest.approx(LABELS[:2], abs=1e-6)
+    assert "reason" not in rows[0]
+    with open(tmp_path / "overflow.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["score"], row["reason"]) for row in rows] == [("", reason), ("", reason)]
+    assert [
+        (row["score"], row["reason"]) for row in json.loads((tmp_path / "overflow.json").read_text())
+    ] == [
+        (None, reason),
+        (None, reason),
+    ]
+    assert f"sqa-score: warning: {paths[0]}: {reason}" in capsys.readouterr().err.splitlines()
 
 
 def test_knn_scores_are_the_same_alone_and_batched(tmp_path):

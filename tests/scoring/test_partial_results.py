@@ -167,6 +167,17 @@ def test_when_every_file_write_fails_the_scores_go_to_stdout(default_export, tmp
 
 
 LIMIT = 4096
+# sqa-score under a file size limit of argv[1] bytes.
+WITH_FILE_LIMIT = textwrap.dedent(
+    """
+    import resource, signal, sys
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write returns EFBIG, as under Python
+    limit = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    from sqa.scoring import cli
+    sys.exit(cli.main(sys.argv[2:]))
+    """
+)
 
 
 def test_a_file_size_limit_at_every_write_prints_the_scores(default_export, tmp_path):
@@ -177,19 +188,9 @@ def test_a_file_size_limit_at_every_write_prints_the_scores(default_export, tmp_
     temp = tmp_path / "tmp"
     temp.mkdir()
     out = tmp_path / "s.csv"
-    limit = textwrap.dedent(
-        """
-        import resource, signal, sys
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write returns EFBIG, as under Python
-        limit = int(sys.argv[1])
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-        from sqa.scoring import cli
-        sys.exit(cli.main(sys.argv[2:]))
-        """
-    )
     args = ["--checkpoint", str(default_export), "--output", str(out), *map(str, paths)]
     done = subprocess.run(
-        [sys.executable, "-c", limit, str(LIMIT), *args],
+        [sys.executable, "-c", WITH_FILE_LIMIT, str(LIMIT), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -208,6 +209,32 @@ def test_a_file_size_limit_at_every_write_prints_the_scores(default_export, tmp_
     # Neither the output's temporary file nor the fallback's is left behind.
     assert list(temp.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["tmp", "wavs"]
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] != LIMIT  # the test process is untouched
+
+
+def test_stdout_into_a_file_under_the_size_limit_is_not_said_to_hold_the_scores(default_export, tmp_path):
+    # `ulimit -f` with stdout redirected to a file: the last fallback is cut short at the limit too.
+    paths = write_clips(tmp_path / "wavs", 64, samples=1600)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    out = tmp_path / "s.csv"
+    args = ["--checkpoint", str(default_export), "--output", str(out), *map(str, paths)]
+    with open(tmp_path / "stdout.csv", "wb") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-c", WITH_FILE_LIMIT, str(LIMIT), *args],
+            cwd=REPO,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            env={**os.environ, "TMPDIR": str(temp)},
+        )
+    assert done.returncode == 1
+    (line,) = one_line_errors(done.stderr)
+    assert line == (
+        f"sqa-score: {out}: not written (File too large), nor to a new file in {temp} (File too large), "
+        "nor to stdout (File too large); the scores are lost"
+    )
+    assert (tmp_path / "stdout.csv").stat().st_size <= LIMIT
 
 
 def test_a_closed_stdout_saves_the_scores_in_a_temporary_file(tmp_path, monkeypatch):
