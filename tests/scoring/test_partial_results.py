@@ -159,7 +159,9 @@ def test_when_every_file_write_fails_the_scores_go_to_stdout(default_export, tmp
         "the scores were printed to stdout as CSV"
     )
     assert lines[1].startswith(f"sqa-score: {out.with_name('s.systems.json')}: not written")
-    assert list(temp.iterdir()) == []  # no partial temporary file is left
+    # No partial temporary file is left (a library may keep a folder of its own there, made at its
+    # first use in the process, which is this test's when it runs alone).
+    assert [p for p in temp.rglob("*") if not p.is_dir()] == []
     # Both tables, as CSV, one after the other: the clips', then the systems' means.
     clip_table, system_table = captured.out.split("system_id,n,score\n")
     assert [r["path"] for r in csv.DictReader(io.StringIO(clip_table))] == [str(p) for p in paths]
