@@ -189,7 +189,8 @@ class MOSDataModule(L.LightningDataModule):
         else:
             return corpus
         self.carved_valid = [c for c in corpus.split("valid") if c.sample_id not in before]
-        _log_moved("validation", self.carved_valid, split_csv, f"carved by {by}: {share:g}, split seed {seed}")
+        carving = f"carved by {by}: {share:g}, split seed {seed}"
+        _log_moved("validation", self.carved_valid, split_csv, carving)
         return corpus
 
     def label_counts(self) -> dict[str, LabelCounts]:
