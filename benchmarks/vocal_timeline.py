@@ -1,12 +1,15 @@
 """Where the time of `sqa-score --vocal-only --timeline` on a long song goes, phase by phase.
 
     .venv/bin/python benchmarks/vocal_timeline.py [--backbone logmel|distillmos | --export E] [--minutes 4]
+        [--whole-pass]
 
 The song is synthetic singing (`sqa.data.singing`: phrases of a random melody with breath gaps)
 after a silent intro of `--intro` seconds, written as a 44.1 kHz stereo WAV, as a user's song
 would be. The phases are those `sqa-score` runs for one file: the file scored (decoding,
-resampling, trimming to the vocal span, the forward pass), then its timeline (decoding again,
-the forward pass over the whole clip, vocal activity, the plot). Without `--export`, an
+resampling, trimming to the vocal span, the forward pass, whose frame scores are kept), then its
+timeline laid out from those frames (decoding again, vocal activity, windows, the plot); the
+network runs once. `--whole-pass` also times the second forward pass over the whole clip that
+timelines took before, and prints how far its window scores lie from the kept frames'. Without `--export`, an
 untrained default log-mel predictor is exported to a temporary folder (its timing is the
 network's, not its training's); `--backbone distillmos` puts the pretrained Distill-MOS network
 under it instead, as the default run's `distillmos` candidate (experiment=small_corpus) does.
@@ -67,6 +70,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=4.0)
     parser.add_argument("--intro", type=float, default=20.0, help="seconds of silence before the singing")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--whole-pass", action="store_true", help="also time the whole-clip pass of before")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "song.wav"
@@ -82,13 +86,19 @@ def main() -> None:
         # What `score_files` does for the file, phase by phase (its own decoding and trimming).
         wav = timed(phases, "decode + resample", lambda: load_audio(path, rate))
         part = timed(phases, "vocal span (trim)", lambda: vocal_part(wav, rate))[0]
-        timed(phases, "forward (score)", lambda: scorer.score_waveforms([part]))
-        # What `Scorer.timeline` and `write_timeline` do.
+        # The scoring pass's frames (those its score pools), kept for the timeline.
+        frames = timed(phases, "forward (score, frames kept)", lambda: scorer.frame_scores(part))
+        # What `sqa-score --timeline` then does: `Scorer.timeline_of` and `write_timeline`.
         wav = timed(phases, "decode again (timeline)", lambda: load_audio(path, rate))
-        frames = timed(phases, "forward (timeline frames)", lambda: scorer.frame_scores(wav))
-        timed(phases, "vocal activity (timeline)", lambda: vocal_activity(wav, rate))
-        hop = int(scorer.predictor.backbone.hop_length)
-        timeline = timed(phases, "windows", lambda: clip_timeline(frames, wav, rate, hop))
+        timeline = timed(phases, "vocal activity + windows", lambda: scorer.timeline_of(wav, frames))
+        if args.whole_pass:
+            hop = int(scorer.predictor.backbone.hop_length)
+            whole = timed(phases, "(before: forward over the whole clip)", lambda: scorer.frame_scores(wav))
+            before = clip_timeline(whole, wav, rate, hop, activity=vocal_activity(wav, rate))
+            both = np.isfinite(before.score) & np.isfinite(timeline.score)
+            gap = np.abs(before.score[both] - timeline.score[both])
+            said = f"max {gap.max():.4f}, mean {gap.mean():.4f} over {both.sum()} windows"
+            print(f"window scores, before - after: {said}")
         folder = Path(tmp) / "timelines"
         folder.mkdir()
         timed(
