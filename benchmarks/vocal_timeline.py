@@ -13,7 +13,7 @@ timelines took before, and prints how far its window scores lie from the kept fr
 untrained default log-mel predictor is exported to a temporary folder (its timing is the
 network's, not its training's); `--backbone distillmos` puts the pretrained Distill-MOS network
 under it instead, as the default run's `distillmos` candidate (experiment=small_corpus) does.
-Prints seconds per phase and the total.
+Prints wall and CPU seconds per phase and of the whole command.
 """
 
 from __future__ import annotations
@@ -54,11 +54,15 @@ def song(minutes: float, intro: float, seed: int) -> np.ndarray:
     return np.stack([mono, 0.9 * mono], axis=1)
 
 
-def timed(phases: dict[str, float], name: str, call: Callable[[], Any]) -> Any:
-    """Run `call`, adding its wall seconds to `phases[name]`; return its result."""
-    start = time.perf_counter()
+def timed(phases: dict[str, tuple[float, float]], name: str, call: Callable[[], Any]) -> Any:
+    """Run `call`, adding its wall and CPU seconds (all threads) to `phases[name]`; return its result.
+
+    CPU seconds move less than wall seconds with the load of other processes on a shared machine.
+    """
+    start, cpu = time.perf_counter(), time.process_time()
     out = call()
-    phases[name] = phases.get(name, 0.0) + time.perf_counter() - start
+    wall, used = phases.get(name, (0.0, 0.0))
+    phases[name] = (wall + time.perf_counter() - start, used + time.process_time() - cpu)
     return out
 
 
@@ -80,7 +84,7 @@ def main() -> None:
             torch.manual_seed(args.seed)
             backbone = LogMelBackbone() if args.backbone == "logmel" else DistillMosBackbone(pretrained=True)
             export = export_predictor(MOSPredictor(backbone), Path(tmp) / "export", 16000, ["d"])
-        phases: dict[str, float] = {}
+        phases: dict[str, tuple[float, float]] = {}
         scorer = timed(phases, "load the export", lambda: Scorer(export, vocal_only=True))
         rate = scorer.sample_rate
         # What `score_files` does for the file, phase by phase (its own decoding and trimming).
@@ -117,8 +121,9 @@ def main() -> None:
         f"export {args.export or 'untrained head on ' + args.backbone}, "
         f"{torch.get_num_threads()} torch thread(s)"
     )
-    for name, seconds in phases.items():
-        print(f"{name:<32} {seconds:7.2f} s")
+    print(f"{'phase':<38} {'wall s':>8} {'cpu s':>8}")
+    for name, (wall, used) in phases.items():
+        print(f"{name:<38} {wall:8.2f} {used:8.2f}")
 
 
 if __name__ == "__main__":
