@@ -241,7 +241,8 @@ def test_derived_sample_ids_are_names_unless_names_clash_then_path_ends(tmp_path
     assert [c.sample_id for c in read_csv_manifest(deeper).clips] == ["y/z/c", "w/z/c", "a"]
     # One file written two ways is one clip, its rows its ratings; an absolute path is the same file.
     twice = table(
-        tmp_path / "twice.csv", f"filename,mos,model\nx/a.wav,3,s\n{tmp_path}/x/a.wav,5,s\ny/a.wav,1,s\n"
+        tmp_path / "twice.csv",
+        f"filename,mos,model\nx/a.wav,3,s\n{tmp_path}/x/a.wav,5,s\ny/a.wav,1,s\ny/../x/a.wav,4,s\n",
     )
     assert [(c.sample_id, c.path, c.mos) for c in read_csv_manifest(twice).clips] == [
         ("x/a", tmp_path / "x" / "a.wav", 4.0),
