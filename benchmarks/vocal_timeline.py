@@ -1,16 +1,19 @@
 """Where the time of `sqa-score --vocal-only --timeline` on a long song goes, phase by phase.
 
     .venv/bin/python benchmarks/vocal_timeline.py [--backbone logmel|distillmos | --export E] [--minutes 4]
+        [--whole-pass]
 
 The song is synthetic singing (`sqa.data.singing`: phrases of a random melody with breath gaps)
 after a silent intro of `--intro` seconds, written as a 44.1 kHz stereo WAV, as a user's song
 would be. The phases are those `sqa-score` runs for one file: the file scored (decoding,
-resampling, trimming to the vocal span, the forward pass), then its timeline (decoding again,
-the forward pass over the whole clip, vocal activity, the plot). Without `--export`, an
+resampling, trimming to the vocal span, the forward pass, whose frame scores are kept), then its
+timeline laid out from those frames (decoding again, vocal activity, windows, the plot); the
+network runs once. `--whole-pass` also times the second forward pass over the whole clip that
+timelines took before, and prints how far its window scores lie from the kept frames'. Without `--export`, an
 untrained default log-mel predictor is exported to a temporary folder (its timing is the
 network's, not its training's); `--backbone distillmos` puts the pretrained Distill-MOS network
 under it instead, as the default run's `distillmos` candidate (experiment=small_corpus) does.
-Prints seconds per phase and the total.
+Prints wall and CPU seconds per phase and of the whole command.
 """
 
 from __future__ import annotations
@@ -51,11 +54,15 @@ def song(minutes: float, intro: float, seed: int) -> np.ndarray:
     return np.stack([mono, 0.9 * mono], axis=1)
 
 
-def timed(phases: dict[str, float], name: str, call: Callable[[], Any]) -> Any:
-    """Run `call`, adding its wall seconds to `phases[name]`; return its result."""
-    start = time.perf_counter()
+def timed(phases: dict[str, tuple[float, float]], name: str, call: Callable[[], Any]) -> Any:
+    """Run `call`, adding its wall and CPU seconds (all threads) to `phases[name]`; return its result.
+
+    CPU seconds move less than wall seconds with the load of other processes on a shared machine.
+    """
+    start, cpu = time.perf_counter(), time.process_time()
     out = call()
-    phases[name] = phases.get(name, 0.0) + time.perf_counter() - start
+    wall, used = phases.get(name, (0.0, 0.0))
+    phases[name] = (wall + time.perf_counter() - start, used + time.process_time() - cpu)
     return out
 
 
@@ -67,6 +74,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=4.0)
     parser.add_argument("--intro", type=float, default=20.0, help="seconds of silence before the singing")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--whole-pass", action="store_true", help="also time the whole-clip pass of before")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "song.wav"
@@ -76,19 +84,25 @@ def main() -> None:
             torch.manual_seed(args.seed)
             backbone = LogMelBackbone() if args.backbone == "logmel" else DistillMosBackbone(pretrained=True)
             export = export_predictor(MOSPredictor(backbone), Path(tmp) / "export", 16000, ["d"])
-        phases: dict[str, float] = {}
+        phases: dict[str, tuple[float, float]] = {}
         scorer = timed(phases, "load the export", lambda: Scorer(export, vocal_only=True))
         rate = scorer.sample_rate
         # What `score_files` does for the file, phase by phase (its own decoding and trimming).
         wav = timed(phases, "decode + resample", lambda: load_audio(path, rate))
         part = timed(phases, "vocal span (trim)", lambda: vocal_part(wav, rate))[0]
-        timed(phases, "forward (score)", lambda: scorer.score_waveforms([part]))
-        # What `Scorer.timeline` and `write_timeline` do.
+        # The scoring pass's frames (those its score pools), kept for the timeline.
+        frames = timed(phases, "forward (score, frames kept)", lambda: scorer.frame_scores(part))
+        # What `sqa-score --timeline` then does: `Scorer.timeline_of` and `write_timeline`.
         wav = timed(phases, "decode again (timeline)", lambda: load_audio(path, rate))
-        frames = timed(phases, "forward (timeline frames)", lambda: scorer.frame_scores(wav))
-        timed(phases, "vocal activity (timeline)", lambda: vocal_activity(wav, rate))
-        hop = int(scorer.predictor.backbone.hop_length)
-        timeline = timed(phases, "windows", lambda: clip_timeline(frames, wav, rate, hop))
+        timeline = timed(phases, "vocal activity + windows", lambda: scorer.timeline_of(wav, frames))
+        if args.whole_pass:
+            hop = int(scorer.predictor.backbone.hop_length)
+            whole = timed(phases, "(before: forward over the whole clip)", lambda: scorer.frame_scores(wav))
+            before = clip_timeline(whole, wav, rate, hop, activity=vocal_activity(wav, rate))
+            both = np.isfinite(before.score) & np.isfinite(timeline.score)
+            gap = np.abs(before.score[both] - timeline.score[both])
+            said = f"max {gap.max():.4f}, mean {gap.mean():.4f} over {both.sum()} windows"
+            print(f"window scores, before - after: {said}")
         folder = Path(tmp) / "timelines"
         folder.mkdir()
         timed(
@@ -107,8 +121,9 @@ def main() -> None:
         f"export {args.export or 'untrained head on ' + args.backbone}, "
         f"{torch.get_num_threads()} torch thread(s)"
     )
-    for name, seconds in phases.items():
-        print(f"{name:<32} {seconds:7.2f} s")
+    print(f"{'phase':<38} {'wall s':>8} {'cpu s':>8}")
+    for name, (wall, used) in phases.items():
+        print(f"{name:<38} {wall:8.2f} {used:8.2f}")
 
 
 if __name__ == "__main__":

@@ -330,6 +330,7 @@ DATA_DEFAULTS = {
     "preload": False,
     "vocal_only": False,
     "seed": "${seed}",
+    "split_seed": 0,
     "train_domains": None,
     "valid_share": 0.1,
     "valid_split_csv": None,

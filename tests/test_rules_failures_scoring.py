@@ -163,6 +163,7 @@ VALID = {
     "valid_share": 0.1,
     "test_share": 0.1,
     "split_by": "clip",
+    "split_seed": None,
 }
 CORPUS = Corpus([], ["d1"])
 
@@ -181,6 +182,8 @@ CORPUS = Corpus([], ["d1"])
         ("bucketing", True),
         ("judges", True),
         ("seed", -3),
+        ("split_seed", 7),
+        ("split_seed", None),
         ("train_domains", ["d1"]),
         ("on_error", "skip"),
         ("dimensions", ["mos", "lyrics"]),
@@ -203,6 +206,8 @@ def test_data_arguments_at_their_bounds_are_accepted(name, value):
         ("judges", "yes", "true or false"),
         ("seed", "1", "an integer"),
         ("seed", True, "an integer"),
+        ("split_seed", "0", "an integer or null"),
+        ("split_seed", False, "an integer or null"),
         ("dimensions", [], "a non-empty list of names"),
         ("dimensions", "mos", "a non-empty list of names"),
     ],

@@ -28,6 +28,7 @@ _KINDS: dict[str, Callable[[Any], bool]] = {
         v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v > 0)
     ),
     "true or false": lambda v: isinstance(v, bool),
+    "an integer or null": lambda v: v is None or _integer(v),
     "a list of names or null": lambda v: v is None or _names(v),
     "a non-empty list of names": lambda v: _names(v) and len(v) > 0,
     "'raise' or 'skip'": lambda v: v in ("raise", "skip"),
@@ -43,6 +44,7 @@ _ARGUMENTS = {
     "preload": "true or false",
     "vocal_only": "true or false",
     "seed": "an integer",
+    "split_seed": "an integer or null",
     "train_domains": "a list of names or null",
     "on_error": "'raise' or 'skip'",
     "bucketing": "true or false",

@@ -10,9 +10,10 @@ cell must have the same test sets. The table prints for a terminal, `--markdown`
 A value undefined in some runs (null in metrics.json) is summarised over the others and marked
 `(n=k)`, as is a value of a single run (no ±); `n/a` where no run defines it. `--paper-rows`
 prints the paper's published rows first and, under each cell labelled like one of them, the
-difference run − paper. A cell whose runs were tested on different clips (each seed carved its
-own test split) or holds a run whose learning check failed (run_info.json) gets a mark after its
-run count and a note below the table naming the runs.
+difference run − paper. A cell whose runs were tested on different clips (carved with different
+split seeds, or by versions that carved with each run's seed) or holds a run whose learning
+check failed (run_info.json) gets a mark after its run count and a note below the table naming
+the runs.
 """
 
 from __future__ import annotations

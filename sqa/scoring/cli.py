@@ -43,6 +43,8 @@ from sqa.scoring.outputs import check_output, clip_rows, emit, system_of, system
 from sqa.scoring.timeline import check_timeline_folder, safe_stems
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from sqa.scoring.results import ScoreResult
     from sqa.scoring.scorer import Scorer
 
@@ -105,6 +107,8 @@ def _main(argv: list[str] | None) -> int:
     if not inputs.paths:
         return _fail([*inputs.problems, "nothing to score; no output written"], 1)
     results: list[ScoreResult | None] = [None] * len(inputs.paths)
+    # Each scored file's frame scores, kept for its timeline: the network runs once per file.
+    frames: dict[int, np.ndarray] | None = {} if args.timeline is not None else None
     bar = None
     if sys.stderr.isatty():
         from tqdm import tqdm
@@ -115,7 +119,7 @@ def _main(argv: list[str] | None) -> int:
             # A warning while scoring (a decoding worker died, chunked scores may move) is one line.
             warnings.showwarning = _warning_line
             # As batches finish, for the progress bar; the rows are put back in input order by index.
-            for result in scorer.score_files(inputs.paths, args.num_workers, ordered=False):
+            for result in scorer.score_files(inputs.paths, args.num_workers, ordered=False, frames=frames):
                 results[result.index] = result
                 if bar is not None:
                     bar.update()
@@ -145,7 +149,8 @@ def _main(argv: list[str] | None) -> int:
     if skipped is not None:
         messages.append(skipped)
     if args.timeline is not None:
-        lost = _write_timelines(scorer, args, [(stems[r.index], r.path) for r in done if r.score is not None])
+        scored = [(stems[r.index], r.path, frames[r.index]) for r in done if r.score is not None]
+        lost = _write_timelines(scorer, args, scored)
         messages += lost
         unwritten += len(lost)
     return _fail(messages, 1 if failed or unwritten or skipped else 0)
@@ -183,15 +188,22 @@ def _load_scorer(args: argparse.Namespace) -> Scorer | str:
     return scorer
 
 
-def _write_timelines(scorer: Scorer, args: argparse.Namespace, clips: list[tuple[str, str]]) -> list[str]:
-    """Write the timeline of each (stem, path) of `clips` into --timeline; what could not be written."""
+def _write_timelines(
+    scorer: Scorer, args: argparse.Namespace, clips: list[tuple[str, str, np.ndarray]]
+) -> list[str]:
+    """Write the timeline of each (stem, path, frame scores) of `clips` into --timeline; what was not written.
+
+    The frame scores are those the scoring pass kept: the file is decoded again, not scored again.
+    """
+    from sqa.data.audio import load_audio
     from sqa.scoring.timeline import write_timeline
 
     folder = Path(args.timeline)
     lost = []
-    for stem, path in clips:
+    for stem, path, frames in clips:
         try:
-            timeline = scorer.timeline(path, window_seconds=args.window_seconds, hop_seconds=args.hop_seconds)
+            wav = load_audio(path, scorer.sample_rate, scorer.max_samples)
+            timeline = scorer.timeline_of(wav, frames, args.window_seconds, args.hop_seconds)
             write_timeline(folder, stem, timeline, path, scorer.predictor.score_range, args.overwrite)
         except (OSError, ValueError, MissingExtraError) as err:
             lost.append(f"{path}: timeline not written ({err})")

@@ -149,6 +149,10 @@ class ExportScorer:
         its windows in order.
         """
         _, frames, _ = self._forward(self.prepare(wav))
+        return self._overall_frames(frames)
+
+    def _overall_frames(self, frames: list[np.ndarray]) -> np.ndarray:
+        """Overall frame scores (T,) on the export's scale of a clip's pieces' kept frames [(n_p, K)]."""
         internal = torch.from_numpy(np.concatenate(frames)[:, 0])
         return self.predictor.to_scale(internal).numpy()
 
@@ -169,6 +173,7 @@ class ExportScorer:
         paths: str | os.PathLike | Iterable[str | os.PathLike],
         num_workers: int = 0,
         ordered: bool = True,
+        frames: dict[int, np.ndarray] | None = None,
     ) -> Iterator[ScoreResult]:
         """Score audio files, yielding one result per file in input order (`index`: its position).
 
@@ -180,31 +185,40 @@ class ExportScorer:
         similar length, sorted by the length in their headers; a batch's results (never its
         audio) wait until every earlier file's result has been yielded. `ordered=False` yields
         each batch's results as soon as it finishes instead (`index` says whose each is), e.g. to
-        drive a progress bar. Unreadable files yield a result with `error` set.
+        drive a progress bar. Unreadable files yield a result with `error` set. `frames`, where
+        given, gets each scored file's overall frame scores (T,) by its `index`: those its score
+        pools (of its vocal span under `vocal_only`), from which `Scorer.timeline_of` lays out its
+        timeline without running the network again.
         """
-        results = self._file_results(audio_paths(paths), num_workers)
+        results = self._file_results(audio_paths(paths), num_workers, frames)
         return in_input_order(results) if ordered else results
 
-    def _file_results(self, paths: list[str], num_workers: int) -> Iterator[ScoreResult]:
-        """A result per file of `paths`, as its length-sorted batch finishes (header errors first)."""
+    def _file_results(
+        self, paths: list[str], num_workers: int, frames: dict[int, np.ndarray] | None = None
+    ) -> Iterator[ScoreResult]:
+        """A result per file of `paths`, as its length-sorted batch finishes (header errors first).
+
+        `frames`, where given, gets each scored file's overall frame scores by its index.
+        """
         for items in file_batches(paths, self.prepare, self.batch_size, num_workers, self.max_samples):
             for item in items:
                 if item.error is not None:
                     yield ScoreResult(paths[item.index], None, item.error, index=item.index)
             readable = [item for item in items if item.error is None]
-            for item, row, spread in self._score_prepared(readable):
+            for item, row, spread in self._score_prepared(readable, frames):
                 extra = dict(zip(self.dimensions[1:], row[1:], strict=True))
                 warning = item.reason or item.warning
                 yield ScoreResult(paths[item.index], row[0], None, extra, warning, item.index, spread)
 
     def _score_prepared(
-        self, clips: list[PreparedClip]
+        self, clips: list[PreparedClip], kept: dict[int, np.ndarray] | None = None
     ) -> list[tuple[PreparedClip, list[float | None], float | None]]:
         """Each clip's scores (K,), the mean over its pieces' kept frames (a whole clip: its own), and spread.
 
         The spread (None without `distribution`) is a whole clip's own, or its windows' pooled by
         their kept frames (`sqa.core.spread.pooled`). A clip without pieces (no vocal activity)
-        gets K Nones and None.
+        gets K Nones and None. `kept`, where given, gets each clip's overall frame scores (T,)
+        on the export's scale by its index (clips with pieces only).
         """
         if self.chunk_warning and any(len(clip.pieces) > 1 for clip in clips):
             warn_at_caller(self.chunk_warning, ChunkWarning)
@@ -215,6 +229,12 @@ class ExportScorer:
             embeddings = []
         pieces = [piece for clip in clips for piece in clip.pieces]
         scores, frames, spreads = self._forward(pieces, embeddings)
+        if kept is not None:
+            start = 0
+            for clip in clips:
+                if clip.pieces:
+                    kept[clip.index] = self._overall_frames(frames[start : start + len(clip.pieces)])
+                start += len(clip.pieces)
         return pool_pieces(clips, scores, frames, spreads, self.predictor, self.retrieval, embeddings)
 
     def _forward(

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from sqa.core.spread import INTERVAL_LEVELS, interval
 from sqa.data.audio import AudioError
+from sqa.data.vocal import VocalActivity, vocal_activity
 from sqa.scoring.arrays import ClipInputs, array_waveforms, clip_inputs, one_waveform, shaped
 from sqa.scoring.clips import ClipWarning, warn_at_caller
 from sqa.scoring.device import resolve_device
@@ -139,13 +142,53 @@ class Scorer(ExportScorer):
     ) -> Timeline:
         """The score of one clip (a path, or an array at `sample_rate`) over time: see `clip_timeline`.
 
-        The frame scores are those the predictor pools (`frame_scores`), so with `masked_mean`
-        pooling and no `vocal_only` the clip's score is their mean. The whole clip is laid out,
-        `vocal_only` or not; each window says whether it is vocal.
+        The frame scores are those the score pools (`frame_scores` of the clip, or under
+        `vocal_only` of its vocal span), so with `masked_mean` pooling the clip's score is their
+        mean. The whole clip is laid out; under `vocal_only` the frames outside the vocal span,
+        which the score leaves out, have none (NaN). Each window says whether it is vocal.
         """
         wav = one_waveform(audio, sample_rate, self.sample_rate, self.max_samples)
+        activity = vocal_activity(wav, self.sample_rate)
+        start, stop = self._scored_span(wav, activity)
+        frames = self.frame_scores(wav[start:stop]) if stop > start else np.zeros(0)
+        return self._laid_out(wav, frames, activity, window_seconds, hop_seconds)
+
+    def timeline_of(
+        self,
+        wav: np.ndarray,
+        frames: np.ndarray,
+        window_seconds: float | None = None,
+        hop_seconds: float | None = None,
+    ) -> Timeline:
+        """`timeline` of mono wav (N,) at `sample_rate` from the frame scores (T,) its scoring gave.
+
+        `frames` are those `score_files(frames=...)` kept for the file that decodes to `wav`, so
+        the network does not run a second time: the same timeline as `timeline` of the file.
+        """
+        return self._laid_out(wav, frames, vocal_activity(wav, self.sample_rate), window_seconds, hop_seconds)
+
+    def _scored_span(self, wav: np.ndarray, activity: VocalActivity) -> tuple[int, int]:
+        """The samples [start, stop) of wav (N,) that its score pools: its vocal span under `vocal_only`.
+
+        Without `vocal_only`, all of it; under it, a clip without a vocal span has none: (0, 0).
+        """
+        if not self.vocal_only:
+            return 0, wav.shape[0]
+        return activity.span(wav.shape[0]) or (0, 0)
+
+    def _laid_out(
+        self,
+        wav: np.ndarray,
+        frames: np.ndarray,
+        activity: VocalActivity,
+        window_seconds: float | None,
+        hop_seconds: float | None,
+    ) -> Timeline:
+        """The timeline of wav (N,) whose scored span's frame scores are `frames` (T,)."""
         hop = int(self.predictor.backbone.hop_length)
-        return clip_timeline(self.frame_scores(wav), wav, self.sample_rate, hop, window_seconds, hop_seconds)
+        # The span starts on a 20 ms activity frame, the backbone's frame grid at 16 kHz.
+        first = round(self._scored_span(wav, activity)[0] / hop)
+        return clip_timeline(frames, wav, self.sample_rate, hop, window_seconds, hop_seconds, first, activity)
 
     def prefer(
         self, a: Any, b: Any, sample_rate: int | None = None, sigma: float | None = None

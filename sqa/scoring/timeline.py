@@ -4,7 +4,8 @@ The SSL-MOS head scores every backbone frame (20 ms) before pooling; `Timeline` 
 frame scores (on the export's scale) and averages them in windows of `window` frames every `hop`
 frames (defaults: 50 and 25 frames, 1 s and 0.5 s at the 20 ms frame rate). A window is *vocal*
 when at least half of its 20 ms frames are vocal (`sqa.data.vocal`); a window of digital silence
-only has no score (silence scored as singing would be a made-up number). `sqa-score --timeline
+only has no score (silence scored as singing would be a made-up number), nor has one of frames
+the clip's score left out (outside its vocal span, under `vocal_only`). `sqa-score --timeline
 DIR` writes one CSV (`start_s, end_s, score, vocal, silent`) and one PNG per clip (`write_timeline`).
 """
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from sqa.core import ownership
 from sqa.core.atomic import atomic_write, atomic_write_text
-from sqa.data.vocal import vocal_activity
+from sqa.data.vocal import VocalActivity, vocal_activity
 
 # Default window and hop in backbone frames: 1 s and 0.5 s at the 20 ms frame rate.
 WINDOW_FRAMES = 50
@@ -40,7 +41,9 @@ class Timeline:
     """Frame scores (T,) every `frame_seconds`; windows' [start_s, end_s), scores and vocal flags (W,).
 
     `silent` (W,) marks windows of digital silence (every sample below -80 dBFS): their score is
-    NaN, since a score of silence says nothing of singing (None: no window is).
+    NaN, since a score of silence says nothing of singing (None: no window is). A frame the
+    clip's score left out (outside its vocal span, under `vocal_only`) is NaN, and so is the
+    score of a window of such frames only.
     """
 
     frame_seconds: float
@@ -56,12 +59,12 @@ class Timeline:
         return np.zeros(self.score.shape, dtype=bool) if self.silent is None else self.silent
 
     def rows(self) -> list[dict[str, float | bool | None]]:
-        """One dict per window: start_s, end_s, score (None for silence), vocal, silent."""
+        """One dict per window: start_s, end_s, score (None for silence or no scored frame), vocal, silent."""
         return [
             {
                 "start_s": float(s),
                 "end_s": float(e),
-                "score": None if quiet else float(v),
+                "score": None if quiet or np.isnan(v) else float(v),
                 "vocal": bool(m),
                 "silent": bool(quiet),
             }
@@ -71,13 +74,14 @@ class Timeline:
         ]
 
     def lowest(self) -> tuple[float, float]:
-        """[start_s, end_s) of the lowest-scored window that is not silence (the first of equals).
+        """[start_s, end_s) of the lowest-scored window that has a score (the first of equals).
 
-        A clip that is silence throughout has none: a ValueError.
+        A clip that is silence throughout, or left out of its score, has none: a ValueError.
         """
-        scores = np.where(self.silence(), np.inf, self.score)
+        scores = np.where(self.silence() | np.isnan(self.score), np.inf, self.score)
         if np.isinf(scores).all():
-            raise ValueError("every window is digital silence: no window has a score")
+            what = "digital silence" if self.silence().all() else "digital silence or left out of the score"
+            raise ValueError(f"every window is {what}: no window has a score")
         index = int(np.argmin(scores))
         return float(self.start_s[index]), float(self.end_s[index])
 
@@ -105,6 +109,8 @@ def build_timeline(
     that reaches the clip's end stops there (so a clip shorter than a window has one window).
     `vocal` is indexed by 20 ms frame like `frame_scores`; a frame beyond it counts as not vocal.
     `silent` (T,) marks frames of digital silence; a window of silent frames only gets a NaN score.
+    A NaN frame score (a frame left out of the clip's score) is left out of its windows' means,
+    and a window of such frames only gets a NaN score.
     """
     total = frame_scores.shape[0]
     starts = list(range(0, max(total - window, 0) + 1, hop))
@@ -114,7 +120,7 @@ def build_timeline(
     ends = [min(start + window, total) for start in starts]
     flags = np.zeros(total, dtype=bool)
     flags[: min(total, vocal.shape[0])] = vocal[:total]
-    scores = np.array([frame_scores[s:e].mean() for s, e in zip(starts, ends, strict=True)])
+    scores = np.array([_scored_mean(frame_scores[s:e]) for s, e in zip(starts, ends, strict=True)])
     shares = np.array([flags[s:e].mean() for s, e in zip(starts, ends, strict=True)])
     quiet = None
     if silent is not None:
@@ -129,6 +135,12 @@ def build_timeline(
         shares >= VOCAL_SHARE,
         quiet,
     )
+
+
+def _scored_mean(frames: np.ndarray) -> float:
+    """The mean of a window's frame scores (n,) that are not NaN; NaN where none is."""
+    scored = frames[~np.isnan(frames)]
+    return float(scored.mean()) if scored.size else float("nan")
 
 
 def silent_frames(wav: np.ndarray, hop: int, frames: int) -> np.ndarray:
@@ -152,18 +164,32 @@ def clip_timeline(
     hop: int,
     window_seconds: float | None = None,
     hop_seconds: float | None = None,
+    first_frame: int = 0,
+    activity: VocalActivity | None = None,
 ) -> Timeline:
-    """The timeline of a clip's frame scores (T,), one every `hop` samples of its waveform wav (N,).
+    """The timeline of a clip's frame scores (T',), one every `hop` samples of its waveform wav (N,).
 
-    Windows of `window_seconds` (default 50 frames: 1 s) every `hop_seconds` (25 frames: 0.5 s),
-    rounded to whole frames. Each backbone frame takes the vocal flag of the 20 ms activity frame
-    it starts in (`sqa.data.vocal.vocal_activity` of the whole waveform). A window over digital
-    silence only (`silent_frames`) has no score.
+    The scores are those of the clip's frames from `first_frame` on (a vocal span's, which
+    starts there); the clip's other frames (those of a whole clip, by the 400/320 front end's
+    count) have none (NaN). Windows of `window_seconds` (default 50 frames: 1 s) every
+    `hop_seconds` (25 frames: 0.5 s), rounded to whole frames. Each backbone frame takes the
+    vocal flag of the 20 ms activity frame it starts in (`activity`, `sqa.data.vocal.vocal_activity`
+    of the whole waveform, computed where None). A window over digital silence only
+    (`silent_frames`) has no score.
     """
+    # Imported here: sqa.scoring.clips imports torch, which `sqa-score --help` must not.
+    from sqa.scoring.clips import clip_frames
+
     frame_seconds = hop / sample_rate
     window = window_frames(window_seconds, frame_seconds, WINDOW_FRAMES, "window_seconds")
     step = window_frames(hop_seconds, frame_seconds, HOP_FRAMES, "hop_seconds")
-    activity = vocal_activity(wav, sample_rate)
+    activity = activity or vocal_activity(wav, sample_rate)
+    scored = first_frame + frame_scores.shape[0]
+    if first_frame or scored < clip_frames(wav.shape[0]):
+        # Laid out over the whole clip: the frames around the scored ones have no score.
+        whole = np.full(max(scored, clip_frames(wav.shape[0])), np.nan, dtype=np.float64)
+        whole[first_frame:scored] = frame_scores
+        frame_scores = whole
     at = np.minimum(np.arange(frame_scores.shape[0]) * hop // activity.hop, activity.vocal.shape[0] - 1)
     silent = silent_frames(wav, hop, frame_scores.shape[0])
     return build_timeline(frame_scores, activity.vocal[at], frame_seconds, window, step, silent)

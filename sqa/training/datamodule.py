@@ -64,7 +64,8 @@ class MOSDataModule(L.LightningDataModule):
     (`carve_valid`): by clip (a share of every system's clips), by system or by song (disjoint),
     or by song where the clips name songs and by clip where not (auto), as `split_by` says.
     `test_split_csv` and `valid_split_csv` (a run's `test_split.csv` and `valid_split.csv`) reuse
-    earlier splits instead. The moved clips are `carved_test` and `carved_valid`. Only
+    earlier splits instead. Carving is seeded by `split_seed` (None: `seed`, which also seeds the
+    training order and crops). The moved clips are `carved_test` and `carved_valid`. Only
     `required_splits` must have clips (evaluation needs only `test`). `num_workers` is capped
     at the available CPU cores.
     """
@@ -94,18 +95,21 @@ class MOSDataModule(L.LightningDataModule):
         split_by: str = "auto",
         required_splits: Sequence[str] = SPLITS,
         vocal_only: bool = False,
+        split_seed: int | None = None,
     ) -> None:
         super().__init__()
         # Arguments first: a typo in the config must not wait for every clip to be decoded.
         check_arguments(corpus, locals())
         self.carved_valid: list[Clip] = []
         self.carved_test: list[Clip] = []
+        # Carving has a seed of its own, so that runs of several seeds can test on the same clips.
+        self.split_seed = seed if split_seed is None else split_seed
         if "test" in required_splits:
-            corpus = self._with_test_split(corpus, test_share, test_split_csv, seed, split_by)
+            corpus = self._with_test_split(corpus, test_share, test_split_csv, self.split_seed, split_by)
             if not corpus.split("test"):
                 raise CorpusError("the corpus has no test clips; set data.test_share > 0 to carve some")
         if "valid" in required_splits:
-            corpus = self._with_valid_split(corpus, valid_share, valid_split_csv, seed, split_by)
+            corpus = self._with_valid_split(corpus, valid_share, valid_split_csv, self.split_seed, split_by)
             if not corpus.split("valid"):
                 raise CorpusError(
                     "the corpus has no validation clips; set data.valid_share > 0 to carve some"
@@ -169,7 +173,7 @@ class MOSDataModule(L.LightningDataModule):
         else:
             return corpus
         self.carved_test = corpus.split("test")
-        _log_moved("test", self.carved_test, split_csv, f"carved by {by}: {share:g}, seed {seed}")
+        _log_moved("test", self.carved_test, split_csv, f"carved by {by}: {share:g}, split seed {seed}")
         return corpus
 
     def _with_valid_split(
@@ -185,7 +189,8 @@ class MOSDataModule(L.LightningDataModule):
         else:
             return corpus
         self.carved_valid = [c for c in corpus.split("valid") if c.sample_id not in before]
-        _log_moved("validation", self.carved_valid, split_csv, f"carved by {by}: {share:g}, seed {seed}")
+        carving = f"carved by {by}: {share:g}, split seed {seed}"
+        _log_moved("validation", self.carved_valid, split_csv, carving)
         return corpus
 
     def label_counts(self) -> dict[str, LabelCounts]:

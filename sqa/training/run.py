@@ -159,6 +159,7 @@ def _fit_test_export(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | 
         check_resumable(last)
     if plan.line:
         log.info("%s", plan.line)
+    log.info("Seed %d (initial weights, data order, crops, dropout)", settings.seed)
     if plan.candidates:
         return candidates.fit_select_export(plan, cfg, run_dir, _candidate_phases)
     prepared = prepare(cfg, run_dir)
@@ -214,7 +215,8 @@ def prepare(cfg: DictConfig, run_dir: Path, report_dir: Path | None = None) -> P
     report_dir = report_dir or run_dir
     settings = RunSettings.of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    L.seed_everything(settings.seed, workers=True)
+    # Lightning's own "Seed set to" line left out: the run says its seed once (`_fit_test_export`).
+    L.seed_everything(settings.seed, workers=True, verbose=False)
     # Under DDP every rank runs this function; rank_zero_only.rank (from the launcher's
     # environment) lets only the first write the run's files.
     leader = rank_zero_only.rank == 0

@@ -82,10 +82,12 @@ RECORDED_PACKAGES = (
 
 
 def run_info(cfg: DictConfig, datamodule: MOSDataModule) -> dict[str, Any]:
-    """What a rerun needs to reproduce this run: seed, versions, platform and corpus fingerprint."""
+    """What a rerun needs to reproduce this run: seeds, versions, platform and corpus fingerprint."""
     corpus = corpus_summary(cfg, datamodule)
     return {
         "seed": cfg.seed,
+        # The seed of the carved splits (beside the training seed since runs of seeds share them).
+        "split_seed": datamodule.split_seed,
         "sqa": importlib.metadata.version("sqa"),
         "python": platform.python_version(),
         "platform": platform.platform(),

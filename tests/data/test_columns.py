@@ -218,23 +218,84 @@ def test_two_candidates_for_a_column_are_an_error_whose_fix_reads_the_table(tmp_
     assert read_with(spaced, suggested_columns(str(err.value))).clips[0].mos == 3.0
 
 
-def test_derived_sample_ids_must_tell_the_files_apart(tmp_path):
-    for folder in ("x", "y"):
-        tone(tmp_path / folder / "a.wav")
-    manifest = table(tmp_path / "m.csv", "filename,mos,model\nx/a.wav,3,s\ny/a.wav,4,s\nx/./a.wav,5,s\n")
+def test_derived_sample_ids_are_names_unless_names_clash_then_path_ends(tmp_path, caplog):
+    for file in ("x/a.wav", "y/a.wav", "x/b.wav", "y/z/c.wav", "w/z/c.wav"):
+        tone(tmp_path / file)
+    caplog.set_level(logging.INFO, logger="sqa")
+    # Names that differ stay the IDs they always were, folders or not (pinned splits keep reading).
+    names = table(tmp_path / "names.csv", "filename,mos,model\nx/a.wav,3,s\nx/b.wav,4,s\ny/z/c.wav,2,s\n")
+    assert [c.sample_id for c in read_csv_manifest(names).clips] == ["a", "b", "c"]
+    assert "sample_id derived from each file's name without its extension" in caplog.text
+    # Clashing names: those files' IDs are their paths' ends, as long as they must be; others keep names.
+    folders = table(tmp_path / "m.csv", "filename,mos,model\nx/a.wav,3,s\ny/a.wav,4,s\nx/b.wav,5,s\n")
+    assert [(c.sample_id, c.path) for c in read_csv_manifest(folders).clips] == [
+        ("x/a", tmp_path / "x" / "a.wav"),
+        ("y/a", tmp_path / "y" / "a.wav"),
+        ("b", tmp_path / "x" / "b.wav"),
+    ]
+    assert (
+        "or, for the 2 files whose names clash, the end of its path that tells it apart (e.g. 'x/a')"
+        in caplog.text
+    )
+    deeper = table(tmp_path / "deep.csv", "filename,mos,model\ny/z/c.wav,3,s\nw/z/c.wav,4,s\nx/a.wav,5,s\n")
+    assert [c.sample_id for c in read_csv_manifest(deeper).clips] == ["y/z/c", "w/z/c", "a"]
+    # One file written two ways is one clip, its rows its ratings; an absolute path is the same file.
+    twice = table(
+        tmp_path / "twice.csv",
+        f"filename,mos,model\nx/a.wav,3,s\n{tmp_path}/x/a.wav,5,s\ny/a.wav,1,s\ny/../x/a.wav,4,s\n",
+    )
+    assert [(c.sample_id, c.path, c.mos) for c in read_csv_manifest(twice).clips] == [
+        ("x/a", tmp_path / "x" / "a.wav", 4.0),
+        ("y/a", tmp_path / "y" / "a.wav", 1.0),
+    ]
+    # The same table read twice, rows in another order: the same ID for each file.
+    shuffled = table(tmp_path / "shuffled.csv", "filename,mos,model\nx/b.wav,5,s\ny/a.wav,4,s\nx/a.wav,3,s\n")
+    assert {c.sample_id: c.mos for c in read_csv_manifest(shuffled).clips} == {
+        "b": 5.0,
+        "y/a": 4.0,
+        "x/a": 3.0,
+    }
+
+
+def test_files_told_apart_by_their_extension_alone_need_an_id_and_the_fix_reads(tmp_path):
+    tone(tmp_path / "x" / "a.wav")
+    tone(tmp_path / "x" / "a.flac")
+    manifest = table(tmp_path / "m.csv", "filename,mos,model\nx/a.wav,3,s\nx/a.flac,4,s\n")
     with pytest.raises(CorpusError) as err:
         read_csv_manifest(manifest)
     assert str(err.value) == (
-        f"{manifest}: the table has no sample_id column, and its file names do not tell its clips apart: "
-        "'x/a.wav' and 'y/a.wav' are both 'a'; add a sample_id column, or name one: "
-        "data.corpus.columns={sample_id:<column>}"
+        f"{manifest}: the table has no sample_id column, and files 'x/a.wav' and 'x/a.flac' differ only in "
+        "their extension; add a sample_id column, or take each file's path as written as its ID: "
+        "data.corpus.columns={sample_id:filename}"
     )
-    # Either fix reads the table: a sample_id column, or a column named as one.
-    ids = table(tmp_path / "ids.csv", "filename,mos,model,sample_id\nx/a.wav,3,s,xa\ny/a.wav,4,s,ya\n")
-    assert [c.sample_id for c in read_csv_manifest(ids).clips] == ["xa", "ya"]
-    named = table(tmp_path / "named.csv", "filename,mos,model,key\nx/a.wav,3,s,xa\ny/a.wav,4,s,ya\n")
-    fix = suggested_columns(str(err.value), column="key")
-    assert [c.sample_id for c in read_with(named, fix).clips] == ["xa", "ya"]
+    # The suggested fix reads the table as it is: the file column is both the ID and the file.
+    assert [(c.sample_id, c.path) for c in read_with(manifest, suggested_columns(str(err.value))).clips] == [
+        ("x/a.wav", tmp_path / "x" / "a.wav"),
+        ("x/a.flac", tmp_path / "x" / "a.flac"),
+    ]
+    # As does a sample_id column.
+    ids = table(tmp_path / "ids.csv", "filename,mos,model,sample_id\nx/a.wav,3,s,xa\nx/a.flac,4,s,xf\n")
+    assert [c.sample_id for c in read_csv_manifest(ids).clips] == ["xa", "xf"]
+
+
+def test_the_column_mapped_as_sample_id_is_the_file_column_only_where_there_is_no_other(tmp_path, caplog):
+    for name in ("a", "b"):
+        tone(tmp_path / f"{name}.wav")
+    caplog.set_level(logging.INFO, logger="sqa")
+    manifest = table(tmp_path / "m.csv", "path,mos,singer\na.wav,3,s1\nb.wav,4,s2\n")
+    corpus = read_with(manifest, "data.corpus.columns={sample_id:path}")
+    assert [(c.sample_id, c.path, c.mos) for c in corpus.clips] == [
+        ("a.wav", tmp_path / "a.wav", 3.0),
+        ("b.wav", tmp_path / "b.wav", 4.0),
+    ]
+    assert "recognised columns 'path' as wav_path" in caplog.text
+    # A column that is no spelling of a file column stays sample_id alone: wav_path is missing.
+    keyed = table(tmp_path / "k.csv", "key,mos,singer\na.wav,3,s1\n")
+    with pytest.raises(CorpusError, match=re.escape("missing column(s) ['wav_path']")) as err:
+        read_csv_manifest(keyed, columns={"sample_id": "key"})
+    # Its fix, filled in beside the sample_id, reads: one column, both fields.
+    fix = suggested_columns(str(err.value), column="key").replace("{", "{sample_id:key,")
+    assert [(c.sample_id, c.path) for c in read_with(keyed, fix).clips] == [("a.wav", tmp_path / "a.wav")]
 
 
 def test_one_file_under_two_sample_ids_is_warned_naming_both(tmp_path, caplog):

@@ -98,7 +98,7 @@ def test_the_data_module_carves_test_and_validation_by_song_by_default(tmp_path,
     # round(0.2 x 15) = 3 test songs; validation: round(0.1 x 12) = 1, raised to 2.
     assert (len(test), len(valid)) == (3, 2)
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "carved by song: 0.2, seed 0" in said and "carved by song: 0.1, seed 0" in said
+    assert "carved by song: 0.2, split seed 0" in said and "carved by song: 0.1, split seed 0" in said
     clip = MOSDataModule(read_csv_manifest(write_songs(tmp_path, songs=15)), seed=0, split_by="clip")
     assert songs_of(clip.corpus, "valid") & songs_of(clip.corpus, "train")
 

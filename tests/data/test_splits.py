@@ -3,6 +3,7 @@
 import csv
 import json
 import logging
+import shutil
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,7 @@ import soundfile as sf
 from sqa.data.corpus import CorpusError, count_labels
 from sqa.data.readers import read_csv_manifest, read_singmos_pro
 from sqa.data.valid_split import carve_test, carve_valid, read_valid_split, write_valid_split
+from sqa.reports import results
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.evaluation import evaluate
 from sqa.training.run import run
@@ -353,3 +355,37 @@ def test_the_valid_split_csv_lists_clips_sorted_and_reads_back_with_clear_errors
     (tmp_path / "blank.csv").write_text("")
     with pytest.raises(CorpusError, match=r"blank.csv: no 'sample_id' column; found None"):
         read_valid_split(tmp_path / "blank.csv")
+
+
+def test_runs_of_several_seeds_test_on_one_carving_and_another_split_seed_carves_another(tmp_path, capsys):
+    manifest = write_per_system_corpus(tmp_path / "corpus")
+    # A table of training rows only: both the test and the validation split are carved.
+    manifest.write_text(manifest.read_text().replace(",valid\n", ",train\n").replace(",test\n", ",train\n"))
+    short = ["trainer.max_steps=2", "trainer.val_check_interval=2", "bootstrap=0"]
+    jobs = {
+        "sweep/0": ["seed=0"],
+        "sweep/1": ["seed=1"],
+        "sweep/2": ["seed=2"],
+        "mixed/1": ["seed=1", "data.split_seed=1"],
+    }
+    for folder, seeds in jobs.items():
+        run(compose_train([*tiny_run_overrides(manifest), *short, *seeds]), tmp_path / folder)
+    shutil.copytree(tmp_path / "sweep" / "0", tmp_path / "mixed" / "0")
+
+    def carved(folder: str) -> tuple[list[str], list[str]]:
+        return tuple(
+            sorted(read_valid_split(tmp_path / folder / f"{s}_split.csv")) for s in ("test", "valid")
+        )
+
+    assert carved("sweep/0") == carved("sweep/1") == carved("sweep/2") != carved("mixed/1")
+    assert carved("sweep/0")[0] != carved("mixed/1")[0] and carved("sweep/0")[1] != carved("mixed/1")[1]
+    info = {f: json.loads((tmp_path / f / "run_info.json").read_text()) for f in jobs}
+    assert [(i["seed"], i["split_seed"]) for i in info.values()] == [(0, 0), (1, 0), (2, 0), (1, 1)]
+    # The seeds trained apart (their own order and initialisation) on the one carving.
+    predictions = {f: (tmp_path / f / "predictions.csv").read_text() for f in ("sweep/0", "sweep/1")}
+    assert predictions["sweep/0"] != predictions["sweep/1"]
+    # One glob joins a sweep's seeds into one unmarked cell; another split seed is marked.
+    assert results.main(["--cell", f"S={tmp_path}/sweep/*", "--cell", f"M={tmp_path}/mixed/*"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # (Two steps learn nothing: `!` marks each run's failed learning check, beside the point here.)
+    assert [line.split()[:2] for line in lines[2:4]] == [["S", "3!"], ["M", "2*!"]]

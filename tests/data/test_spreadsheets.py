@@ -188,3 +188,48 @@ def test_each_form_trains_with_the_documented_command(spreadsheets, form, tmp_pa
     assert (tmp_path / "export" / "model.pt").is_file()
     # A fifth of the 80 takes carved for testing, every singer among them.
     assert (metrics["avg"]["utt"]["n"], metrics["avg"]["sys"]["n"]) == (16, 8)
+
+
+def test_a_choirs_takes_in_voice_folders_read_and_train_with_the_documented_command(tmp_path, caplog):
+    # A choir director's export: tab-separated, decimal commas, every voice's takes named alike.
+    voices = ["soprano", "alto", "tenor", "bass"]
+    rng = np.random.default_rng(1)
+    lines = ["Take\tSinger\tRater\tMOS"]
+    for v, voice in enumerate(voices):
+        for k in range(5):
+            (tmp_path / voice).mkdir(exist_ok=True)
+            t = np.arange(4000 + 400 * k) / 16000
+            noise = rng.normal(0, 0.05 * (v + 1), t.size)
+            sf.write(
+                tmp_path / voice / f"take{k}.wav", 0.3 * np.sin(2 * np.pi * 220 * (v + 1) * t) + noise, 16000
+            )
+            lines += [
+                f"{voice}/take{k}.wav\t{voice}\t{who}\t{decimal(5 - v - 0.5 * r)}"
+                for r, who in enumerate(RATERS)
+            ]
+    choir = tmp_path / "choir.tsv"
+    choir.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    caplog.set_level(logging.INFO, logger="sqa")
+    corpus = read_csv_manifest(choir)
+    assert [c.sample_id for c in corpus.clips[:6]] == [f"soprano/take{k}" for k in range(5)] + ["alto/take0"]
+    assert len({c.sample_id for c in corpus.clips}) == 20
+    assert (corpus.clips[5].path, corpus.clips[5].mos) == (tmp_path / "alto" / "take0.wav", 3.5)
+    assert "the end of its path that tells it apart (e.g. 'alto/take0')" in caplog.text
+    # The file column as the ID too: each ID is the path as written, the same file read.
+    named = read_with(choir, "data.corpus.columns={sample_id:Take}")
+    assert [(c.sample_id, c.path) for c in named.clips[:2]] == [
+        ("soprano/take0.wav", tmp_path / "soprano" / "take0.wav"),
+        ("soprano/take1.wav", tmp_path / "soprano" / "take1.wav"),
+    ]
+    cfg = compose_train(
+        [
+            "data=csv",
+            f"data.corpus.path={choir}",
+            "trainer.max_steps=10",
+            "trainer.enable_progress_bar=false",
+            "bootstrap=20",
+        ]
+    )
+    run(cfg, tmp_path / "run")
+    tested = (tmp_path / "run" / "test_split.csv").read_text(encoding="utf-8")
+    assert re.search(r"(soprano|alto|tenor|bass)/take\d", tested)

@@ -10,6 +10,7 @@ import soundfile as sf
 
 import sqa
 from benchmarks.timeline import KINDS, localisation
+from sqa.data.vocal import vocal_activity
 from sqa.scoring import cli as score
 from sqa.scoring.timeline import (
     Timeline,
@@ -290,3 +291,94 @@ def test_windows_of_digital_silence_get_no_score_and_are_left_blank(default_expo
     assert len(axes.patches) == int((~timeline.vocal & ~silent).sum())
     drawn = axes.lines[0].get_ydata()
     assert np.isnan(drawn[silent]).all()
+
+
+@pytest.fixture
+def forward_calls(monkeypatch) -> list[int]:
+    """The batch size of every forward pass of a MOSPredictor while the test runs."""
+    from sqa.models.predictor import MOSPredictor
+
+    calls: list[int] = []
+    forward = MOSPredictor.forward
+
+    def counted(self, wav, *args, **kwargs):
+        calls.append(wav.shape[0])
+        return forward(self, wav, *args, **kwargs)
+
+    monkeypatch.setattr(MOSPredictor, "forward", counted)
+    return calls
+
+
+@pytest.mark.filterwarnings("ignore::sqa.scoring.scorer.ChunkWarning")
+@pytest.mark.parametrize("chunk", [None, "1"])
+def test_sqa_score_timelines_reuse_the_scoring_pass_and_equal_a_separate_pass(
+    default_export, tmp_path, forward_calls, chunk
+):
+    clips = [tmp_path / "one.wav", tmp_path / "two.wav"]
+    sf.write(clips[0], sung_phrase(2.0), 16000)
+    sf.write(clips[1], sung_phrase(3.3, seed=1), 16000)
+    chunking = ["--chunk-seconds", chunk] if chunk else []
+    folder = tmp_path / "timelines"
+    args = ["--checkpoint", str(default_export), "--num-workers", "0", "--timeline", str(folder), *chunking]
+    assert score.main([*args, "--output", str(tmp_path / "s.csv"), *map(str, clips)]) == 0
+    # One pass per piece of each clip (a whole clip, or its 1 s windows), none for the timelines.
+    model = sqa.load(default_export, chunk_seconds=float(chunk) if chunk else None)
+    assert len(forward_calls) == sum(len(model.prepare(sf.read(c, dtype="float32")[0])) for c in clips)
+    assert len(forward_calls) == (9 if chunk else 2)
+    for clip in clips:
+        # The separate pass over the whole clip, as timelines were made before.
+        wav, _ = sf.read(clip, dtype="float32")
+        before = clip_timeline(model.frame_scores(wav), wav, 16000, 320)
+        assert (folder / f"{clip.stem}.csv").read_text() == csv_text(before) == csv_text(model.timeline(clip))
+
+
+def test_a_vocal_only_timeline_lays_out_the_scored_spans_frames_in_one_pass(
+    default_export, tmp_path, forward_calls
+):
+    """2 s of digital silence, 2 s of singing, 1 s of a noise floor: only the singing is scored."""
+    rng = np.random.default_rng(0)
+    tail = (0.001 * rng.standard_normal(16000)).astype(np.float32)
+    wav = np.concatenate([np.zeros(32000, dtype=np.float32), sung_phrase(2.0), tail])
+    sf.write(tmp_path / "song.wav", wav, 16000)
+    folder = tmp_path / "timelines"
+    args = [
+        "--checkpoint",
+        str(default_export),
+        "--num-workers",
+        "0",
+        "--vocal-only",
+        "--timeline",
+        str(folder),
+    ]
+    assert score.main([*args, "--output", str(tmp_path / "s.csv"), str(tmp_path / "song.wav")]) == 0
+    assert len(forward_calls) == 1
+    # The file as it is read (16-bit samples).
+    wav, _ = sf.read(tmp_path / "song.wav", dtype="float32")
+    model = sqa.load(default_export, vocal_only=True)
+    timeline = model.timeline(tmp_path / "song.wav")
+    assert (folder / "song.csv").read_text() == csv_text(timeline)
+    # The scored frames are the vocal span's, from a separate pass over the span alone, at its place.
+    start, stop = vocal_activity(wav, 16000).span(wav.shape[0])
+    assert start % 320 == 0 and 32000 <= start < 33000 and 64000 <= stop < 66000
+    span = sqa.load(default_export).frame_scores(wav[start:stop])
+    first = start // 320
+    np.testing.assert_array_equal(timeline.frame_scores[first : first + span.size], span)
+    assert (
+        np.isnan(timeline.frame_scores[:first]).all()
+        and np.isnan(timeline.frame_scores[first + span.size :]).all()
+    )
+    # With the default masked mean, the score is the mean of the timeline's scored frames.
+    scored = float(np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True)["score"])
+    assert scored == pytest.approx(float(np.nanmean(timeline.frame_scores)), abs=1e-6)
+    assert scored == pytest.approx(model.score(tmp_path / "song.wav"), abs=1e-9)
+    # Windows of the silent intro are silence; those of the noise floor, left out, have no score.
+    rows = timeline.rows()
+    assert [r["silent"] for r in rows[:3]] == [True, True, True]
+    assert rows[-1]["score"] is None and not rows[-1]["silent"] and not rows[-1]["vocal"]
+    assert all(r["score"] is not None for r in rows if r["start_s"] >= 2.5 and r["end_s"] <= 3.9)
+    assert 2.0 <= timeline.lowest()[0] < 4.0
+    # A clip without a vocal span has no scored window at all.
+    noise = model.timeline(tail, 16000)
+    assert np.isnan(noise.score).all()
+    with pytest.raises(ValueError, match="every window is digital silence or left out of the score"):
+        noise.lowest()

@@ -662,3 +662,20 @@ def test_lightnings_hardware_lines_and_adverts_are_left_out_of_the_log(tmp_path)
     assert "GPU available" not in text and "TPU available" not in text and "litlogger" not in text
     # The filter goes with the block: outside a run, Lightning's lines are Lightning's business.
     assert not logging.getLogger("lightning.pytorch.utilities.rank_zero").filters
+
+
+def test_a_run_says_its_seed_once_in_its_own_words_and_not_in_lightnings(tmp_path, capfd):
+    from tests.training.test_candidates import trained
+    from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
+
+    manifest = write_per_system_corpus(tmp_path / "corpus")
+    short = ["trainer.max_steps=2", "trainer.val_check_interval=2", "bootstrap=0", "seed=3"]
+    run(compose_train([*tiny_run_overrides(manifest), *short]), tmp_path / "plain")
+    # A run of candidates seeds each one: still one line.
+    run_dir, _ = trained(tmp_path / "candidates", False, "trainer.max_steps=2", "seed=3")
+    shown = capfd.readouterr()
+    assert "Seed set to" not in shown.out + shown.err
+    for log in (tmp_path / "plain" / "train.log", run_dir / "train.log"):
+        text = log.read_text(encoding="utf-8")
+        assert "Seed set to" not in text
+        assert text.count("Seed 3 (initial weights, data order, crops, dropout)") == 1

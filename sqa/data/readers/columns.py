@@ -14,6 +14,7 @@ import fnmatch
 import io
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -122,7 +123,9 @@ def csv_columns(
     name; else the one column whose name is a recognised spelling (`COLUMN_SPELLINGS`). A
     `score_<name>` column is a score dimension unless its name is a statistic of the ratings
     (`RATING_STATISTICS`: `score_std` is their spread, not a dimension `std`), which `given` may
-    still name. `given` that is not a mapping of names to column names, a name of it that is not
+    still name. The column mapped as sample_id is recognised as wav_path too where the table
+    has no other file column (`{sample_id: path}`: each clip's ID is its path as written).
+    `given` that is not a mapping of names to column names, a name of it that is not
     sqa's, a column the table lacks, one column given for two of sqa's (but sample_id, which may
     be any other's copy), two candidates for one column and a missing required column (but
     sample_id) are CorpusErrors naming the setting that fixes them. The recognised columns are
@@ -166,9 +169,12 @@ def csv_columns(
             names[name] = name
             taken.add(name)
             continue
-        candidates = [
-            c for c in found if c not in taken and _spelling(c) in {name, *COLUMN_SPELLINGS.get(name, ())}
-        ]
+        spellings = {name, *COLUMN_SPELLINGS.get(name, ())}
+        candidates = [c for c in found if c not in taken and _spelling(c) in spellings]
+        if not candidates and name == "wav_path" and _spelling(names.get("sample_id", "")) in spellings:
+            # The file column mapped as sample_id (each clip's ID its path as written) is still
+            # the table's file column where it has no other.
+            candidates = [names["sample_id"]]
         if len(candidates) > 1:
             raise CorpusError(
                 f"{path}: columns {candidates[0]!r} and {candidates[1]!r} could both be {name}; "
@@ -227,18 +233,47 @@ def matched_rater_columns(found: Sequence[str], patterns: str | Sequence[str], p
     return [c for c in found if any(fnmatch.fnmatchcase(c, p) for p in wanted)]
 
 
-def derive_sample_ids(rows: list[dict[str, str]], path: Path) -> None:
-    """Give each row the sample_id of its file's name without its extension; they must be unique."""
-    files: dict[str, set[Path]] = {}
-    for row in rows:
-        row["sample_id"] = Path(row["wav_path"]).stem
-        files.setdefault(row["sample_id"], set()).add(Path(row["wav_path"]))
-    clashes = {i: sorted(str(f) for f in fs) for i, fs in files.items() if len(fs) > 1}
-    if clashes:
-        sample_id, (first, second, *_) = next(iter(clashes.items()))
-        more = f" ({len(clashes)} names clash in all)" if len(clashes) > 1 else ""
+def derive_sample_ids(rows: list[dict[str, str]], path: Path, column: str = "wav_path") -> str:
+    """Give each row of the table `path` a sample_id derived from its file; say how, in words.
+
+    The ID is the file's name without its extension where no other file of the table has that
+    name; where names clash (`soprano/take1.wav`, `alto/take1.wav`), it is the shortest end of the
+    file's path, without the extension, that no other file shares (`soprano/take1`), so a table
+    whose names differ keeps its name IDs. Files that only their extension tells apart are a
+    CorpusError naming the fix (`column`, the table's file column, copied as the sample_id).
+    """
+    folder = Path(os.path.abspath(path.parent))
+    # A file named twice (`x/a.wav`, `x/../x/a.wav`) is one file: rows are its ratings.
+    files = {row["wav_path"]: Path(os.path.normpath(folder / row["wav_path"])) for row in rows}
+    ends = {f: (*(p for p in f.parent.parts if p != f.anchor), f.stem) for f in set(files.values())}
+    ids: dict[Path, str] = {}
+    for length in range(1, max((len(e) for e in ends.values()), default=0) + 1):
+        # An end no other file shares tells its file apart; two files' ends of different lengths differ.
+        counts = Counter("/".join(e[-length:]) for e in ends.values())
+        for file, end in ends.items():
+            if file not in ids and counts["/".join(end[-length:])] == 1:
+                ids[file] = "/".join(end[-length:])
+    if len(ids) < len(ends):
+        by_path: dict[Path, list[str]] = {}
+        for written, file in files.items():
+            by_path.setdefault(file.with_suffix(""), []).append(written)
+        one, other, *_ = next(w for w in by_path.values() if len(w) > 1)
         raise CorpusError(
-            f"{path}: the table has no sample_id column, and its file names do not tell its clips apart: "
-            f"{first!r} and {second!r} are both {sample_id!r}{more}; add a sample_id column, or name "
-            f"one: {columns_override({'sample_id': '<column>'})}"
+            f"{path}: the table has no sample_id column, and files {one!r} and {other!r} differ only in "
+            f"their extension; add a sample_id column, or take each file's path as written as its ID: "
+            f"{columns_override({'sample_id': column})}"
         )
+    first: dict[Path, str] = {}
+    for row in rows:
+        file = files[row["wav_path"]]
+        # The rows of one file are one clip's, all with the file as first written.
+        row["wav_path"] = first.setdefault(file, row["wav_path"])
+        row["sample_id"] = ids[file]
+    longer = sum("/" in i for i in ids.values())
+    if not longer:
+        return "sample_id derived from each file's name without its extension"
+    return (
+        "sample_id derived from each file's name without its extension, or, for the "
+        f"{longer} files whose names clash, the end of its path that tells it apart (e.g. "
+        f"{min(i for i in ids.values() if '/' in i)!r})"
+    )

@@ -119,7 +119,8 @@ def read_csv_manifest(
     """Read a SHEET-style CSV manifest; rows of one sample from several listeners are averaged.
 
     Required columns: wav_path, score, system_id; sample_id too, or each clip's ID is its file's
-    name without the extension (which must then tell the clips apart). Optional: listener_id,
+    name without the extension (where two files share a name, the end of every file's path that
+    tells them apart: `soprano/take1`). Optional: listener_id,
     domain_id, split (else `default_split`, by default "train", for every row; aliases such as
     `dev` or `eval` accepted), test_set, role (`reference`, `anchor` or empty), song_id (the piece
     a clip sings, `Clip.song`; empty: none) and extra score columns `score_<name>`. `columns`
@@ -170,8 +171,7 @@ def read_csv_manifest(
     if raters:
         said.append(f"ratings from {len(raters)} rater column(s): {', '.join(map(repr, raters))}")
     if "sample_id" not in names:
-        derive_sample_ids([row for _, row in rows], path)
-        said.append("sample_id derived from each file's name without its extension")
+        said.append(derive_sample_ids([row for _, row in rows], path, names["wav_path"]))
     unread = [c for c in found if c not in names.values() and c not in raters]
     if said and unread:
         said.append(f"columns left unread: {', '.join(map(repr, unread))}")
