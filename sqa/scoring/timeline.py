@@ -23,6 +23,7 @@ import numpy as np
 
 from sqa.core import ownership
 from sqa.core.atomic import atomic_write, atomic_write_text
+from sqa.core.path_ends import distinct_ends
 from sqa.data.vocal import VocalActivity, vocal_activity
 
 # Default window and hop in backbone frames: 1 s and 0.5 s at the 20 ms frame rate.
@@ -208,11 +209,19 @@ def csv_text(timeline: Timeline) -> str:
 
 
 def safe_stems(paths: Sequence[str]) -> list[str]:
-    """A distinct file-name stem per input path: its stem in safe characters, `-2`, `-3`... on clashes."""
+    """A distinct file-name stem per input path, in safe characters.
+
+    A file whose name others share gets the end of its path that tells it apart (`alto/take1.wav`
+    and `soprano/take1.wav`: `alto_take1`, `soprano_take1`); names still alike after that (only
+    the extension or the case differs, or the safe characters made them equal) get `-2`, `-3`...
+    """
+    files = [Path(os.path.normpath(os.path.abspath(p))) for p in paths]
+    ends = distinct_ends(files)
     stems: list[str] = []
     taken: set[str] = set()
-    for path in paths:
-        stem = NAME_CHARACTERS.sub("_", Path(path).stem).strip("._") or "clip"
+    for path, file in zip(paths, files, strict=True):
+        name = "_".join(ends[file]) if file in ends else Path(path).stem
+        stem = NAME_CHARACTERS.sub("_", name).strip("._") or "clip"
         stem = stem[:MAX_NAME]
         candidate, n = stem, 1
         while candidate.lower() in taken:

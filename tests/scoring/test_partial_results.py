@@ -70,11 +70,11 @@ def test_a_killed_decoding_worker_loses_no_score(default_export, tmp_path, capsy
     score_prepared = Scorer._score_prepared
     scored = []
 
-    def slow_first_batch(self, prepared):
+    def slow_first_batch(self, prepared, kept=None):
         if not scored:
             time.sleep(3)
         scored.append(prepared)
-        return score_prepared(self, prepared)
+        return score_prepared(self, prepared, kept)
 
     monkeypatch.setattr(clips, "load_audio", load_or_die)
     monkeypatch.setattr(Scorer, "_score_prepared", slow_first_batch)

@@ -14,10 +14,10 @@ import fnmatch
 import io
 import os
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sqa.core.path_ends import distinct_ends
 from sqa.data.corpus import CorpusError
 
 # sqa's columns of a CSV manifest: required (sample_id derived from the file name where absent),
@@ -245,15 +245,8 @@ def derive_sample_ids(rows: list[dict[str, str]], path: Path, column: str = "wav
     folder = Path(os.path.abspath(path.parent))
     # A file named twice (`x/a.wav`, `x/../x/a.wav`) is one file: rows are its ratings.
     files = {row["wav_path"]: Path(os.path.normpath(folder / row["wav_path"])) for row in rows}
-    ends = {f: (*(p for p in f.parent.parts if p != f.anchor), f.stem) for f in set(files.values())}
-    ids: dict[Path, str] = {}
-    for length in range(1, max((len(e) for e in ends.values()), default=0) + 1):
-        # An end no other file shares tells its file apart; two files' ends of different lengths differ.
-        counts = Counter("/".join(e[-length:]) for e in ends.values())
-        for file, end in ends.items():
-            if file not in ids and counts["/".join(end[-length:])] == 1:
-                ids[file] = "/".join(end[-length:])
-    if len(ids) < len(ends):
+    ids = {file: "/".join(end) for file, end in distinct_ends(files.values()).items()}
+    if len(ids) < len(set(files.values())):
         by_path: dict[Path, list[str]] = {}
         for written, file in files.items():
             by_path.setdefault(file.with_suffix(""), []).append(written)
