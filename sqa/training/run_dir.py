@@ -77,6 +77,19 @@ class LightningNoise(logging.Filter):
 
 
 @contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """For the block, leave out Lightning's lines of `LIGHTNING_NOISE` (hardware it did not use, adverts)."""
+    noise = LightningNoise()
+    for name in RANK_ZERO_LOGGERS:
+        logging.getLogger(name).addFilter(noise)
+    try:
+        yield
+    finally:
+        for name in RANK_ZERO_LOGGERS:
+            logging.getLogger(name).removeFilter(noise)
+
+
+@contextmanager
 def log_to_file(run_dir: str | Path) -> Iterator[None]:
     """For the block, copy what the console shows (logging, Lightning, warnings) into train.log.
 
@@ -114,16 +127,12 @@ def log_to_file(run_dir: str | Path) -> Iterator[None]:
         sqa_logger.setLevel(logging.INFO)
     for logger, h in added:
         logger.addHandler(h)
-    noise = LightningNoise()
-    for name in RANK_ZERO_LOGGERS:
-        logging.getLogger(name).addFilter(noise)
     logging.captureWarnings(True)
     try:
-        yield
+        with quiet_lightning():
+            yield
     finally:
         logging.captureWarnings(False)
-        for name in RANK_ZERO_LOGGERS:
-            logging.getLogger(name).removeFilter(noise)
         for logger, h in added:
             logger.removeHandler(h)
         sqa_logger.setLevel(level)

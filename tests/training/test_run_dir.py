@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile as sf
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities import rank_zero_only
@@ -30,7 +33,7 @@ from sqa.core.run_folder import (
 )
 from sqa.core.run_lock import _owner
 from sqa.training.run import run
-from sqa.training.run_dir import ClaimRunDirectory, NoFollowFileHandler
+from sqa.training.run_dir import LIGHTNING_NOISE, RANK_ZERO_LOGGERS, ClaimRunDirectory, NoFollowFileHandler
 from tests.conftest import REPO
 
 HOLD = """
@@ -679,3 +682,40 @@ def test_a_run_says_its_seed_once_in_its_own_words_and_not_in_lightnings(tmp_pat
         text = log.read_text(encoding="utf-8")
         assert "Seed set to" not in text
         assert text.count("Seed 3 (initial weights, data order, crops, dropout)") == 1
+
+
+def test_testing_a_predictor_outside_a_run_leaves_out_lightnings_hardware_lines(tmp_path):
+    import lightning as L
+
+    from sqa.data.corpus import Clip, Corpus
+    from sqa.models.backbone import LogMelBackbone
+    from sqa.models.predictor import MOSPredictor
+    from sqa.training.ensemble.testing import tested
+
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    # On the loggers themselves: a filter there drops a record before any handler sees it.
+    collect = Collect()
+    loggers = [logging.getLogger(n) for n in RANK_ZERO_LOGGERS]
+    for logger in loggers:
+        logger.addHandler(collect)
+    try:
+        L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False)
+        assert any(m.startswith("GPU available") for m in seen)  # what a plain Trainer says
+        seen.clear()
+        for i in range(3):
+            sf.write(tmp_path / f"c{i}.wav", np.sin(np.arange(8000 + 800 * i) / (5.0 + i)) * 0.3, 16000)
+        clips = [Clip(f"c{i}", tmp_path / f"c{i}.wav", 1.0 + i, "s", "default", "test") for i in range(3)]
+        torch.manual_seed(0)
+        predictor = MOSPredictor(LogMelBackbone(channels=8, conv_layers=1)).eval()
+        module = tested(predictor, Corpus(clips, ["default"]), {"sample_rate": 16000}, None, 3)
+        assert len(module.test_predictions) == 3
+    finally:
+        for logger in loggers:
+            logger.removeHandler(collect)
+    assert not [m for m in seen if m.startswith(LIGHTNING_NOISE)]
+    assert not any(logger.filters for logger in loggers)

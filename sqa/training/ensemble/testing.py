@@ -15,6 +15,7 @@ from sqa.training.datamodule import MOSDataModule
 from sqa.training.evaluation import evaluation_corpus
 from sqa.training.frame_cache import FrameStore
 from sqa.training.lit_module import MOSModule
+from sqa.training.run_dir import quiet_lightning
 
 
 def tested(
@@ -56,7 +57,8 @@ def tested(
         bootstrap=bootstrap,
         frame_store=frame_store,
     )
-    with tempfile.TemporaryDirectory(prefix="sqa-ensemble-") as scratch:
+    # Lightning's hardware lines and adverts would repeat once per predictor and corpus (sqa-bench).
+    with tempfile.TemporaryDirectory(prefix="sqa-ensemble-") as scratch, quiet_lightning():
         trainer = L.Trainer(
             accelerator="auto",
             devices=1,
