@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -184,23 +185,35 @@ WITH_FILE_LIMIT = textwrap.dedent(
 )
 
 
-def test_a_file_size_limit_at_every_write_prints_the_scores(default_export, tmp_path):
-    # What a user with `ulimit -f` saw: the output and its fallback hit RLIMIT_FSIZE (EFBIG).
-    # Model building writes a 3 KiB file (torch's generated RemoteModule template): the limit lets
-    # it through, the output of 64 clips (about 6 KiB) not.
+def score_under_the_file_limit(
+    export: Path, tmp_path: Path, stdout: Any = subprocess.PIPE
+) -> tuple[subprocess.CompletedProcess, Path, Path, list[Path]]:
+    """`sqa-score` of 64 short clips in a process limited to LIMIT bytes a file, TMPDIR in tmp_path/tmp.
+
+    Returns the finished process, the output path it was given, the temporary folder and the clips.
+    """
     paths = write_clips(tmp_path / "wavs", 64, samples=1600)
     temp = tmp_path / "tmp"
     temp.mkdir()
     out = tmp_path / "s.csv"
-    args = ["--checkpoint", str(default_export), "--output", str(out), *map(str, paths)]
+    args = ["--checkpoint", str(export), "--output", str(out), *map(str, paths)]
     done = subprocess.run(
         [sys.executable, "-c", WITH_FILE_LIMIT, str(LIMIT), *args],
         cwd=REPO,
-        capture_output=True,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
         text=True,
         timeout=300,
         env={**os.environ, "TMPDIR": str(temp)},
     )
+    return done, out, temp, paths
+
+
+def test_a_file_size_limit_at_every_write_prints_the_scores(default_export, tmp_path):
+    # What a user with `ulimit -f` saw: the output and its fallback hit RLIMIT_FSIZE (EFBIG).
+    # Model building writes a 3 KiB file (torch's generated RemoteModule template): the limit lets
+    # it through, the output of 64 clips (about 6 KiB) not.
+    done, out, temp, paths = score_under_the_file_limit(default_export, tmp_path)
     assert done.returncode == 1
     (line,) = one_line_errors(done.stderr)
     assert line == (
@@ -217,21 +230,8 @@ def test_a_file_size_limit_at_every_write_prints_the_scores(default_export, tmp_
 
 def test_stdout_into_a_file_under_the_size_limit_is_not_said_to_hold_the_scores(default_export, tmp_path):
     # `ulimit -f` with stdout redirected to a file: the last fallback is cut short at the limit too.
-    paths = write_clips(tmp_path / "wavs", 64, samples=1600)
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    out = tmp_path / "s.csv"
-    args = ["--checkpoint", str(default_export), "--output", str(out), *map(str, paths)]
     with open(tmp_path / "stdout.csv", "wb") as stdout:
-        done = subprocess.run(
-            [sys.executable, "-c", WITH_FILE_LIMIT, str(LIMIT), *args],
-            cwd=REPO,
-            stdout=stdout,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=300,
-            env={**os.environ, "TMPDIR": str(temp)},
-        )
+        done, out, temp, _ = score_under_the_file_limit(default_export, tmp_path, stdout)
     assert done.returncode == 1
     (line,) = one_line_errors(done.stderr)
     assert line == (
