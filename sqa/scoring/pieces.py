@@ -120,27 +120,26 @@ def pool_pieces(
     for clip in clips:
         rows = slice(start, start + len(clip.pieces))
         start = rows.stop
-        spread = None
-        if spreads is not None and len(clip.pieces) == 1:
-            spread = float(spreads[rows.start])
-        elif spreads is not None and clip.pieces:
-            # Each window's spread is of its rating; it weighs as much as the frames it keeps.
-            spread = pooled(spreads[rows], [kept.shape[0] for kept in frames[rows]])
-        row: list[float | None]
         if not clip.pieces:
             out.append((clip, [None] * len(predictor.dimensions), None))
             continue
+        # Each piece weighs as much as the frames it keeps: in the score, the spread and the query.
+        kept_counts = [kept.shape[0] for kept in frames[rows]]
+        spread = None
+        if spreads is not None:
+            single = len(clip.pieces) == 1
+            spread = float(spreads[rows.start]) if single else pooled(spreads[rows], kept_counts)
+        row: list[float | None]
         if len(clip.pieces) == 1:
             row = scores[rows.start].tolist()
         else:
             sums = np.sum([kept.sum(axis=0) for kept in frames[rows]], axis=0)
-            counts = sum(kept.shape[0] for kept in frames[rows])
             # Frame scores are on the head's 1-5 scale; the map to the user's scale is linear.
-            row = predictor.to_scale(torch.from_numpy(sums / counts)).tolist()
+            row = predictor.to_scale(torch.from_numpy(sums / sum(kept_counts))).tolist()
         reason = None
         if embeddings is not None and retrieval is not None:
             # The clip's embedding is the mean of its kept frames, as the datastore's are.
-            mean = np.sum(embeddings[rows], axis=0) / sum(kept.shape[0] for kept in frames[rows])
+            mean = np.sum(embeddings[rows], axis=0) / sum(kept_counts)
             if np.isfinite(mean).all():
                 row[0] = retrieval.overall(row[0], torch.from_numpy(mean))
             else:

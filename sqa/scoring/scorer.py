@@ -151,7 +151,7 @@ class Scorer(ExportScorer):
         activity = vocal_activity(wav, self.sample_rate)
         start, stop = self._scored_span(wav, activity)
         frames = self.frame_scores(wav[start:stop]) if stop > start else np.zeros(0)
-        return self._laid_out(wav, frames, activity, window_seconds, hop_seconds)
+        return self._laid_out(wav, frames, activity, start, window_seconds, hop_seconds)
 
     def timeline_of(
         self,
@@ -165,7 +165,9 @@ class Scorer(ExportScorer):
         `frames` are those `score_files(frames=...)` kept for the file that decodes to `wav`, so
         the network does not run a second time: the same timeline as `timeline` of the file.
         """
-        return self._laid_out(wav, frames, vocal_activity(wav, self.sample_rate), window_seconds, hop_seconds)
+        activity = vocal_activity(wav, self.sample_rate)
+        start, _ = self._scored_span(wav, activity)
+        return self._laid_out(wav, frames, activity, start, window_seconds, hop_seconds)
 
     def _scored_span(self, wav: np.ndarray, activity: VocalActivity) -> tuple[int, int]:
         """The samples [start, stop) of wav (N,) that its score pools: its vocal span under `vocal_only`.
@@ -181,13 +183,14 @@ class Scorer(ExportScorer):
         wav: np.ndarray,
         frames: np.ndarray,
         activity: VocalActivity,
+        start: int,
         window_seconds: float | None,
         hop_seconds: float | None,
     ) -> Timeline:
-        """The timeline of wav (N,) whose scored span's frame scores are `frames` (T,)."""
+        """The timeline of wav (N,) whose scored span, from sample `start`, has frame scores `frames` (T,)."""
         hop = int(self.predictor.backbone.hop_length)
         # The span starts on a 20 ms activity frame, the backbone's frame grid at 16 kHz.
-        first = round(self._scored_span(wav, activity)[0] / hop)
+        first = round(start / hop)
         return clip_timeline(frames, wav, self.sample_rate, hop, window_seconds, hop_seconds, first, activity)
 
     def prefer(
