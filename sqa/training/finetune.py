@@ -51,9 +51,16 @@ class Anchor(torch.nn.Module):
             self.register_buffer(f"start{number}", parameter.detach().clone())
 
     def forward(self) -> torch.Tensor:
-        """The penalty, a scalar (0 without anchored parameters)."""
-        starts = [getattr(self, f"start{n}") for n in range(len(self.anchored))]
-        total = sum(((p - s.to(p)) ** 2).sum() for p, s in zip(self.anchored, starts, strict=True))
+        """The penalty, a scalar (0 without anchored parameters).
+
+        A parameter frozen at this step (a backbone in its `freeze_backbone_steps`) still holds its
+        start and adds 0: it is skipped, so a frozen pretrained network costs no work per step.
+        """
+        total = sum(
+            ((p - getattr(self, f"start{n}").to(p)) ** 2).sum()
+            for n, p in enumerate(self.anchored)
+            if p.requires_grad
+        )
         return self.weight * torch.as_tensor(total)
 
 
