@@ -163,6 +163,7 @@ def lock(run_dir: str | Path, options: Options = HYDRA) -> Iterator[None]:
     fd = _locked(path, options)
     refused = False
     try:
+        _check_own_lock(fd, path, options)
         # Only the holder of the lock may finish what the claim before it left: a run killed
         # after setting the previous run aside and before it started training is undone here.
         # The token of that claim stays in the lock file until this is done, so that a kill
@@ -188,6 +189,20 @@ def lock(run_dir: str | Path, options: Options = HYDRA) -> Iterator[None]:
     finally:
         # A refused claim leaves the folder as it found it: no lock file where there was none.
         _release(run_dir, refused, remove=created and refused)
+
+
+def _check_own_lock(fd: int, path: Path, options: Options) -> None:
+    """Refuse a lock file (open as `fd`) that holds what sqa never writes there: it is left as it is.
+
+    sqa's lock files start with their owner's line ("PID 123 on host"), or are empty while the
+    process that made one has not written it yet; anything else is another's file of that name.
+    """
+    head = os.pread(fd, 4, 0)
+    if head and head != b"PID ":
+        raise RunDirError(
+            f"{path}: holds what sqa does not write in a lock file, so it is not sqa's and is left as "
+            f"it is; move it away or choose another run directory ({options.directory}=...)"
+        )
 
 
 def _locked(path: Path, options: Options) -> int:

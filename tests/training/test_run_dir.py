@@ -719,3 +719,30 @@ def test_testing_a_predictor_outside_a_run_leaves_out_lightnings_hardware_lines(
             logger.removeHandler(collect)
     assert not [m for m in seen if m.startswith(LIGHTNING_NOISE)]
     assert not any(logger.filters for logger in loggers)
+
+
+@pytest.mark.parametrize(
+    ("content", "sqas"),
+    [
+        (b"stray\n", False),
+        (b"\x00\xff binary", False),
+        (b"PI", False),
+        (b"", True),
+        (b"PID 4242 on host-b\n", True),
+    ],
+    ids=["text", "binary", "short", "empty", "an_earlier_runs"],
+)
+def test_a_lock_file_sqa_did_not_write_is_refused_and_left_as_it_is(tmp_path, content, sqas):
+    (tmp_path / "thesis.tex").write_text("mine\n", encoding="utf-8")
+    (tmp_path / LOCK_NAME).write_bytes(content)
+    if sqas:
+        # sqa's own shape (or a lock not yet written): the claim takes it and writes its owner.
+        with lock(tmp_path):
+            assert (tmp_path / LOCK_NAME).read_bytes().startswith(f"PID {os.getpid()} on ".encode())
+    else:
+        refused = pytest.raises(RunDirError, match=r"\.lock: holds what sqa does not write in a lock file")
+        with refused, lock(tmp_path):
+            pass
+        assert (tmp_path / LOCK_NAME).read_bytes() == content
+    assert (tmp_path / "thesis.tex").read_text(encoding="utf-8") == "mine\n"
+    assert is_free(tmp_path)
