@@ -451,6 +451,11 @@ def test_a_record_downloaded_with_an_export_proves_nothing_in_its_new_folder(tmp
     download = tmp_path / "download"
     shutil.copytree(theirs, download)
     (download / "notes.md").write_text("the user's own notes\n")
+    with pytest.raises(ExportError, match=f"holds {ownership.MANIFEST}, which is not a record sqa wrote"):
+        export_predictor(model, download, 16000, ["d"], overwrite=True)
+    assert (download / "notes.md").read_text() == "the user's own notes\n"
+    # Without the copied record the export's own files count as sqa's (by their names), the user's not.
+    (download / ownership.MANIFEST).unlink()
     with pytest.raises(ExportError, match="holds notes.md, which sqa did not write"):
         export_predictor(model, download, 16000, ["d"], overwrite=True)
     assert (download / "notes.md").read_text() == "the user's own notes\n"

@@ -5,9 +5,11 @@ A folder sqa writes into (a run directory, an export, a baseline's run directory
 recorded only once sqa has created that entry (a name it merely might write never is), so a
 file the user had before, or adds later, never becomes sqa's. The record names the folder it was
 written for (its inode number): copied or downloaded into another folder it proves nothing, and
-the folder counts as holding no file of sqa's. Replacing or clearing a folder is refused when it
-holds any entry not recorded there, when it is or contains an input of the same command, the
-working directory or a repository root, or when it is an ancestor of one of those.
+the folder counts as holding no file of sqa's. Such a stray record is not sqa's either: sqa never
+replaces it with its own, and refuses to write a record into its folder until the user moves it
+(`stray_record`). Replacing or clearing a folder is refused when it holds any entry not recorded
+there, when it is or contains an input of the same command, the working directory or a repository
+root, or when it is an ancestor of one of those.
 """
 
 from __future__ import annotations
@@ -87,8 +89,32 @@ def has_record(folder: str | Path) -> bool:
     return _record(Path(folder)) is not None
 
 
+def stray_record(folder: str | Path) -> str | None:
+    """Why `folder`'s `.sqa-owned.json` is not sqa's to replace (None: there is none, or it is its own)."""
+    folder = Path(folder)
+    if not os.path.lexists(folder / MANIFEST) or _record(folder) is not None:
+        return None
+    return (
+        f"holds {MANIFEST}, which is not a record sqa wrote for this folder (copied from another "
+        "folder, or not sqa's), so sqa cannot tell its own entries there and never replaces that "
+        f"file; move {MANIFEST} out of the folder (its entries then count as not sqa's) or choose "
+        "another folder"
+    )
+
+
+def check_recordable(folder: str | Path) -> None:
+    """OwnershipError if `folder` holds a stray record: sqa could not record what it writes there."""
+    stray = stray_record(folder)
+    if stray is not None:
+        raise OwnershipError(f"{folder}: {stray}; nothing was written")
+
+
 def _write(folder: Path, names: Iterable[str]) -> None:
-    """Replace `folder`'s record by the sorted `names`, stamped with the folder's identity."""
+    """Replace `folder`'s record by the sorted `names`, stamped with the folder's identity.
+
+    A stray record there (`stray_record`) is refused, not replaced: it may be a user's file.
+    """
+    check_recordable(folder)
     record = {"written_by": "sqa", "folder": folder_id(folder), "entries": sorted(set(names))}
     atomic_write_text(folder / MANIFEST, json.dumps(record, indent=1) + "\n")
 
@@ -208,6 +234,8 @@ def check_replaceable(
     if not os.path.lexists(folder):
         return
     reason = protected(folder, inputs)
+    if reason is None and folder.is_dir():
+        reason = stray_record(folder)
     if reason is None and folder.is_dir():
         found = foreign(folder, also_mine)
         if found:

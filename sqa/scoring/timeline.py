@@ -256,6 +256,9 @@ def check_timeline_folder(
         return f"{folder}: --timeline needs a folder, and this is a file"
     if not folder.is_dir():
         return None
+    stray = ownership.stray_record(folder)
+    if stray is not None:
+        return f"{folder}: {stray} (--timeline)"
     mine = ownership.owned(folder)
     for stem in stems:
         for suffix in SUFFIXES:
@@ -317,6 +320,7 @@ def write_timeline(
     """Write `stem`.csv and `stem`.png of `timeline` into `folder`, recorded there as sqa's."""
     names = [stem + suffix for suffix in SUFFIXES]
     folder.mkdir(exist_ok=True)
+    ownership.check_recordable(folder)
     # Only a file sqa wrote there is replaced: one that appeared since the check stays.
     mine = ownership.owned(folder)
     replace = [overwrite and name in mine for name in names]

@@ -190,6 +190,10 @@ def test_a_set_aside_is_put_back_only_by_the_claim_after_the_one_that_made_it(tm
     shutil.copytree(run_dir, other, symlinks=True)
     (other / ".lock").write_text("PID 1 on h\nclaim " + "f" * 32 + f" folder {os.stat(other).st_ino}\n")
     for folder in (copy, other):
+        # The copied record is not one written for the copy: refused until the user moves it.
+        with pytest.raises(RunDirError, match="not a record sqa wrote for this folder"), lock(folder):
+            pass
+        (folder / ownership.MANIFEST).unlink()
         with lock(folder):
             assert (folder / aside.name).is_dir() and (folder / "config.yaml").read_text() == "new: 1\n"
     with lock(run_dir):
@@ -288,3 +292,28 @@ def test_a_run_never_writes_over_a_users_file_named_like_its_outputs(resume, ove
     finished_run(run_dir, RUN)
     with lock(run_dir):
         prepare(run_dir, resume=True, overwrite=False)
+
+
+@pytest.mark.parametrize("pending", [False, True])
+def test_a_stray_record_refuses_every_claim_before_anything_moves(pending, tmp_path):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir, RUN)
+    if pending:
+        # A killed run's set-aside waits: it stays set aside until the record is moved.
+        killed_after_setting_aside(run_dir)
+    planted = b'{"written_by": "sqa", "folder": 1, "entries": ["thesis.tex"]}'
+    (run_dir / ownership.MANIFEST).write_bytes(planted)
+    before = snapshot(run_dir)
+    for resume, overwrite in ((False, True), (True, False), (False, False)):
+        with pytest.raises(RunDirError) as err, claimed(run_dir, resume=resume, overwrite=overwrite):
+            write_files(run_dir, {"metrics.json": "new"})
+        reason = f"holds {ownership.MANIFEST}, which is not a record sqa wrote for this folder"
+        assert str(err.value).startswith(f"{run_dir.resolve()}: {reason}")
+        assert snapshot(run_dir) == before
+    # Moved out by the user, the folder can be locked again, and every file is still there.
+    (run_dir / ownership.MANIFEST).rename(tmp_path / "kept.json")
+    contents = sorted(v for k, v in before.items() if v is not None and k != ownership.MANIFEST)
+    with lock(run_dir):
+        after = snapshot(run_dir, hidden=(".lock", ownership.MANIFEST))
+        assert sorted(v for v in after.values() if v is not None) == contents
+    assert (tmp_path / "kept.json").read_bytes() == planted

@@ -12,7 +12,8 @@ file the user made is still there with the bytes it had.
 The user writes only names that are free at the top level (a file inside a folder of sqa's goes
 with that folder, as documented), also between a kill and the next command, while a killed
 command's set-aside waits to be put back under names the user may have taken meanwhile. The
-names `.lock` and `.sqa-owned.json` are sqa's in any folder it writes.
+name `.lock` is sqa's in any folder it writes. A record the user forges or copies in is theirs,
+kept byte for byte: while it is there every command is refused.
 """
 
 from __future__ import annotations
@@ -193,6 +194,7 @@ def apply(step: tuple, run_dir: Path, elsewhere: Path, made: dict[str, bytes]) -
                 record["folder"] = os.stat(elsewhere).st_ino
             text = json.dumps(record)
         (run_dir / ownership.MANIFEST).write_text(text)
+        made[ownership.MANIFEST] = text.encode()
     elif kind == "aside":
         _, folder_name, names = step
         folder = run_dir / folder_name

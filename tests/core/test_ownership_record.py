@@ -172,3 +172,62 @@ def test_a_folder_above_sqas_own_clone_is_never_cleared(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert ownership.protected(REPO.parent) == f"holds the repository {REPO}"
     assert ownership.protected(Path(tmp_path / "x")) is None
+
+
+def copied_record(tmp_path: Path, into: Path) -> bytes:
+    """A record sqa wrote for another folder (listing a.txt), copied into `into`; its bytes."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.txt").write_text("sqa's\n")
+    ownership.record(other, ["a.txt"])
+    data = (other / MANIFEST).read_bytes()
+    (into / MANIFEST).write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("how", ["copied", "not_json", "link", "dangling_link"])
+def test_a_stray_record_is_never_replaced_by_sqas_own(how, tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "a.txt").write_text("new\n")
+    if how == "copied":
+        planted = copied_record(tmp_path, folder)
+    elif how == "not_json":
+        planted = b"the user's notes\n"
+        (folder / MANIFEST).write_bytes(planted)
+    else:
+        if how == "link":
+            (tmp_path / "target.json").write_text(record_text(folder, ["a.txt"]))
+        (folder / MANIFEST).symlink_to(tmp_path / "target.json")
+    assert ownership.stray_record(folder).startswith(f"holds {MANIFEST}, which is not a record sqa wrote")
+    for write in (
+        lambda: ownership.record(folder, ["a.txt"]),
+        lambda: ownership.record_created(folder, before=set()),
+        lambda: ownership.record_all(folder),
+    ):
+        with pytest.raises(OwnershipError, match=f"^{folder}: holds {MANIFEST}, which is not a record"):
+            write()
+    if how.endswith("link"):
+        assert (folder / MANIFEST).is_symlink()
+    else:
+        assert (folder / MANIFEST).read_bytes() == planted
+    with pytest.raises(OwnershipError, match=f"holds {MANIFEST}, which is not a record sqa wrote"):
+        ownership.check_replaceable(folder, "--overwrite")
+
+
+def test_sqas_own_record_and_no_record_at_all_are_not_stray(tmp_path):
+    assert ownership.stray_record(tmp_path) is None
+    (tmp_path / "a.txt").write_text("")
+    ownership.record(tmp_path, ["a.txt"])
+    assert ownership.stray_record(tmp_path) is None
+    (tmp_path / "b.txt").write_text("")
+    ownership.record(tmp_path, ["b.txt"])
+    assert ownership.owned(tmp_path) == {"a.txt", "b.txt"}
+    # The same folder renamed keeps its record; the same record copied elsewhere is stray there.
+    moved = tmp_path.parent / f"{tmp_path.name}-moved"
+    tmp_path.rename(moved)
+    assert ownership.stray_record(moved) is None
+    copy = moved.parent / f"{moved.name}-copy"
+    copy.mkdir()
+    (copy / MANIFEST).write_bytes((moved / MANIFEST).read_bytes())
+    assert ownership.stray_record(copy) is not None

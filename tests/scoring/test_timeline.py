@@ -10,6 +10,7 @@ import soundfile as sf
 
 import sqa
 from benchmarks.timeline import KINDS, localisation
+from sqa.core.ownership import MANIFEST, OwnershipError
 from sqa.data.vocal import vocal_activity
 from sqa.scoring import cli as score
 from sqa.scoring.timeline import (
@@ -193,6 +194,22 @@ def test_a_users_file_in_the_timeline_folder_is_refused_and_never_replaced(tmp_p
     write_timeline(folder, "two", timeline, "two.wav", (1.0, 5.0), overwrite=False)
     assert (folder / "two.csv").read_text() == csv_text(timeline)
     assert [figure.axes[0].get_title() for figure in drawn] == ["two.wav"]
+
+
+def test_a_timeline_folder_with_a_stray_record_is_refused_and_the_record_kept(tmp_path):
+    folder = tmp_path / "timelines"
+    folder.mkdir()
+    (folder / MANIFEST).write_text("the user's\n")
+    reason = check_timeline_folder(folder, ["one"], overwrite=True)
+    assert reason.startswith(f"{folder}: holds {MANIFEST}, which is not a record sqa wrote")
+    timeline = build_timeline(np.ones(4), np.ones(4, dtype=bool), 0.02, window=2, hop=2)
+    with pytest.raises(OwnershipError):
+        write_timeline(folder, "one", timeline, "one.wav", (1.0, 5.0), overwrite=False)
+    assert sorted(p.name for p in folder.iterdir()) == [MANIFEST]
+    assert (folder / MANIFEST).read_text() == "the user's\n"
+    (folder / MANIFEST).unlink()
+    write_timeline(folder, "one", timeline, "one.wav", (1.0, 5.0), overwrite=False)
+    assert check_timeline_folder(folder, ["two"], overwrite=True) is None
 
 
 def test_timeline_option_writes_a_csv_and_a_png_per_clip_and_never_a_users_file(
