@@ -98,9 +98,11 @@ def test_score_reports_bad_inputs_and_still_scores_good_ones(default_export, syn
 def test_an_interrupt_while_scoring_ends_in_one_line_exit_130_and_leaves_the_output(
     default_export, synthetic_root, tmp_path
 ):
-    # A real SIGINT, sent by the process to itself once scoring has begun.
+    # A real SIGINT, sent by the process to itself once scoring has begun. Python's own handler is
+    # put back first: a shell starts background jobs (`nohup ... &`) with SIGINT ignored.
     interrupting = (
         "import os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from sqa.scoring import scorer\n"
         "real = scorer.Scorer.score_files\n"
         "def interrupted(self, *args, **kwargs):\n"
