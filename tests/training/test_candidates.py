@@ -12,10 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import sqa
 from sqa.data.corpus import LabelCounts
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.branches import IntonationBranch
+from sqa.models.distillmos import DistillMosBackbone
 from sqa.training import candidates
 from sqa.training.callbacks import checkpoint_step
 from sqa.training.candidates import Candidate, Tried, chosen, pick, plan, validation_score
@@ -186,6 +190,23 @@ def test_a_command_line_that_chooses_nothing_trains_the_listed_candidates_in_ord
     assert chosen_plan.ensemble
     assert chosen_plan.overrides == tuple(line)
     assert "logmel_pitch, distillmos, calibrated" in chosen_plan.line
+
+
+@pytest.mark.parametrize("name", sorted(compose().candidates.models))
+def test_every_defined_candidate_composes_and_builds_its_model(name):
+    cfg = compose(*compose().candidates.models[name])
+    model = instantiate(cfg.model)
+    pretrained = name.startswith("distillmos") or name == "calibrated"
+    assert isinstance(model.backbone, DistillMosBackbone if pretrained else LogMelBackbone)
+    assert isinstance(model.pitch, IntonationBranch) == name.endswith("_pitch")
+    if name == "distillmos_ft":
+        # distillmos's 400 steps with the network fixed, then 100 with its transformer learning
+        # at a tenth of the rate and its spectrogram CNN still fixed.
+        assert (cfg.trainer.max_steps, cfg.finetune.freeze_backbone_steps) == (500, 400)
+        assert cfg.finetune.backbone_lr_scale == 0.1
+        backbone = model.backbone
+        assert not any(p.requires_grad for p in backbone.cnn.parameters())
+        assert all(p.requires_grad for p in backbone.layers.parameters())
 
 
 @pytest.mark.parametrize(
