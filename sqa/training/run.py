@@ -44,6 +44,7 @@ from sqa.training.run_outputs import (
     run_info,
     run_sigma,
     scale_shift,
+    stopped_before_unfreezing,
     training_end,
     write_test_outputs,
 )
@@ -302,6 +303,9 @@ def fit(prepared: Prepared, run_dir: Path) -> Fitted:
     end = training_end(trainer, callbacks.get("early_stopping"))
     if trainer.is_global_zero:
         log.info("Training stopped at step %d: %s", end["step"], end["reason"])
+        early = stopped_before_unfreezing(end, cfg.finetune.freeze_backbone_steps or 0, cfg.trainer.max_steps)
+        if early is not None:
+            log.warning(early)
     return Fitted(prepared, trainer, callbacks, logger, params, end)
 
 

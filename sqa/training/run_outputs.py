@@ -206,6 +206,22 @@ def training_end(trainer: L.Trainer, early_stopping: EarlyStopping | None) -> di
     return {"step": step, "stopped_by": stopped_by, "reason": reason}
 
 
+def stopped_before_unfreezing(end: dict[str, Any], freeze_steps: int, max_steps: int | None) -> str | None:
+    """A warning where early stopping ended a run whose backbone was to learn before it could (else None).
+
+    `end` is `training_end`'s record; a backbone frozen for the whole run by design
+    (`max_steps` <= `freeze_steps`) is no such case.
+    """
+    planned = max_steps is None or max_steps < 0 or freeze_steps < max_steps
+    if end["stopped_by"] != "early_stopping" or not 0 < end["step"] < freeze_steps or not planned:
+        return None
+    return (
+        f"early stopping ended training at step {end['step']}, before "
+        f"finetune.freeze_backbone_steps={freeze_steps}: the backbone never learned. "
+        "early_stopping_patience=null (or a larger patience) lets it"
+    )
+
+
 def report_selection(
     info: dict[str, Any], scores: list[tuple[int, float]], best: str, selected_step: int, run_dir: Path
 ) -> None:

@@ -203,7 +203,7 @@ def test_every_defined_candidate_composes_and_builds_its_model(name):
         # distillmos's 400 steps with the network fixed, then 100 with its transformer learning
         # at a tenth of the rate and its spectrogram CNN still fixed.
         assert (cfg.trainer.max_steps, cfg.finetune.freeze_backbone_steps) == (500, 400)
-        assert cfg.finetune.backbone_lr_scale == 0.1
+        assert cfg.finetune.backbone_lr_scale == 0.1 and cfg.early_stopping_patience is None
         backbone = model.backbone
         assert not any(p.requires_grad for p in backbone.cnn.parameters())
         assert all(p.requires_grad for p in backbone.layers.parameters())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ from lightning.pytorch.callbacks import EarlyStopping
 
 from sqa.reports import plots
 from sqa.training.run import run
-from sqa.training.run_outputs import training_end
+from sqa.training.run_outputs import stopped_before_unfreezing, training_end
 from sqa.training.selection import TIEBREAK_KEY
 from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
 
@@ -105,10 +106,41 @@ def test_a_run_records_its_selected_step_and_why_it_stopped_and_names_its_curves
     assert "- valid/default: 8 clips" in card and "- test/test: 9 clips" in card
 
 
-def test_a_run_that_stops_early_says_so(manifest, tmp_path):
+@pytest.mark.parametrize("freeze", [0, 20])
+def test_a_run_that_stops_early_says_so(freeze, manifest, tmp_path, caplog):
     # No learning: the selection score never improves, so patience 1 stops at the second check.
     overrides = ["optim.lr=0", "early_stopping_patience=1", "trainer.max_steps=40"]
-    run(compose_train([*tiny_run_overrides(manifest), *overrides]), tmp_path)
+    overrides.append(f"finetune.freeze_backbone_steps={freeze}")
+    with caplog.at_level(logging.WARNING, logger="sqa.training.run"):
+        run(compose_train([*tiny_run_overrides(manifest), *overrides]), tmp_path)
     end = json.loads((tmp_path / "run_info.json").read_text())["training_end"]
     assert (end["step"], end["stopped_by"]) == (8, "early_stopping")
     assert end["reason"] == "early stopping: val/selection did not improve in 1 validation check"
+    # With the backbone still frozen at step 8 of 40, the run says it never learned.
+    never = [m for m in caplog.messages if "the backbone never learned" in m]
+    assert never == ([stopped_before_unfreezing(end, 20, 40)] if freeze else [])
+
+
+@pytest.mark.parametrize(
+    ("stopped_by", "step", "freeze", "max_steps", "warned"),
+    [
+        ("early_stopping", 350, 400, 500, True),
+        ("early_stopping", 350, 400, -1, True),  # trained by epochs: the backbone was to learn
+        ("early_stopping", 350, 400, None, True),
+        ("early_stopping", 400, 400, 500, False),  # the step it unfroze: it had its turn
+        ("early_stopping", 350, 400, 400, False),  # frozen for the whole run by design
+        ("early_stopping", 350, 0, 500, False),  # never frozen
+        ("max_steps", 350, 400, 500, False),
+    ],
+)
+def test_a_run_stopped_early_before_its_backbone_unfroze_is_warned(
+    stopped_by, step, freeze, max_steps, warned
+):
+    end = {"step": step, "stopped_by": stopped_by, "reason": ""}
+    warning = stopped_before_unfreezing(end, freeze, max_steps)
+    assert (warning is not None) == warned
+    if warned:
+        assert warning == (
+            f"early stopping ended training at step {step}, before finetune.freeze_backbone_steps={freeze}: "
+            "the backbone never learned. early_stopping_patience=null (or a larger patience) lets it"
+        )
