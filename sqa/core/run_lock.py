@@ -96,6 +96,16 @@ def held_token(run_dir: str | Path) -> str | None:
     return claim.token if claim is not None else None
 
 
+def claim_holding(path: str | Path) -> Path | None:
+    """The folder this process holds a claim of that is `path` or holds it (None: no such claim).
+
+    A run's candidates train in folders inside the claimed run directory: what they start and
+    create belongs to that claim.
+    """
+    path = Path(path).resolve()
+    return next((folder for folder in (path, *path.parents) if folder in _held), None)
+
+
 def record_point(run_dir: str | Path) -> None:
     """Record what this process's claim of `run_dir` has created there so far as sqa's."""
     run_dir = Path(run_dir).resolve()

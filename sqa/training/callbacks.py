@@ -21,7 +21,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
-from sqa.core.run_folder import discard_previous, record_point
+from sqa.core.run_folder import claim_holding, discard_previous, record_point
 from sqa.reports.plots import History
 from sqa.training.checkpoint_io import AtomicCheckpointIO, checkpoint_step
 from sqa.training.model_summary import summary_table
@@ -283,21 +283,27 @@ class StartedOver(L.Callback):
     optimizer), so a run that fails on its configuration never costs the previous run. After
     each validation and every RECORD_EVERY steps it records what the run has created so far
     (`sqa.core.run_lock.record_point`), so that a run killed later leaves its checkpoints and logs
-    recorded as sqa's, for `resume=true` to continue.
+    recorded as sqa's, for `resume=true` to continue. A candidate trains in a folder inside the
+    claimed run directory (`<run dir>/candidates/<name>/`) and acts on that directory's claim: the
+    first candidate to start training discards the previous run.
     """
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
 
+    def claimed(self) -> Path:
+        """The claimed folder the run writes in: its run directory, or the one holding a candidate's."""
+        return claim_holding(self.run_dir) or self.run_dir
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Discard the set-aside outputs (first rank only: the others own nothing)."""
         if trainer.is_global_zero:
-            discard_previous(self.run_dir)
+            discard_previous(self.claimed())
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Record the run's new entries as sqa's (first rank only)."""
         if trainer.is_global_zero:
-            record_point(self.run_dir)
+            record_point(self.claimed())
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         """Record the run's new entries (its logger folders) every RECORD_EVERY steps (first rank only)."""

@@ -317,3 +317,16 @@ def test_a_stray_record_refuses_every_claim_before_anything_moves(pending, tmp_p
         after = snapshot(run_dir, hidden=(".lock", ownership.MANIFEST))
         assert sorted(v for v in after.values() if v is not None) == contents
     assert (tmp_path / "kept.json").read_bytes() == planted
+
+
+def test_a_folder_inside_a_claimed_run_directory_belongs_to_that_claim(tmp_path):
+    run_dir = tmp_path / "run"
+    inside = run_dir / "candidates" / "distillmos"
+    assert run_lock.claim_holding(inside) is None
+    with lock(run_dir):
+        assert run_lock.claim_holding(run_dir) == run_dir.resolve()
+        assert run_lock.claim_holding(inside) == run_dir.resolve()
+        # A folder beside it, or above it, is no part of it.
+        assert run_lock.claim_holding(tmp_path / "runs") is None
+        assert run_lock.claim_holding(tmp_path) is None
+    assert run_lock.claim_holding(inside) is None

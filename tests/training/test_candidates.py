@@ -391,3 +391,18 @@ def test_resume_takes_a_finished_candidate_from_its_end_and_trains_the_one_that_
     assert again["candidates"] == first["candidates"]
     # Not trained again from the start either: its checkpoint is the one it finished with.
     assert (checkpoint_step(last), last.stat().st_mtime_ns) == (step, written)
+
+
+def test_overwrite_keeps_the_new_candidates_run_and_removes_the_old_one(tmp_path):
+    run_dir, first = trained(tmp_path, False)
+    old_model = (run_dir / "export" / "model.pt").read_bytes()
+    line = overrides(tmp_path / "corpus" / "manifest.csv", "overwrite=true", "seed=1")
+    run(candidates.compose_train(line), run_dir, line)
+    again = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
+    # The run started over is what the folder holds, not the previous run put back over it.
+    assert (first["seed"], again["seed"]) == (0, 1)
+    config = OmegaConf.load(run_dir / "candidates" / "learns" / "config.yaml")
+    assert config.seed == 1
+    assert (run_dir / "export" / "model.pt").read_bytes() != old_model
+    # The previous run's outputs went once the first candidate started training.
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith((".sqa-previous", ".sqa-discarded"))]
