@@ -21,7 +21,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
-from sqa.core.run_folder import claim_holding, discard_previous, record_point
+from sqa.core.run_folder import discard_previous, record_point
+from sqa.core.run_lock import claim_holding
 from sqa.reports.plots import History
 from sqa.training.checkpoint_io import AtomicCheckpointIO, checkpoint_step
 from sqa.training.model_summary import summary_table
