@@ -167,7 +167,7 @@ def lock(run_dir: str | Path, options: Options = HYDRA) -> Iterator[None]:
         raise RunDirError(
             f"{run_dir}: is a file, not a folder; choose another run directory ({options.directory}=...)"
         )
-    stray = ownership.stray_record(run_dir) if run_dir.is_dir() else None
+    stray = ownership.stray_record(run_dir)
     if stray is not None:
         # Before anything is recovered or recorded: every record sqa writes would replace that file.
         raise RunDirError(f"{run_dir}: {stray} ({options.directory}=...)")
