@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from sqa.core.content_key import content_key
 from sqa.core.prediction import OVERALL, Prediction
 from sqa.models.backbone import W2V_HOP, W2V_WINDOW, conv_frame_lengths
 from sqa.models.config import Exportable
@@ -102,6 +103,7 @@ class DistillMosConfig:
     heads: int
     layers: int
     freeze_cnn: bool
+    frozen_layers: int = 0
 
 
 class DistillMosBackbone(Exportable, nn.Module):
@@ -112,7 +114,12 @@ class DistillMosBackbone(Exportable, nn.Module):
     dropout and its normalisations keep fixed statistics). T is wav2vec2's frame count for the
     clip (`conv_frame_lengths`), which the f0 track of the pitch branches matches. `pretrained`
     loads Distill-MOS v7's weights from the installed `distillmos` package; `freeze_cnn` keeps the
-    spectrogram CNN, most of the network's arithmetic, fixed while the rest fine-tunes.
+    spectrogram CNN, most of the network's arithmetic, fixed while the rest fine-tunes, and
+    `frozen_layers` (with it) also the projection and that many of the lowest transformer layers.
+
+    The fixed part of the network (its front) gives a segment the same output at every step, so
+    `keep_fronts` lets training compute it once per segment (`front_frames`): a fine-tuning step
+    then costs only the layers that learn.
     """
 
     def __init__(
@@ -125,6 +132,7 @@ class DistillMosBackbone(Exportable, nn.Module):
         heads: int = 8,
         layers: int = 7,
         freeze_cnn: bool = False,
+        frozen_layers: int = 0,
     ) -> None:
         super().__init__()
         if sample_rate != SAMPLE_RATE:
@@ -132,7 +140,18 @@ class DistillMosBackbone(Exportable, nn.Module):
             raise ValueError(
                 f"Distill-MOS reads 16 kHz audio; set data.sample_rate=16000 (got sample_rate={sample_rate})"
             )
-        self.config = DistillMosConfig(sample_rate, channels, conv_layers, dim, heads, layers, freeze_cnn)
+        if not 0 <= frozen_layers <= layers:
+            raise ValueError(
+                f"frozen_layers must be in [0, {layers}] (the network's layers), got {frozen_layers}"
+            )
+        if frozen_layers and not freeze_cnn:
+            # The layers below a fixed one feed it: they stay fixed too.
+            raise ValueError(
+                f"frozen_layers={frozen_layers} keeps the layers below fixed: set freeze_cnn=true"
+            )
+        self.config = DistillMosConfig(
+            sample_rate, channels, conv_layers, dim, heads, layers, freeze_cnn, frozen_layers
+        )
         self.output_dim = dim
         self.min_samples = W2V_WINDOW
         self.hop_length = W2V_HOP
@@ -154,20 +173,82 @@ class DistillMosBackbone(Exportable, nn.Module):
             for _ in range(layers)
         )
         self.output_norm = FrozenBatchNorm(dim)
+        # Kept fronts by segment digest, up to `_front_bytes` (None: not kept; see `keep_fronts`).
+        self._fronts: dict[bytes, torch.Tensor] | None = None
+        self._front_bytes = 0
+        self._front_used = 0
         if pretrained:
             self.load_state_dict(backbone_state(package_state_dict()))
-        self.cnn.requires_grad_(not freeze_cnn)
+        for module in self.front_modules():
+            module.requires_grad_(False)
+
+    def front_modules(self) -> list[nn.Module]:
+        """The modules of the network's fixed front, in order (none when nothing is frozen).
+
+        The CNN, then with `frozen_layers` the normalisations, projection and lowest layers.
+        """
+        if not self.config.freeze_cnn:
+            return []
+        below = self.config.frozen_layers
+        projection = [self.input_norm, self.projection_norm, self.projection] if below else []
+        return [self.cnn, *projection, *self.layers[:below]]
+
+    def keep_fronts(self, max_bytes: int) -> None:
+        """Keep the fixed front's output of each segment, up to `max_bytes` (0: keep none, free them).
+
+        Exact while the front does not change: its parameters never learn (`front_modules`), and
+        loading weights forgets every kept front.
+        """
+        self._fronts = {} if max_bytes > 0 and self.front_modules() else None
+        self._front_bytes = max(max_bytes, 0)
+        self._front_used = 0
+
+    def _load_from_state_dict(self, *args: object, **kwargs: object) -> None:
+        """Load weights as nn.Module does, then forget the kept fronts: they were of the old weights."""
+        super()._load_from_state_dict(*args, **kwargs)
+        if self._fronts:
+            self.keep_fronts(self._front_bytes)
+
+    def _front(self, part: torch.Tensor) -> torch.Tensor:
+        """Segments (S, SEGMENT) -> the output of the fixed front (S, 384, features), computed."""
+        part = part / (part.abs().amax(dim=1, keepdim=True) + 1e-8)
+        # Contiguous as a kept front is (the CNN's output is a transposed view): what follows then
+        # computes the same way, bit for bit, on a kept front and on a new one, wherever the front ends.
+        x = self.cnn(compressed_spectrogram(part, self.window)).contiguous()
+        if self.config.frozen_layers:
+            x = self.projection(self.projection_norm(self.input_norm(x))) + self.positions.to(x.dtype)
+            for layer in self.layers[: self.config.frozen_layers]:
+                x = layer(x)
+        return x
+
+    def front_frames(self, part: torch.Tensor) -> torch.Tensor:
+        """Segments (S, SEGMENT) -> the fixed front's output (S, 384, features), kept ones reused."""
+        if self._fronts is None or any(p.requires_grad for m in self.front_modules() for p in m.parameters()):
+            return self._front(part)
+        keys = [content_key(segment) for segment in part]
+        found = {i: self._fronts[k] for i, k in enumerate(keys) if k in self._fronts}
+        missing = [i for i in range(len(keys)) if i not in found]
+        if missing:
+            with torch.no_grad():
+                new = self._front(part[missing])
+            for j, i in enumerate(missing):
+                found[i] = new[j]
+                size = new[j].numel() * new[j].element_size()
+                if self._front_used + size <= self._front_bytes:
+                    self._fronts[keys[i]] = new[j]
+                    self._front_used += size
+        return torch.stack([found[i].to(part.device) for i in range(len(keys))])
 
     def segment_frames(self, segments: torch.Tensor) -> torch.Tensor:
         """7.68 s segments (S, SEGMENT) -> the network's frames (S, 384, dim), each peak-normalised first."""
         outputs = []
         size = 1 if segments.device.type == "cpu" else SEGMENTS_PER_PASS
+        below = self.config.frozen_layers
         for first in range(0, segments.shape[0], size):
-            part = segments[first : first + size]
-            part = part / (part.abs().amax(dim=1, keepdim=True) + 1e-8)
-            x = self.cnn(compressed_spectrogram(part, self.window))
-            x = self.projection(self.projection_norm(self.input_norm(x))) + self.positions.to(x.dtype)
-            for layer in self.layers:
+            x = self.front_frames(segments[first : first + size])
+            if not below:
+                x = self.projection(self.projection_norm(self.input_norm(x))) + self.positions.to(x.dtype)
+            for layer in self.layers[below:]:
                 x = layer(x)
             outputs.append(self.output_norm(x))
         return torch.cat(outputs)

@@ -28,6 +28,8 @@ import time
 import torch
 from torch import nn
 
+from sqa.core.content_key import content_key
+
 log = logging.getLogger(__name__)
 
 # How often filling the cache logs its progress.
@@ -86,8 +88,7 @@ class FrameCache:
     @staticmethod
     def key(wav: torch.Tensor) -> bytes:
         """The digest of a clip's samples (N,) and dtype."""
-        data = wav.detach().to("cpu").contiguous().numpy().tobytes()
-        return hashlib.blake2b(data + str(wav.dtype).encode(), digest_size=16).digest()
+        return content_key(wav)
 
     @torch.no_grad()
     def frames(

@@ -39,8 +39,11 @@ class MOSModule(L.LightningModule):
     head and branches learn (the backbone is in eval mode, its learning rate is 0, and in a
     single process its gradients are not computed and its frames of each clip are computed once,
     up to `frame_cache_mb` of them: `sqa.training.frame_cache`), then the backbone learns at
-    `backbone_lr_scale` times the rate. `anchor` > 0 adds `anchor` · Σ‖θ − θ₀‖² over the pretrained
-    parameters θ that learn, θ₀ their starting values (L2-SP: `sqa.training.finetune.Anchor`).
+    `backbone_lr_scale` times the rate. A backbone whose front never learns (`keep_fronts`, e.g.
+    Distill-MOS's CNN) keeps that front's output of each segment in a fit where it learns, up to
+    `frame_cache_mb` more, so a fine-tuning step costs only the layers that learn. `anchor` > 0
+    adds `anchor` · Σ‖θ − θ₀‖² over the pretrained parameters θ that learn, θ₀ their starting
+    values (L2-SP: `sqa.training.finetune.Anchor`).
     Test results (per set and averaged) of the overall MOS are kept in `test_results`, those of
     the predictor's other score dimensions in `dimension_results` (each over the clips that have
     that label), and per-clip predictions in `test_predictions` (`mos`, `pred`, and
@@ -85,6 +88,7 @@ class MOSModule(L.LightningModule):
         # An evaluation-only module (no optimizer) never changes its backbone: it may cache too.
         caching = freeze_backbone_steps or (frame_store is not None and optimizer is None)
         self._cache_bytes = frame_cache_mb << 20 if caching else 0
+        self._front_bytes = frame_cache_mb << 20
         self.frame_store = frame_store
         self._member_caches: dict[int, FrameCache] = {}
         self._expected_clips: int | None = None
@@ -200,13 +204,30 @@ class MOSModule(L.LightningModule):
         return True
 
     def on_fit_start(self) -> None:
-        """Tell the frame cache how many clips it will hold (training, validation, test), for its progress."""
+        """Tell the frame cache how many clips it will hold; let a backbone that will learn keep fronts."""
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and hasattr(datamodule, "corpus"):
             # A shared cache is found at its first pass (`_cached`), and told then.
             self._expected_clips = len(datamodule.corpus.clips)
         if self.frame_cache is not None:
             self.frame_cache.expected = self._expected_clips
+        keep_fronts = getattr(self.predictor.backbone, "keep_fronts", None)
+        if callable(keep_fronts) and self._backbone_will_learn():
+            keep_fronts(self._front_bytes)
+
+    def _backbone_will_learn(self) -> bool:
+        """Whether this fit has steps in which the backbone learns (after `freeze_backbone_steps`)."""
+        if self.optimizer_factory is None:
+            return False
+        # -1: no step limit (max_epochs ends the run), so it may run past the frozen steps.
+        last = self.trainer.max_steps
+        return last == -1 or self.freeze_backbone_steps < last
+
+    def on_fit_end(self) -> None:
+        """Free the backbone's kept fronts: testing and scoring pass each clip once."""
+        keep_fronts = getattr(self.predictor.backbone, "keep_fronts", None)
+        if callable(keep_fronts):
+            keep_fronts(0)
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Seed torch's RNG (dropout) from (seed, step): a resumed run replays every step exactly.

@@ -183,6 +183,123 @@ def test_freeze_cnn_keeps_the_spectrogram_cnn_fixed():
     assert all(p.requires_grad for p in backbone.layers.parameters())
 
 
+@pytest.mark.parametrize("below", [0, 1, 2])
+def test_frozen_layers_keep_the_projection_and_the_layers_below_fixed(below):
+    backbone = small_backbone(freeze_cnn=True, frozen_layers=below)
+    fixed = [backbone.cnn, *backbone.layers[:below]]
+    if below:
+        fixed += [backbone.projection, backbone.input_norm, backbone.projection_norm]
+    learning = [*backbone.layers[below:], backbone.output_norm]
+    if not below:
+        learning += [backbone.projection, backbone.input_norm, backbone.projection_norm]
+    assert not any(p.requires_grad for m in fixed for p in m.parameters())
+    assert all(p.requires_grad for m in learning for p in m.parameters())
+    assert {id(m) for m in backbone.front_modules()} == {id(m) for m in fixed}
+
+
+@pytest.mark.parametrize("below", [1, 2])
+def test_frozen_layers_change_what_learns_not_the_frames(below):
+    expected, _ = frames_and_gradients(small_backbone())
+    for keep in (0, 1 << 30):
+        backbone = small_backbone(freeze_cnn=True, frozen_layers=below)
+        backbone.keep_fronts(keep)
+        for _ in range(2):
+            torch.testing.assert_close(frames_and_gradients(backbone)[0], expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"freeze_cnn": True, "frozen_layers": 3}, r"in \[0, 2\]"),
+        ({"freeze_cnn": True, "frozen_layers": -1}, r"in \[0, 2\]"),
+        ({"freeze_cnn": False, "frozen_layers": 1}, "set freeze_cnn=true"),
+    ],
+)
+def test_frozen_layers_out_of_range_or_without_a_frozen_cnn_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        small_backbone(**kwargs)
+
+
+def clips_of_two_segments() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two clips: one of two segments, one shorter than a segment (three segments in all)."""
+    torch.manual_seed(3)
+    return padded([0.3 * torch.randn(SEGMENT + 5000), 0.3 * torch.randn(9000)])
+
+
+def frames_and_gradients(backbone: DistillMosBackbone) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The frames of `clips_of_two_segments`, and the gradients of their sum of squares (learning weights)."""
+    backbone.zero_grad()
+    frames, _ = backbone(*clips_of_two_segments())
+    frames.pow(2).sum().backward()
+    return frames.detach(), [p.grad.clone() for p in backbone.parameters() if p.requires_grad]
+
+
+def cnn_segments(backbone: DistillMosBackbone) -> list[int]:
+    """A counter of the segments the backbone's CNN is given, from now on."""
+    seen = [0]
+    backbone.cnn.register_forward_hook(lambda module, args, out: seen.__setitem__(0, seen[0] + out.shape[0]))
+    return seen
+
+
+@pytest.mark.parametrize("below", [0, 1])
+def test_kept_fronts_give_the_whole_networks_frames_and_gradients_with_one_front_pass_a_segment(below):
+    expected, expected_grads = frames_and_gradients(small_backbone(freeze_cnn=True, frozen_layers=below))
+    backbone = small_backbone(freeze_cnn=True, frozen_layers=below)
+    seen = cnn_segments(backbone)
+    backbone.keep_fronts(1 << 30)
+    for _ in range(3):
+        frames, grads = frames_and_gradients(backbone)
+        torch.testing.assert_close(frames, expected, atol=0, rtol=0)
+        for grad, want in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(grad, want, atol=1e-6, rtol=1e-5)
+    assert seen == [3] and len(backbone._fronts) == 3
+    backbone.keep_fronts(0)
+    frames_and_gradients(backbone)
+    assert seen == [6] and backbone._fronts is None
+
+
+def test_kept_fronts_stay_within_their_bytes():
+    backbone = small_backbone(freeze_cnn=True)
+    one = SEGMENT_FRAMES * backbone.cnn.output_dim * 4
+    expected, _ = frames_and_gradients(backbone)
+    for budget, kept in [(one - 1, 0), (one, 1), (3 * one - 1, 2), (3 * one, 3)]:
+        backbone.keep_fronts(budget)
+        frames, _ = frames_and_gradients(backbone)
+        assert len(backbone._fronts) == kept
+        torch.testing.assert_close(frames, expected, atol=0, rtol=0)
+
+
+def test_a_front_that_learns_is_never_kept():
+    # A CNN that learns has no fixed front at all.
+    backbone = small_backbone()
+    backbone.keep_fronts(1 << 30)
+    frames_and_gradients(backbone)
+    assert backbone._fronts is None and backbone.cnn.convs[0].weight.grad.abs().sum() > 0
+    # A fixed CNN set to learn after fronts were kept: no front is kept or reused from then on.
+    backbone = small_backbone(freeze_cnn=True)
+    backbone.keep_fronts(1 << 30)
+    frames_and_gradients(backbone)
+    backbone.cnn.requires_grad_(True)
+    seen = cnn_segments(backbone)
+    frames_and_gradients(backbone)
+    assert seen == [3] and backbone.cnn.convs[0].weight.grad.abs().sum() > 0
+
+
+def test_loading_weights_forgets_the_kept_fronts():
+    other = small_backbone(freeze_cnn=True, frozen_layers=1)
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    expected, _ = frames_and_gradients(other)
+    backbone = small_backbone(freeze_cnn=True, frozen_layers=1)
+    backbone.keep_fronts(1 << 30)
+    before, _ = frames_and_gradients(backbone)
+    backbone.load_state_dict(other.state_dict())
+    frames, _ = frames_and_gradients(backbone)
+    assert not torch.allclose(before, expected)
+    torch.testing.assert_close(frames, expected, atol=0, rtol=0)
+
+
 def test_the_config_composes_and_fine_tunes():
     small = [f"model.backbone.{k}={v}" for k, v in SMALL.items()]
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):

@@ -265,3 +265,63 @@ def test_training_with_an_anchor_stays_nearer_the_start_and_a_checkpoint_keeps_t
         fresh.anchor.start0.add_(1.0)
     fresh.load_state_dict(state)
     assert torch.equal(fresh.anchor.start0, start)
+
+
+def fixed_front_backbone() -> DistillMosBackbone:
+    """A small Distill-MOS network whose CNN and lowest transformer layer stay fixed (seeded)."""
+    torch.manual_seed(0)
+    return DistillMosBackbone(
+        channels=8, conv_layers=2, dim=16, heads=2, layers=2, freeze_cnn=True, frozen_layers=1
+    )
+
+
+def fronts_fit(tmp_path, steps: int, frame_cache_mb: int) -> tuple[MOSPredictor, list[int], list[bool]]:
+    """A small Distill-MOS (CNN and lowest layer fixed) trained `steps` steps, its backbone frozen for 2.
+
+    Returns the predictor, the segments its CNN was given, and whether fronts were kept at each step.
+    """
+    backbone = fixed_front_backbone()
+    predictor = MOSPredictor(backbone)
+    segments = [0]
+    backbone.cnn.register_forward_hook(lambda m, args, out: segments.__setitem__(0, segments[0] + len(out)))
+    kept = []
+
+    class Record(__import__("lightning").Callback):
+        def on_train_batch_end(self, *args, **kwargs):
+            kept.append(backbone._fronts is not None)
+
+    module = MOSModule(
+        predictor,
+        margin_l1,
+        functools.partial(torch.optim.SGD, lr=0.5),
+        valid_names=[],
+        freeze_backbone_steps=2,
+        frame_cache_mb=frame_cache_mb,
+    )
+    clips = items(4)
+    trainer(tmp_path, max_steps=steps, callbacks=[Record()], limit_val_batches=0).fit(
+        module, loader(*[clips] * steps)
+    )
+    return predictor, segments, kept
+
+
+def test_fine_tuning_on_kept_fronts_trains_as_on_the_whole_network_with_one_front_pass_a_clip(tmp_path):
+    plain, plain_segments, plain_kept = fronts_fit(tmp_path / "plain", 5, frame_cache_mb=0)
+    kept, segments, kept_at = fronts_fit(tmp_path / "kept", 5, frame_cache_mb=64)
+    # Without caches the CNN sees every clip at every step; with them once, in the first step.
+    assert plain_segments == [20] and not any(plain_kept)
+    assert segments == [4] and all(kept_at)
+    # The backbone learned (its upper layer moved from where it started).
+    start = fixed_front_backbone().layers[1].linear1.weight
+    assert not torch.allclose(kept.backbone.layers[1].linear1.weight, start)
+    for (name, a), b in zip(kept.state_dict().items(), plain.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+    # The fit frees them.
+    assert kept.backbone._fronts is None
+
+
+@pytest.mark.parametrize(("steps", "keeps"), [(2, False), (3, True)])
+def test_fronts_are_kept_only_in_a_fit_whose_backbone_learns(tmp_path, steps, keeps):
+    # Frozen for 2 steps: a fit of 2 never trains the backbone, one of 3 does.
+    _, _, kept = fronts_fit(tmp_path, steps, frame_cache_mb=64)
+    assert kept == [keeps] * steps
