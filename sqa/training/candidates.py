@@ -404,7 +404,8 @@ def fit_select_export(plan_: Plan, cfg: DictConfig, run_dir: Path, phases: Phase
     skipped: dict[str, str] = {}
     metric = level = mode = ""
     tolerance = float((cfg.get("selection") or {}).get("tie_tolerance", 1e-6))
-    # Candidates over the same frozen network (distillmos, calibrated) share its frames of each clip.
+    # Candidates over the same frozen network (distillmos_ft while frozen, calibrated) share its
+    # frames of each clip.
     store = FrameStore()
     for number, candidate in enumerate(plan_.candidates, start=1):
         folder = run_dir / FOLDER / candidate.name
