@@ -1,6 +1,7 @@
 """What candidates cost: the default run (every candidate of `candidates.use`) against one model alone.
 
     .venv/bin/python benchmarks/candidates.py [--clips 100] [--rounds 1] [--out runs/bench-candidates]
+        [--use '[logmel_pitch,distillmos,calibrated]' ...]
 
 The runs are the same `train.py` command line on the same small user-style table
 (`data=small_table data.corpus.clips=N`, 0.76 of it training clips after the carved test and
@@ -9,7 +10,8 @@ candidates, by its clip-count rule: `candidates=null` (log-mel from scratch, 80 
 more) and `experiment=small_corpus` (frozen Distill-MOS under a new head, fewer). Each is timed end
 to end as a subprocess (Python start, corpus check, training, tests, export), in turn for
 `--rounds` rounds; the figures are ratios of the medians, measured in one session so that the
-machine's load cancels out.
+machine's load cancels out. Each `--use` adds a default run with another candidate list
+(`candidates.use=<list>`), timed and compared alike.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def main() -> None:
     parser.add_argument("--clips", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-candidates")
+    parser.add_argument("--use", action="append", default=[], help="another candidate list to time")
     args = parser.parse_args()
     data = ["data=small_table", f"data.corpus.clips={args.clips}"]
     # The corpus is generated once, by an untimed run, before anything is timed; the f0 of the
@@ -53,17 +56,19 @@ def main() -> None:
         "logmel alone": ["candidates=null"],
         "distillmos alone": ["experiment=small_corpus"],
         "default": [],
+        **{f"candidates.use={use}": [f"candidates.use={use}"] for use in args.use},
     }
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for r in range(args.rounds):
         for number, (name, overrides) in enumerate(runs.items()):
             seconds[name].append(timed([*data, *overrides], args.out / f"{number}-{r}"))
     median = {name: statistics.median(times) for name, times in seconds.items()}
-    for name in ("logmel alone", "distillmos alone"):
-        print(
-            f"{args.clips} clips: {name} {median[name]:.1f} s, the default candidates "
-            f"{median['default']:.1f} s: ratio {median['default'] / median[name]:.2f}"
-        )
+    for many in ("default", *(f"candidates.use={use}" for use in args.use)):
+        for one in ("logmel alone", "distillmos alone"):
+            print(
+                f"{args.clips} clips: {one} {median[one]:.1f} s, {many} {median[many]:.1f} s: "
+                f"ratio {median[many] / median[one]:.2f}"
+            )
 
 
 if __name__ == "__main__":
