@@ -211,9 +211,14 @@ class MOSModule(L.LightningModule):
             self._expected_clips = len(datamodule.corpus.clips)
         if self.frame_cache is not None:
             self.frame_cache.expected = self._expected_clips
-        keep_fronts = getattr(self.predictor.backbone, "keep_fronts", None)
-        if callable(keep_fronts) and self._backbone_will_learn():
-            keep_fronts(self._front_bytes)
+        if self._backbone_will_learn():
+            self._keep_fronts(self._front_bytes)
+
+    def _keep_fronts(self, max_bytes: int) -> None:
+        """Let the backbone keep its fixed front per segment, up to `max_bytes` (0: free), where it can."""
+        keep_fronts = getattr(getattr(self.predictor, "backbone", None), "keep_fronts", None)
+        if callable(keep_fronts):
+            keep_fronts(max_bytes)
 
     def _backbone_will_learn(self) -> bool:
         """Whether this fit has steps in which the backbone learns (after `freeze_backbone_steps`)."""
@@ -225,9 +230,7 @@ class MOSModule(L.LightningModule):
 
     def on_fit_end(self) -> None:
         """Free the backbone's kept fronts: testing and scoring pass each clip once."""
-        keep_fronts = getattr(self.predictor.backbone, "keep_fronts", None)
-        if callable(keep_fronts):
-            keep_fronts(0)
+        self._keep_fronts(0)
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Seed torch's RNG (dropout) from (seed, step): a resumed run replays every step exactly.
