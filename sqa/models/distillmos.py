@@ -216,10 +216,14 @@ class DistillMosBackbone(Exportable, nn.Module):
         # computes the same way, bit for bit, on a kept front and on a new one, wherever the front ends.
         x = self.cnn(compressed_spectrogram(part, self.window)).contiguous()
         if self.config.frozen_layers:
-            x = self.projection(self.projection_norm(self.input_norm(x))) + self.positions.to(x.dtype)
+            x = self._project(x)
             for layer in self.layers[: self.config.frozen_layers]:
                 x = layer(x)
         return x
+
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """CNN features (S, 384, features) -> normalised, projected, with positions (S, 384, dim)."""
+        return self.projection(self.projection_norm(self.input_norm(x))) + self.positions.to(x.dtype)
 
     def front_frames(self, part: torch.Tensor) -> torch.Tensor:
         """Segments (S, SEGMENT) -> the fixed front's output (S, 384, features), kept ones reused."""
@@ -247,7 +251,7 @@ class DistillMosBackbone(Exportable, nn.Module):
         for first in range(0, segments.shape[0], size):
             x = self.front_frames(segments[first : first + size])
             if not below:
-                x = self.projection(self.projection_norm(self.input_norm(x))) + self.positions.to(x.dtype)
+                x = self._project(x)
             for layer in self.layers[below:]:
                 x = layer(x)
             outputs.append(self.output_norm(x))

@@ -85,17 +85,12 @@ class FrameCache:
                 computing,
             )
 
-    @staticmethod
-    def key(wav: torch.Tensor) -> bytes:
-        """The digest of a clip's samples (N,) and dtype."""
-        return content_key(wav)
-
     @torch.no_grad()
     def frames(
         self, backbone: nn.Module, wav: torch.Tensor, lengths: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Frames (B, T, D) and frame_lengths (B,) of a padded batch wav (B, N), lengths (B,)."""
-        keys = [self.key(wav[i, : int(n)]) for i, n in enumerate(lengths)]
+        keys = [content_key(wav[i, : int(n)]) for i, n in enumerate(lengths)]
         found = {i: self.frames_of[k] for i, k in enumerate(keys) if k in self.frames_of}
         missing = [i for i in range(len(keys)) if i not in found]
         self.hits += len(found)
