@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import yaml
 
 from sqa import metrics
 from sqa.baselines import cli as baseline_cli
@@ -493,3 +494,39 @@ bootstrap: 10
     assert len(caches) == 2 and caches[0] is caches[1]
     assert caches[0].misses == caches[0].hits > 0
     assert rows["first"]["results"] == rows["second"]["results"]
+
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "bench"
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml")))
+def test_each_shipped_recipe_reads_on_the_tree_it_names(recipe, tmp_path):
+    """recipes/bench/*.yaml, copied into a repository laid out with every file they name, read whole."""
+    text = (RECIPES / recipe).read_text()
+    copy = tmp_path / "recipes" / "bench" / recipe
+    copy.parent.mkdir(parents=True)
+    copy.write_text(text)
+    raw = yaml.safe_load(text)
+    for corpus in raw["corpora"]:
+        manifest = copy.parent / corpus["manifest"]
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.write_text("wav_path,score\n")
+    exports = [p for p in raw["predictors"] if isinstance(p, dict) and "export" in p]
+    for predictor in exports:
+        (copy.parent / predictor["export"]).mkdir(parents=True)
+    config = read_config(copy)
+    assert [c.name for c in config.corpora] == [c["name"] for c in raw["corpora"]]
+    assert [p.zero_shot for p in config.predictors if p.export is None][:1] == ["distillmos"]
+    assert [p.export for p in config.predictors if p.export is not None] == [
+        copy.parent / p["export"] for p in exports
+    ]
+
+
+def test_the_default_recipe_tests_each_seeds_export_on_both_corpora_in_and_across():
+    """real-default.yaml: zero-shot Distill-MOS and DNSMOS, and 3 seeds of the default run per corpus."""
+    raw = yaml.safe_load((RECIPES / "real-default.yaml").read_text())
+    corpora = [c["name"] for c in raw["corpora"]]
+    assert [p for p in raw["predictors"] if isinstance(p, str)] == ["distillmos", "dnsmos"]
+    for corpus in corpora:
+        runs = [p for p in raw["predictors"] if isinstance(p, dict) and p["trained_on"] == corpus]
+        assert [p["export"] for p in runs] == [f"../../runs/real/{corpus}/seed{s}/export" for s in range(3)]
