@@ -189,7 +189,7 @@ def checkpoint_section(run_info: Mapping[str, Any] | None) -> list[str]:
 
 
 def candidates_section(candidates: Mapping[str, Any] | None) -> list[str]:
-    """The candidate models the run compared: each one's validation score (interval) and test metrics."""
+    """The candidates the run compared: each one's validation score (interval), test metrics and seconds."""
     if not candidates:
         return []
     lines = [
@@ -199,8 +199,9 @@ def candidates_section(candidates: Mapping[str, Any] | None) -> list[str]:
         f" on {candidates.get('compared_on')} (a later candidate must be better by more than the tie"
         " tolerance).",
         "",
-        "| candidate | validation | 95 % interval | test utt RMSE | test utt SRCC | test sys SRCC |",
-        "|---|---|---|---|---|---|",
+        "| candidate | validation | 95 % interval | test utt RMSE | test utt SRCC | test sys SRCC"
+        " | seconds |",
+        "|---|---|---|---|---|---|---|",
     ]
 
     def shown(value: Any) -> str:
@@ -213,8 +214,8 @@ def candidates_section(candidates: Mapping[str, Any] | None) -> list[str]:
             f"| `{entry.get('name')}` | {shown(valid.get('value'))} |"
             f" {f'[{ci[0]:.4g}, {ci[1]:.4g}]' if ci else 'n/a'} |"
             f" {shown((test.get('utt') or {}).get('rmse'))} | {shown((test.get('utt') or {}).get('srcc'))} |"
-            f" {shown((test.get('sys') or {}).get('srcc'))} |"
+            f" {shown((test.get('sys') or {}).get('srcc'))} | {shown(entry.get('seconds'))} |"
         )
     for name, reason in (candidates.get("skipped") or {}).items():
-        lines.append(f"| `{name}` | skipped: {reason} | | | | |")
+        lines.append(f"| `{name}` | skipped: {reason} | | | | | |")
     return lines

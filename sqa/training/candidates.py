@@ -15,8 +15,8 @@ of the two best candidates is a candidate too, after every single one.
       models: {logmel: [], logmel_pitch: [model.pitch=intonation], distillmos: [experiment=small_corpus]}
       ensemble: false
 
-`candidates=null` trains the configuration as given. Every candidate's validation score and test
-metrics go to run_info.json (`candidates`) and the export's model card.
+`candidates=null` trains the configuration as given. Every candidate's validation score, test
+metrics and wall seconds go to run_info.json (`candidates`) and the export's model card.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,6 +203,9 @@ class Tried:
     interval: list[float] | None
     clips: int
     valid: dict[str, Any]
+    # Wall seconds it took in this process: prepared, trained, tested, exported and validated (a
+    # resumed candidate: what it did after resuming; the ensemble: its scoring).
+    seconds: float
     # The folder of its run (the ensemble: that of the member whose data it was tested on).
     folder: Path
     # The ensemble's members, by name, in its order (a single candidate: none).
@@ -297,6 +301,7 @@ def ensemble_of_best(
     )
     # The member with pitch features brings its f0 extractor; the ensemble's f0 is the same one.
     host = next((t for t in ranked if t.prepared.datamodule.f0_extractor is not None), ranked[0])
+    start = time.perf_counter()
     value, interval, valid = validated(ensemble, host.prepared, metric, level)
     module = _tested(ensemble, host.prepared, host.prepared.datamodule.corpus)
     name = f"{ENSEMBLE}({ranked[0].candidate.name}, {ranked[1].candidate.name})"
@@ -309,6 +314,7 @@ def ensemble_of_best(
         interval,
         len(valid.test_predictions),
         valid.test_results,
+        time.perf_counter() - start,
         host.folder,
         tuple(t.candidate.name for t in ranked),
     )
@@ -363,6 +369,7 @@ def record(
                     "clips": t.clips,
                 },
                 "test": _test_summary(t.outcome.test),
+                "seconds": round(t.seconds, 1),
             }
             for t in tried
         ],
@@ -428,6 +435,7 @@ def fit_select_export(plan_: Plan, cfg: DictConfig, run_dir: Path, phases: Phase
             folder,
         )
         made = missing_folders(folder)
+        start = time.perf_counter()
         try:
             # The corpus's problems are the run's: reported in the run directory, not the candidate's.
             prepared = phases.prepare(cand_cfg, folder, run_dir)
@@ -445,9 +453,21 @@ def fit_select_export(plan_: Plan, cfg: DictConfig, run_dir: Path, phases: Phase
         rule: SelectionRule = prepared.module.selection
         metric, level, mode = comparison(rule)
         value, interval, valid = validated(prepared.module.predictor, prepared, metric, level)
-        clips = len(valid.test_predictions)
+        clips, seconds = len(valid.test_predictions), time.perf_counter() - start
+        log.info("candidate %s: %.0f s", candidate.name, seconds)
         tried.append(
-            Tried(candidate, prepared, fitted, outcome, value, interval, clips, valid.test_results, folder)
+            Tried(
+                candidate,
+                prepared,
+                fitted,
+                outcome,
+                value,
+                interval,
+                clips,
+                valid.test_results,
+                seconds,
+                folder,
+            )
         )
     if not tried:
         raise ValueError(

@@ -119,6 +119,19 @@ def test_the_candidate_that_learns_wins_where_validation_sounds_like_training(tm
     assert "## Candidates" in card and "| `constant` | 1 |" in card
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("candidates: learns won")]
     assert len(said) == 1 and "constant 1 [" in said[0] and ", by 0." in said[0]
+    # Each candidate's seconds are its own: from its start to its validation score, said and kept.
+    for number, name in enumerate(("constant", "learns"), start=1):
+        began = next(
+            r for r in caplog.records if r.getMessage().startswith(f"candidate {number} of 2: {name} ")
+        )
+        ended = next(r for r in caplog.records if r.getMessage().startswith(f"candidate {name}: "))
+        seconds = entries[name]["seconds"]
+        assert 0 < seconds == pytest.approx(ended.created - began.created, abs=0.3)
+        said = float(ended.getMessage().removeprefix(f"candidate {name}: ").removesuffix(" s"))
+        assert abs(said - seconds) <= 0.55
+        row = next(line for line in card.splitlines() if line.startswith(f"| `{name}` |"))
+        assert row.endswith(f" | {seconds:.4g} |")
+    assert joined["seconds"] > 0
     # The ensemble's scoring, a phase of its own, says when it starts.
     assert "candidates: the mean of learns and constant is scored on the validation and test clips" in [
         r.getMessage() for r in caplog.records
@@ -148,7 +161,12 @@ def test_the_constant_candidate_wins_where_validation_is_rated_flat_at_the_train
 
 
 def tried(name: str, value: float) -> Tried:
-    return Tried(Candidate(name, ()), None, None, None, value, None, 0, {}, Path(name))
+    return Tried(Candidate(name, ()), None, None, None, value, None, 0, {}, 1.0, Path(name))
+
+
+def without_seconds(record: dict) -> dict:
+    """A candidates record without each entry's wall seconds, which no two runs share."""
+    return {**record, "entries": [{k: v for k, v in e.items() if k != "seconds"} for e in record["entries"]]}
 
 
 @pytest.mark.parametrize(
@@ -392,8 +410,9 @@ def test_resume_takes_a_finished_candidate_from_its_end_and_trains_the_one_that_
     line = overrides(tmp_path / "corpus" / "manifest.csv", "resume=true", "overwrite_export=true")
     run(candidates.compose_train(line), run_dir, line)
     again = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
-    # The finished one trained no further step; the other trained as it first did: the same numbers.
-    assert again["candidates"] == first["candidates"]
+    # The finished one trained no further step; the other trained as it first did: the same numbers
+    # (but the wall seconds).
+    assert without_seconds(again["candidates"]) == without_seconds(first["candidates"])
     # Not trained again from the start either: its checkpoint is the one it finished with.
     assert (checkpoint_step(last), last.stat().st_mtime_ns) == (step, written)
 
