@@ -80,5 +80,5 @@ def sqa_ensemble() -> Any:
 
 
 def sqa_bench() -> Any:
-    """The `sqa-bench` command: `sqa.bench.command.main`, or one line naming the extra it needs."""
-    return run_main("sqa.bench.command", "sqa-bench")
+    """The `sqa-bench` command: `sqa.baselines.bench.main`, or one line naming the extra it needs."""
+    return run_main("sqa.baselines.bench", "sqa-bench")

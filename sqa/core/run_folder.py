@@ -80,7 +80,7 @@ OUTPUTS = (
     # Of a predictor with a spread (sqa.reports.calibration), of clips naming songs (preferences).
     "calibration.json",
     "preferences.json",
-    # Of sqa-bench (sqa.bench.command).
+    # Of sqa-bench (sqa.baselines.bench).
     "bench.json",
     "bench.csv",
     "bench_predictions.csv",

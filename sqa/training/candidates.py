@@ -43,7 +43,7 @@ from sqa.metrics import CI_KEY
 from sqa.models.ensemble import EnsemblePredictor
 from sqa.reports import learning
 from sqa.training.data_record import recorded_data
-from sqa.training.ensemble.testing import tested
+from sqa.training.evaluation import tested
 from sqa.training.frame_cache import FrameStore
 from sqa.training.run_dir import run_inputs
 from sqa.training.run_outputs import constant_check, run_sigma, scale_shift, write_test_outputs

@@ -18,30 +18,36 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import hydra
+import lightning as L
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from torch import nn
 
 from sqa.core.atomic import atomic_write_text
 from sqa.core.renames import rename_targets
+from sqa.core.resolvers import default_precision
 from sqa.core.run_folder import claimed, discard_previous
 from sqa.core.run_lock import RunDirError
 from sqa.data.audio import AudioError
 from sqa.data.corpus import DEFAULT_DOMAIN, ROLES, Corpus, CorpusError
+from sqa.data.pitch import F0Extractor
 from sqa.data.readers import recorded_corpus
 from sqa.data.valid_split import read_valid_split
 from sqa.exports.format import ExportError, load_export, regular_file, resolve_export, run_record
 from sqa.exports.residual import VALID_RMSE_SOURCE, residual_sigma
 from sqa.reports import scale
 from sqa.training.datamodule import MOSDataModule
+from sqa.training.frame_cache import FrameStore
 from sqa.training.lit_module import MOSModule
-from sqa.training.run_dir import run_inputs
+from sqa.training.run_dir import quiet_lightning, run_inputs
 from sqa.training.run_outputs import shift_record, write_test_outputs
 
 log = logging.getLogger(__name__)
@@ -102,6 +108,71 @@ def evaluation_corpus(corpus: Corpus, domains: list[str], uses_domains: bool) ->
     return Corpus(clips, list(domains), corpus.score_range, corpus.systems)
 
 
+def tested(
+    predictor: nn.Module,
+    corpus: Corpus,
+    config: dict[str, Any],
+    f0_extractor: F0Extractor | None,
+    batch_size: int,
+    seed: int = 0,
+    bootstrap: int = 0,
+    num_workers: int = 0,
+    on_error: str = "raise",
+    frame_store: FrameStore | None = None,
+    trainer: L.Trainer | None = None,
+) -> MOSModule:
+    """`predictor` run over `corpus`'s test clips as `eval.py` runs it; the module holds rows and metrics.
+
+    The one test pass of a predictor outside a run: eval.py's, an ensemble's and its members',
+    the candidates' and sqa-bench's. `config` is the export's config.yaml (its sample rate, domains
+    and vocal-only setting); `num_workers` and `on_error` are the data module's (decoding
+    processes, bad clips; the clips tested are `module.trainer.datamodule.corpus`). With
+    `frame_store`, a predictor's backbone frames come from (and go to) the store's cache of that
+    backbone. `trainer` tests where given (eval.py's, from its config); else one device at the
+    default precision, without Lightning's hardware lines, in a scratch folder.
+    """
+    domains = list(config.get("domains") or [DEFAULT_DOMAIN])
+    datamodule = MOSDataModule(
+        evaluation_corpus(corpus, domains, predictor.domain_count is not None),
+        sample_rate=int(config["sample_rate"]),
+        eval_batch_size=batch_size,
+        f0_extractor=f0_extractor,
+        dimensions=list(predictor.dimensions),
+        required_splits=("test",),
+        num_workers=num_workers,
+        on_error=on_error,
+        vocal_only=bool(config.get("vocal_only", False)),
+    )
+    module = MOSModule(
+        predictor,
+        loss=None,
+        optimizer=None,
+        test_names=datamodule.test_names,
+        seed=seed,
+        bootstrap=bootstrap,
+        frame_store=frame_store,
+    )
+    if trainer is not None:
+        trainer.test(module, datamodule=datamodule, verbose=False)
+        return module
+    # Lightning's hardware lines and adverts would repeat once per predictor and corpus (sqa-bench).
+    with tempfile.TemporaryDirectory(prefix="sqa-tested-") as scratch, quiet_lightning():
+        trainer = L.Trainer(
+            accelerator="auto",
+            devices=1,
+            precision=default_precision(),
+            logger=False,
+            callbacks=[],
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            use_distributed_sampler=False,
+            default_root_dir=scratch,
+        )
+        trainer.test(module, datamodule=datamodule, verbose=False)
+    return module
+
+
 def recorded_split(export_dir: Path, name: object) -> Path | None:
     """The export's copy of its run's carved test split (`test_split.csv`), or None."""
     if name is None:
@@ -153,37 +224,36 @@ def _evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             f"{export_dir / 'config.yaml'}: records no corpus; name one, e.g. data=csv data.corpus.path=..."
         )
     corpus = clips_to_test(corpus, split_csv, user_corpus, export_dir / "config.yaml")
-    domains = list(config.get("domains") or [DEFAULT_DOMAIN])
-    datamodule = MOSDataModule(
-        evaluation_corpus(corpus, domains, predictor.domain_count is not None),
-        sample_rate=int(config["sample_rate"]),
-        eval_batch_size=int(_choice(cfg.eval_batch_size, batch_size, DEFAULT_EVAL_BATCH_SIZE)),
-        num_workers=cfg.num_workers,
-        f0_extractor=f0_extractor,
-        dimensions=list(predictor.dimensions),
-        on_error=cfg.on_error,
-        required_splits=("test",),
-        vocal_only=bool(config.get("vocal_only", False)),
-    )
     seed = int(_choice(cfg.seed, test.get("seed"), DEFAULT_SEED))
     bootstrap = int(_choice(cfg.bootstrap, test.get("bootstrap"), DEFAULT_BOOTSTRAP))
-    module = MOSModule(
-        predictor, loss=None, optimizer=None, test_names=datamodule.test_names, seed=seed, bootstrap=bootstrap
-    )
+    # The user's trainer settings (accelerator, precision, devices, progress bar) hold for eval.py.
     trainer = instantiate(
         cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False, default_root_dir=str(out_dir)
     )
-    trainer.test(module, datamodule=datamodule, verbose=False)
+    module = tested(
+        predictor,
+        corpus,
+        config,
+        f0_extractor,
+        int(_choice(cfg.eval_batch_size, batch_size, DEFAULT_EVAL_BATCH_SIZE)),
+        seed=seed,
+        bootstrap=bootstrap,
+        num_workers=cfg.num_workers,
+        on_error=cfg.on_error,
+        trainer=trainer,
+    )
+    # The clips scored: with on_error=skip, those that could be read.
+    scored = module.trainer.datamodule.corpus
     # Every clip is scored: an earlier evaluation that overwrite=true set aside goes only now.
     discard_previous(out_dir)
     info = {
         "export": str(export_dir.resolve()),
         "corpus": source,
-        "corpus_fingerprint": datamodule.corpus.fingerprint(),
+        "corpus_fingerprint": scored.fingerprint(),
         "seed": seed,
         "bootstrap": bootstrap,
     }
-    score_range = datamodule.corpus.score_range
+    score_range = scored.score_range
     trained = run_record(export_dir, "scale_shift")
     if trained is not None:
         info["scale_shift"] = test_shift(module.test_predictions, trained)

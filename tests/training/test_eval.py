@@ -461,6 +461,16 @@ def test_bad_test_clips_stop_the_evaluation_unless_skipped(untrained, corpus_man
     assert len(read_rows(tmp_path / "skip" / "predictions.csv")) == 9
 
 
+def test_eval_tests_with_the_trainer_of_its_config(untrained, corpus_manifest, tmp_path, capfd):
+    # conf/trainer's progress bar shows; a setting given on the command line holds (`tested` alone
+    # shows none).
+    export = labelled_export(untrained, corpus_manifest, tmp_path / "export", ["d"])
+    evaluate(compose_eval([f"export={export}"]), tmp_path / "shown")
+    assert "Testing" in "".join(capfd.readouterr())
+    evaluate(compose_eval([f"export={export}", "trainer.enable_progress_bar=false"]), tmp_path / "hidden")
+    assert "Testing" not in "".join(capfd.readouterr())
+
+
 def test_main_writes_into_hydras_folder_and_ends_a_bad_export_in_one_line(
     untrained, corpus_manifest, tmp_path, monkeypatch
 ):

@@ -690,7 +690,7 @@ def test_testing_a_predictor_outside_a_run_leaves_out_lightnings_hardware_lines(
     from sqa.data.corpus import Clip, Corpus
     from sqa.models.backbone import LogMelBackbone
     from sqa.models.predictor import MOSPredictor
-    from sqa.training.ensemble.testing import tested
+    from sqa.training.evaluation import tested
 
     seen: list[str] = []
 

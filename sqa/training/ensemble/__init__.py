@@ -1,13 +1,14 @@
-"""Ensembles of exports: `sqa-ensemble`, the members it joins, their testing and ridge weights.
+"""Ensembles of exports: `sqa-ensemble`, the members it joins and ridge weights.
 
 One concept per module:
     command.py  sqa-ensemble and `build_ensemble`: several exports written as one ensemble export
     members.py  the exports that join an ensemble, loaded and checked against each other
-    testing.py  a member or the ensemble tested on a corpus as eval.py tests it
     ridge.py    ridge stacking weights fitted on the members' validation predictions
 
-The ensemble itself is a predictor like any other (`sqa.models.ensemble.EnsemblePredictor`), and
-the default run's candidates (`sqa.training.candidates`) use it for their ensemble of the best two.
+A member or the ensemble is tested on a corpus by eval.py's own test pass
+(`sqa.training.evaluation.tested`). The ensemble itself is a predictor like any other
+(`sqa.models.ensemble.EnsemblePredictor`), and the default run's candidates
+(`sqa.training.candidates`) use it for their ensemble of the best two.
 `sqa.training.ensemble` was one module; every public name it had stays importable here.
 """
 
@@ -25,7 +26,7 @@ from sqa.training.ensemble.members import (
     shared_corpus,
 )
 from sqa.training.ensemble.ridge import DEFAULT_ALPHA, fit_ridge, ridge_weights, validation_corpus
-from sqa.training.ensemble.testing import tested
+from sqa.training.evaluation import tested
 
 __all__ = [
     "DEFAULT_ALPHA",

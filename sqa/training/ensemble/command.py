@@ -47,8 +47,7 @@ from sqa.training.ensemble.members import (
     shared_corpus,
 )
 from sqa.training.ensemble.ridge import DEFAULT_ALPHA, ridge_weights, validation_corpus
-from sqa.training.ensemble.testing import tested
-from sqa.training.evaluation import DEFAULT_EVAL_BATCH_SIZE
+from sqa.training.evaluation import DEFAULT_EVAL_BATCH_SIZE, tested
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from sqa.core.artefacts import score_columns
 from sqa.core.prediction import OVERALL
 from sqa.data.corpus import Clip, Corpus
 from sqa.training.ensemble.members import EnsembleError, Member, clip_keys
-from sqa.training.ensemble.testing import tested
+from sqa.training.evaluation import tested
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
     sqa-bench CONFIG [--out DIR] [--overwrite] [--markdown] [--num-workers N] [--on-error raise|skip]
 
-The config (`sqa.bench.config`) lists corpora and predictors: exports (scored as eval.py scores
-them, `sqa.training.evaluation.export_rows`) and zero-shot baselines (scored as sqa-baseline
+The config (`sqa.baselines.bench_config`) lists corpora and predictors: exports (scored as eval.py
+scores them, `sqa.training.evaluation.tested`) and zero-shot baselines (scored as sqa-baseline
 scores them, `sqa.baselines.cli.score_clips`). For each corpus the table has the constant
 predictor's row, then one row per predictor, marked:
 
@@ -24,8 +24,8 @@ from the config's seed (the same resamples of a corpus's clips for every row).
 
 Writes bench.json (every row's metric blocks per test set and averaged, its scale map and
 training mean), bench.csv (one line per row) and bench_predictions.csv (every clip of every
-row) into `--out`, claimed as a run directory is: a previous bench's outputs are replaced only
-with `--overwrite`, and only files sqa wrote.
+row) into `--out` (`sqa.baselines.bench_outputs`), claimed as a run directory is: a previous
+bench's outputs are replaced only with `--overwrite`, and only files sqa wrote.
 """
 
 from __future__ import annotations
@@ -40,9 +40,7 @@ from typing import Any
 import numpy as np
 
 from sqa import metrics
-from sqa.baselines.cli import BASELINES, results_on_scale, scale_map, score_clips
-from sqa.baselines.corpora import BASELINE_RANGE, corpus_source, read_corpus
-from sqa.bench.config import (
+from sqa.baselines.bench_config import (
     CONSTANT,
     BenchConfig,
     BenchConfigError,
@@ -50,10 +48,10 @@ from sqa.bench.config import (
     BenchPredictor,
     read_config,
 )
-from sqa.core import artefacts
-from sqa.core.atomic import atomic_write_json, atomic_write_text
+from sqa.baselines.bench_outputs import Scored, write_outputs
+from sqa.baselines.cli import BASELINES, results_on_scale, scale_map, score_clips
+from sqa.baselines.corpora import BASELINE_RANGE, corpus_source, read_corpus
 from sqa.core.extras import require
-from sqa.core.provenance import package_versions
 from sqa.core.run_folder import claimed, discard_previous
 from sqa.core.run_lock import Options, RunDirError
 from sqa.data.audio import AudioError
@@ -68,13 +66,7 @@ from sqa.training.frame_cache import FrameStore
 
 OPTIONS = Options("--out", None, "--overwrite")
 KIND_CONSTANT, KIND_IN, KIND_CROSS, KIND_ZERO_SHOT = "constant", "in-corpus", "cross-corpus", "zero-shot"
-PREDICTION_COLUMNS = ("predictor", "corpus", "sample_id", "system_id", "test_set", "mos", "raw", "pred")
 SKIP = " (--on-error skip scores the rest)"
-PACKAGES = ("torch", "numpy", "scipy", "lightning", "distillmos", "speechmos", "onnxruntime")
-
-
-# One row of the table: corpus, predictor, kind, results, rows (per clip), scale_map, train_mean.
-Scored = dict[str, Any]
 
 
 class BenchError(RuntimeError):
@@ -162,8 +154,7 @@ def export_rows(
     """
     # Here, not at the top: a bench of zero-shot predictors runs without the train extra.
     require("lightning", "train", "an export's rows in sqa-bench")
-    from sqa.training.ensemble.testing import tested
-    from sqa.training.evaluation import DEFAULT_EVAL_BATCH_SIZE
+    from sqa.training.evaluation import DEFAULT_EVAL_BATCH_SIZE, tested
 
     predictor, config, f0_extractor = load_export(export)
     batch_size = int((config.get("data") or {}).get("eval_batch_size") or DEFAULT_EVAL_BATCH_SIZE)
@@ -286,72 +277,6 @@ def bench(config: BenchConfig, args: argparse.Namespace) -> list[Scored]:
                 }
             )
     return out
-
-
-def csv_rows(scored: list[Scored]) -> tuple[list[str], list[dict[str, Any]]]:
-    """bench.csv: columns and one line per row, every metric of the average with its interval."""
-    columns = ["corpus", "predictor", "kind", "clips", "systems"]
-    for level in metrics.LEVELS:
-        for name in metrics.METRIC_NAMES:
-            columns += [f"{level}_{name}", f"{level}_{name}_lo", f"{level}_{name}_hi"]
-    columns.append("undefined")
-    lines = []
-    for row in scored:
-        average = row["results"][metrics.AVERAGE_KEY]
-        line: dict[str, Any] = {k: row[k] for k in ("corpus", "predictor", "kind")}
-        line.update(clips=average["utt"]["n"], systems=average["sys"]["n"])
-        for level in metrics.LEVELS:
-            for name in metrics.METRIC_NAMES:
-                ci = (average.get(metrics.CI_KEY) or {}).get(level, {}).get(name) or [float("nan")] * 2
-                value = float(average[level][name])
-                line.update(
-                    {f"{level}_{name}": value, f"{level}_{name}_lo": ci[0], f"{level}_{name}_hi": ci[1]}
-                )
-        reasons = tables.bench_reasons(row["results"], metrics.METRIC_NAMES)
-        line["undefined"] = "; ".join(
-            f"{level} {', '.join(names)}: {reason}"
-            for level, by in reasons.items()
-            for reason, names in by.items()
-        )
-        lines.append(line)
-    return columns, lines
-
-
-def write_outputs(out: Path, config: BenchConfig, scored: list[Scored], seconds: float) -> None:
-    """bench.json, bench.csv, bench_predictions.csv and run_info.json into the claimed `out`."""
-    record = {
-        "config": str(config.path.resolve()),
-        "bootstrap": config.bootstrap,
-        "seed": config.seed,
-        "rows": [
-            {k: row[k] for k in ("corpus", "predictor", "kind", "train_mean", "scale_map", "results")}
-            for row in scored
-        ],
-    }
-    atomic_write_json(out / "bench.json", record)
-    columns, lines = csv_rows(scored)
-    atomic_write_text(out / "bench.csv", artefacts.csv_text(columns, lines))
-    predictions = [
-        {"predictor": row["predictor"], "corpus": row["corpus"], **clip}
-        for row in scored
-        for clip in row["rows"]
-    ]
-    atomic_write_text(out / "bench_predictions.csv", artefacts.csv_text(PREDICTION_COLUMNS, predictions))
-    info = {
-        "command": "sqa-bench",
-        "config": str(config.path.resolve()),
-        "corpora": {
-            c.name: {
-                "corpus": c.options.corpus,
-                "source": None if corpus_source(c.options) is None else str(corpus_source(c.options)),
-                "test": c.test,
-            }
-            for c in config.corpora
-        },
-        "packages": package_versions(PACKAGES),
-        "seconds": seconds,
-    }
-    atomic_write_json(out / "run_info.json", info)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,7 @@
 The export is the tiny log-mel run of tests/conftest.py (`tiny_run`, trained on the per-system CSV
 corpus). The zero-shot predictor is a stand-in for Distill-MOS with the same `score_files`
 interface (a score from each file's loudness), so that the bench's plumbing and sqa-baseline's are
-compared on equal scores in a second; tests/baselines compare Distill-MOS with its package.
+compared on equal scores in a second; test_distillmos.py compares Distill-MOS with its package.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import soundfile as sf
 import yaml
 
 from sqa import metrics
+from sqa.baselines import bench
 from sqa.baselines import cli as baseline_cli
+from sqa.baselines.bench_config import BenchConfigError, read_config
 from sqa.baselines.cli import BASELINES, UNMAPPED, BaselineModel
 from sqa.baselines.files import FileScores
-from sqa.bench import command
-from sqa.bench.config import BenchConfigError, read_config
 from sqa.core import artefacts
 from sqa.data.corpus import ROLES
 from sqa.reports import tables
@@ -99,7 +99,7 @@ seed: 3
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
-        assert command.main([str(config), "--out", str(folder / "out")]) == 0
+        assert bench.main([str(config), "--out", str(folder / "out")]) == 0
     out = folder / "out"
     record = json.loads((out / "bench.json").read_text(encoding="utf-8"))
     rows = {(r["corpus"], r["predictor"]): r for r in record["rows"]}
@@ -189,12 +189,12 @@ predictors:
     )
     parsed = read_config(config)
     predictor = parsed.predictors[0]
-    trained = command.recorded_source(predictor.export)
+    trained = bench.recorded_source(predictor.export)
     assert trained == bench_run["manifest"].resolve()
     # By the record, the export was trained on both (one manifest); `trained_on` says otherwise.
     by_record = replace(predictor, trained_on=None)
-    assert [command.export_kind(by_record, trained, c) for c in parsed.corpora] == ["in-corpus"] * 2
-    assert [command.export_kind(predictor, trained, c) for c in parsed.corpora] == [
+    assert [bench.export_kind(by_record, trained, c) for c in parsed.corpora] == ["in-corpus"] * 2
+    assert [bench.export_kind(predictor, trained, c) for c in parsed.corpora] == [
         "cross-corpus",
         "in-corpus",
     ]
@@ -267,7 +267,7 @@ def test_the_printed_table_has_each_rows_average_with_its_interval(bench_run, ti
     out = bench_run["out"].parent / "again"
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
-        assert command.main([str(config), "--out", str(out)]) == 0
+        assert bench.main([str(config), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     rows = list(bench_run["rows"].values())
     table = tables.bench_table(rows)
@@ -305,7 +305,7 @@ def test_an_unmapped_zero_shot_score_has_errors_undefined_with_the_reason(bench_
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
-        assert command.main([str(config), "--out", str(tmp_path / "out")]) == 0
+        assert bench.main([str(config), "--out", str(tmp_path / "out")]) == 0
     record = json.loads((tmp_path / "out" / "bench.json").read_text(encoding="utf-8"))
     row = next(r for r in record["rows"] if r["predictor"] == "distillmos")
     block = row["results"]["test"]
@@ -321,18 +321,18 @@ def test_outputs_are_replaced_only_with_overwrite_and_never_a_users_file(bench_r
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
-        assert command.main([str(small), "--out", str(out)]) == 0
+        assert bench.main([str(small), "--out", str(out)]) == 0
         before = (out / "bench.json").read_bytes()
         capsys.readouterr()
-        assert command.main([str(small), "--out", str(out)]) == 2
+        assert bench.main([str(small), "--out", str(out)]) == 2
         assert "--overwrite" in capsys.readouterr().err
         assert (out / "bench.json").read_bytes() == before
         (out / "notes.txt").write_text("mine", encoding="utf-8")
-        assert command.main([str(small), "--out", str(out), "--overwrite"]) == 2
+        assert bench.main([str(small), "--out", str(out), "--overwrite"]) == 2
         assert "notes.txt" in capsys.readouterr().err
         assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"
         (out / "notes.txt").unlink()
-        assert command.main([str(small), "--out", str(out), "--overwrite"]) == 0
+        assert bench.main([str(small), "--out", str(out), "--overwrite"]) == 0
     assert config.is_file()
 
 
@@ -349,11 +349,11 @@ def test_an_unreadable_clip_stops_the_bench_unless_skipped(bench_run, tmp_path, 
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(BASELINES, "distillmos", BaselineModel(LoudnessScorer, "stand-in", ("mos",), ()))
-        assert command.main([str(config), "--out", str(tmp_path / "a")]) == 1
+        assert bench.main([str(config), "--out", str(tmp_path / "a")]) == 1
         err = capsys.readouterr().err
         assert "missing.wav" in err and "--on-error skip" in err
         assert not (tmp_path / "a").exists()
-        assert command.main([str(config), "--out", str(tmp_path / "b"), "--on-error", "skip"]) == 0
+        assert bench.main([str(config), "--out", str(tmp_path / "b"), "--on-error", "skip"]) == 0
     record = json.loads((tmp_path / "b" / "bench.json").read_text(encoding="utf-8"))
     assert (
         next(r for r in record["rows"] if r["predictor"] == "distillmos")["results"]["avg"]["utt"]["n"] == 8
@@ -442,7 +442,7 @@ def test_a_bad_config_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, 
     assert message.startswith(f"{config}: ") and problem in message
     if key is not None:
         assert message.startswith(f"{config}: {key}: ")
-    assert command.main([str(config), "--out", str(tmp_path / "out")]) == 2
+    assert bench.main([str(config), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [f"sqa-bench: {message}"]
     assert not (tmp_path / "out").exists()
@@ -462,7 +462,7 @@ def test_a_good_config_reads_its_defaults_and_relative_paths(tmp_path):
 
 
 def test_a_missing_config_is_one_line(tmp_path, capsys):
-    assert command.main([str(tmp_path / "none.yaml")]) == 2
+    assert bench.main([str(tmp_path / "none.yaml")]) == 2
     assert capsys.readouterr().err.strip() == f"sqa-bench: {tmp_path / 'none.yaml'}: file not found"
 
 
@@ -487,7 +487,7 @@ bootstrap: 10
         return caches[-1]
 
     monkeypatch.setattr(FrameStore, "cache_for", recorded)
-    assert command.main([str(config), "--out", str(tmp_path / "out")]) == 0
+    assert bench.main([str(config), "--out", str(tmp_path / "out")]) == 0
     record = json.loads((tmp_path / "out" / "bench.json").read_text(encoding="utf-8"))
     rows = {r["predictor"]: r for r in record["rows"]}
     # One cache for both; the second export found every clip the first had passed.
