@@ -13,7 +13,6 @@ node of its own; a member is never an ensemble. A fusion backbone holds two plai
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from sqa.exports.targets import (
     _place,
 )
 from sqa.exports.yaml_safe import _LongInteger, _PlainYamlLoader
+from sqa.models.config import constructor_parameters
 from sqa.models.ssl import TransformersWav2Vec2
 
 # This module's names, and those that moved out of it (bounds, errors, targets) and stay importable here.
@@ -225,7 +225,7 @@ def _accepted_types(annotation: str) -> tuple[type, ...] | None:
 def _check_arguments(node: dict[str, Any], keys: tuple[str | int, ...], where: Path) -> None:
     """Check each argument of `node` against its constructor; recurse into nested nodes and members."""
     target = node["_target_"]
-    parameters = inspect.signature(_constructor(target).__init__).parameters
+    parameters = constructor_parameters(_constructor(target))
     for key, value in node.items():
         here = _key_path((*keys, key))
         if key == "_target_":

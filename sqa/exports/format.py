@@ -38,7 +38,7 @@ from sqa.exports.errors import ExportError
 from sqa.exports.location import regular_file, resolve_export
 from sqa.exports.targets import ENSEMBLE_TARGET
 from sqa.exports.weights import read_weights
-from sqa.models.predictor import MOSPredictor
+from sqa.models.interface import Predictor
 from sqa.models.retrieval import Datastore
 from sqa.reports import learning
 
@@ -73,7 +73,7 @@ __all__ = [
 
 
 def export_predictor(
-    predictor: MOSPredictor,
+    predictor: Predictor,
     directory: str | Path,
     sample_rate: int,
     domains: list[str],
@@ -143,7 +143,7 @@ def export_predictor(
 def _write_export(
     directory: Path,
     overwrite: bool,
-    predictor: MOSPredictor,
+    predictor: Predictor,
     config: dict[str, Any],
     metrics: Mapping[str, Any] | None,
     dimension_metrics: Mapping[str, Mapping[str, Any]] | None,
@@ -266,7 +266,7 @@ def _read_json(path: Path) -> Any:
         raise ExportError(f"{path}: not a JSON file ({err})") from err
 
 
-def _sized_model(config: dict[str, Any], config_path: Path) -> MOSPredictor:
+def _sized_model(config: dict[str, Any], config_path: Path) -> Predictor:
     """The export's model built on the meta device (no memory), refused above MAX_PARAMETERS."""
     with torch.device("meta"):
         model = build_node(config["model"], ("model",), config_path)
@@ -280,7 +280,7 @@ def _sized_model(config: dict[str, Any], config_path: Path) -> MOSPredictor:
 
 def load_export(
     path: str | Path,
-) -> tuple[MOSPredictor, dict[str, Any], F0Extractor | None]:
+) -> tuple[Predictor, dict[str, Any], F0Extractor | None]:
     """Rebuild an export's predictor (eval mode); returns (predictor, config, f0 extractor).
 
     `path` is an export directory, a run directory holding export/, or a model.pt beside its
@@ -303,7 +303,7 @@ class Architecture(NamedTuple):
     f0_extractor: F0Extractor | None
     config_path: Path
 
-    def build(self, num_domains: int, num_judges: int, score_range: Sequence[float]) -> MOSPredictor:
+    def build(self, num_domains: int, num_judges: int, score_range: Sequence[float]) -> Predictor:
         """The architecture random-initialised for a new corpus: its domain and judge counts and scale.
 
         The head still predicts on its internal 1-5 scale, so a predictor trained on 1-5 maps onto

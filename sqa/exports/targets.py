@@ -11,15 +11,17 @@ from sqa.models.crepe import CrepeBackbone
 from sqa.models.distillmos import DistillMosBackbone, DistillMosZeroShot
 from sqa.models.ensemble import EnsemblePredictor
 from sqa.models.fusion import FusionBackbone
+from sqa.models.interface import Predictor
 from sqa.models.predictor import MOSPredictor
 from sqa.models.ssl import SSL_BACKBONES
 from sqa.models.uncertainty import UncertainMOSPredictor
 
 # The classes an export may build, by the `_target_` each writes (see sqa.models.config).
 BACKBONE_CLASSES = (LogMelBackbone, DistillMosBackbone, CrepeBackbone, *SSL_BACKBONES)
-# MOSPredictor, its uncertainty and aligner families, Distill-MOS with its own head (zero-shot) and
-# that head calibrated onto a corpus.
-PREDICTOR_CLASSES = (
+# The predictor families (`sqa.models.interface.Predictor`) an export or an ensemble member may
+# name: MOSPredictor, its uncertainty and aligner families, Distill-MOS with its own head
+# (zero-shot) and that head calibrated onto a corpus.
+PREDICTOR_CLASSES: tuple[type[Predictor], ...] = (
     MOSPredictor,
     UncertainMOSPredictor,
     AlignedPredictor,

@@ -23,13 +23,13 @@ Aligned scores are not clipped to 1-5 (a clip would break linearity and stop gra
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from sqa.core.masking import frame_mask
-from sqa.core.prediction import OVERALL, Prediction
+from sqa.core.prediction import Prediction
 from sqa.models.predictor import INTERNAL_RANGE, MOSPredictor
 
 # The internal scale's middle: a gain scales scores about it, as a rater batch's gain does.
@@ -74,38 +74,9 @@ class AlignedPredictor(MOSPredictor):
     `domain` is needed). Every other argument is `MOSPredictor`'s.
     """
 
-    def __init__(
-        self,
-        backbone: nn.Module,
-        head_dim: int = 64,
-        dropout: float = 0.3,
-        range_clip: bool = True,
-        num_domains: int = 1,
-        domain_dim: int | None = None,
-        pitch: str | None = None,
-        pitch_dim: int = 128,
-        dimensions: Sequence[str] = (OVERALL,),
-        num_judges: int = 0,
-        judge_dim: int | None = None,
-        score_range: Sequence[float] = INTERNAL_RANGE,
-        pooling: str = "masked_mean",
-    ) -> None:
-        super().__init__(
-            backbone,
-            head_dim,
-            dropout,
-            range_clip,
-            num_domains,
-            domain_dim,
-            pitch,
-            pitch_dim,
-            dimensions,
-            num_judges,
-            judge_dim,
-            score_range,
-            pooling,
-        )
-        self.aligner = AffineAligner(num_domains, len(self.dimensions))
+    def __init__(self, backbone: nn.Module, **kwargs: Any) -> None:
+        super().__init__(backbone, **kwargs)
+        self.aligner = AffineAligner(self.config.num_domains, len(self.dimensions))
 
     @property
     def domain_count(self) -> int:

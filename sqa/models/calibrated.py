@@ -17,7 +17,6 @@ so a frozen backbone's frames come from the frame cache: one pass per clip.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,7 +27,7 @@ from sqa.core.masking import frame_mask
 from sqa.core.prediction import OVERALL, Prediction
 from sqa.models.config import Exportable
 from sqa.models.distillmos import DistillMosBackbone, attention_head
-from sqa.models.predictor import INTERNAL_RANGE, MAX_RANGE_WIDTH, MIN_RANGE_WIDTH
+from sqa.models.predictor import INTERNAL_RANGE, RatingScale
 
 # The middle of the internal scale, about which the gain scales scores.
 MIDPOINT = (INTERNAL_RANGE[0] + INTERNAL_RANGE[1]) / 2
@@ -41,7 +40,7 @@ class CalibratedConfig:
     score_range: list[float]
 
 
-class CalibratedPredictor(Exportable, nn.Module):
+class CalibratedPredictor(RatingScale, Exportable, nn.Module):
     """Distill-MOS frames -> its pretrained attention head -> an increasing affine map (`a`, `b`).
 
     It has the scoring interface of `sqa.models.predictor.MOSPredictor` for one dimension and no
@@ -49,6 +48,7 @@ class CalibratedPredictor(Exportable, nn.Module):
     `to_scale` maps onto `score_range`. Every valid frame carries the clip's score.
     `pretrained` loads the head from the installed distillmos package (an export's state_dict
     holds it, so loading one needs no package); `train_head` lets the head learn beside a and b.
+    `start_at` is refused: the map starts as the identity, so training begins at the network's score.
     """
 
     exported_children = ("backbone",)
@@ -73,14 +73,7 @@ class CalibratedPredictor(Exportable, nn.Module):
             raise ValueError(f"the calibrated head needs a DistillMosBackbone, got {type(backbone).__name__}")
         if num_judges:
             raise ValueError("the calibrated head scores the mean listener: set model.judge_dim=null")
-        low, high = (float(v) for v in score_range)
-        width = high - low
-        if not (math.isfinite(low) and math.isfinite(high) and MIN_RANGE_WIDTH <= width <= MAX_RANGE_WIDTH):
-            raise ValueError(
-                f"score_range must be [low, high], both finite, {MIN_RANGE_WIDTH:g} to {MAX_RANGE_WIDTH:g} "
-                f"wide, got {list(score_range)}"
-            )
-        self.config = CalibratedConfig([low, high])
+        self.config = CalibratedConfig(self.set_score_range(score_range))
         self.backbone = backbone
         self.attention, self.output = attention_head(backbone.output_dim, pretrained)
         self.pretrained = pretrained
@@ -89,15 +82,6 @@ class CalibratedPredictor(Exportable, nn.Module):
         # The identity at the start: the network's own score on 1-5.
         self.log_gain = nn.Parameter(torch.zeros(1))
         self.offset = nn.Parameter(torch.zeros(1))
-        # y_internal = scale_offset + scale_gain · y on the corpus's scale.
-        self.scale_gain = (INTERNAL_RANGE[1] - INTERNAL_RANGE[0]) / width
-        self.scale_offset = INTERNAL_RANGE[0] - low * self.scale_gain
-
-    @property
-    def score_range(self) -> tuple[float, float]:
-        """The rating scale (low, high) that `to_scale` maps predictions onto."""
-        low, high = self.config.score_range
-        return low, high
 
     @property
     def pooling(self) -> str:
@@ -112,18 +96,6 @@ class CalibratedPredictor(Exportable, nn.Module):
     def pretrained_head_parameters(self) -> list[nn.Parameter]:
         """The head's parameters where they start from the network's pretrained ones (else none)."""
         return [*self.attention.parameters(), *self.output.parameters()] if self.pretrained else []
-
-    def start_at(self, scores: Sequence[float]) -> None:
-        """Refused: the map starts as the identity, so training begins at the network's own score."""
-        raise ValueError("head_init=train_mean does not apply to the calibrated head: use head_init=random")
-
-    def to_internal(self, values: torch.Tensor) -> torch.Tensor:
-        """Labels (any shape) on `score_range` mapped linearly onto the internal 1-5 scale."""
-        return values * self.scale_gain + self.scale_offset
-
-    def to_scale(self, values: torch.Tensor) -> torch.Tensor:
-        """Scores (any shape) of the internal 1-5 scale mapped linearly onto `score_range`."""
-        return (values - self.scale_offset) / self.scale_gain
 
     def forward(
         self,

@@ -9,6 +9,7 @@ same architecture from them.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, ClassVar
 
 
@@ -30,3 +31,22 @@ class Exportable:
         """Hydra config rebuilding this architecture (random init, no pretrained-weight paths)."""
         children = {name: getattr(self, name).export_config() for name in self.exported_children}
         return {"_target_": self.export_target(), **children, **dataclasses.asdict(self.config)}
+
+
+def constructor_parameters(cls: type) -> dict[str, inspect.Parameter]:
+    """The named arguments `cls(...)` takes, with those its `**kwargs` forwards to its base class.
+
+    A family that only adds to its base (`AlignedPredictor`) takes the base's arguments as
+    `**kwargs`; a config node may name them all, and each is checked against the base's annotation.
+    """
+    parameters: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        own = inspect.signature(klass.__init__).parameters.values()
+        for parameter in own:
+            if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
+                parameters.setdefault(parameter.name, parameter)
+        if not any(parameter.kind is parameter.VAR_KEYWORD for parameter in own):
+            break
+    return parameters

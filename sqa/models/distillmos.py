@@ -54,6 +54,7 @@ from sqa.models.distillmos_weights import (
     package_state_dict,
     package_weights_path,
 )
+from sqa.models.predictor import RatingScale
 
 # Every public name of this module, those now defined in distillmos_layers, distillmos_segments
 # and distillmos_weights included: each stays `sqa.models.distillmos.<name>`.
@@ -279,7 +280,7 @@ class ZeroShotConfig:
     """What rebuilds a `DistillMosZeroShot` around its backbone: nothing else (one fixed head)."""
 
 
-class DistillMosZeroShot(Exportable, nn.Module):
+class DistillMosZeroShot(RatingScale, Exportable, nn.Module):
     """Distill-MOS as its authors score with it: its attention-pooling head on its own crops of a clip.
 
     Each crop (`crop_starts`) goes through the backbone's network; the head weighs the crop's
@@ -298,7 +299,6 @@ class DistillMosZeroShot(Exportable, nn.Module):
     pitch = None
     judge = None
     num_judges = 0
-    score_range = (1.0, 5.0)
 
     def __init__(self, backbone: nn.Module, pretrained: bool = False) -> None:
         super().__init__()
@@ -322,14 +322,6 @@ class DistillMosZeroShot(Exportable, nn.Module):
                 f"pooling {value!r}: Distill-MOS pools each crop's frames with its own attention head; "
                 "its pooling cannot be changed"
             )
-
-    def to_internal(self, values: torch.Tensor) -> torch.Tensor:
-        """Labels (any shape): already on the 1-5 scale the network predicts."""
-        return values
-
-    def to_scale(self, values: torch.Tensor) -> torch.Tensor:
-        """Scores (any shape): already on the 1-5 scale."""
-        return values
 
     def crop_scores(self, segments: torch.Tensor) -> torch.Tensor:
         """Crops (S, SEGMENT) -> the head's value in [0, 1] for each (S,), before 1 + 4·mean."""

@@ -5,8 +5,8 @@ members' shared internal 1-5 scale (their common `to_scale` maps it onto the rat
 mean ensemble has weights 1/M and no intercept; `sqa-ensemble --method ridge` fits them on the
 members' validation predictions (`sqa.training.ensemble`). Frame scores combine alike, so a
 clip scored in chunks gets the same weighted sum of its members' chunked scores. The ensemble
-has the scoring interface of `sqa.models.predictor.MOSPredictor` (`forward`, `dimensions`,
-`domain`, `backbone.min_samples`, `pooling`, `to_scale`), so it loads and scores as any export.
+implements `sqa.models.interface.Predictor` (its members' rating scale, `start_at` refused), so it
+loads and scores as any export.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from torch import nn
 
 from sqa.core.prediction import Prediction
 from sqa.models.config import Exportable
+from sqa.models.interface import Predictor
+from sqa.models.predictor import RatingScale
 
 # The most members an ensemble holds: each is a whole predictor run on every clip.
 MAX_MEMBERS = 32
@@ -44,7 +46,7 @@ class MemberBackbones:
         self.hop_length = hop_length
 
 
-def member_mismatch(members: Sequence[nn.Module]) -> tuple[int, str] | None:
+def member_mismatch(members: Sequence[Predictor]) -> tuple[int, str] | None:
     """(index, how) of the first member that cannot join member 0 in an ensemble, or None.
 
     Members must share the score dimensions, the rating scale (`score_range`) and the frame hop,
@@ -71,7 +73,7 @@ def member_mismatch(members: Sequence[nn.Module]) -> tuple[int, str] | None:
     return None
 
 
-class EnsemblePredictor(Exportable, nn.Module):
+class EnsemblePredictor(RatingScale, Exportable, nn.Module):
     """A weighted sum of `members`' scores per dimension: `weights` (K, M), `intercept` (K,).
 
     `weights[k][m]` weighs member m's score of dimension k, both on the internal 1-5 scale; the
@@ -81,7 +83,7 @@ class EnsemblePredictor(Exportable, nn.Module):
 
     def __init__(
         self,
-        members: Sequence[nn.Module],
+        members: Sequence[Predictor],
         weights: Sequence[Sequence[float]],
         intercept: Sequence[float],
     ) -> None:
@@ -101,6 +103,7 @@ class EnsemblePredictor(Exportable, nn.Module):
             )
         if len(intercept) != dimensions:
             raise ValueError(f"intercept must hold {dimensions} values (one per score dimension)")
+        self.set_score_range(members[0].score_range)
         self.members = nn.ModuleList(members)
         self.config = EnsembleConfig(rows, [float(b) for b in intercept])
         # Not in the state_dict: config.yaml holds them, as plain numbers a reader can check.
@@ -120,12 +123,6 @@ class EnsemblePredictor(Exportable, nn.Module):
     def dimensions(self) -> list[str]:
         """The score dimensions every member predicts, the overall "mos" first."""
         return list(self.members[0].dimensions)
-
-    @property
-    def score_range(self) -> tuple[float, float]:
-        """The rating scale (low, high) every member maps its scores onto."""
-        low, high = self.members[0].score_range
-        return low, high
 
     @property
     def domain(self) -> nn.Module | None:
@@ -165,14 +162,6 @@ class EnsemblePredictor(Exportable, nn.Module):
     def pooling(self, value: str) -> None:
         for member in self.members:
             member.pooling = value
-
-    def to_internal(self, values: torch.Tensor) -> torch.Tensor:
-        """Labels (any shape) on `score_range` mapped onto the internal 1-5 scale."""
-        return self.members[0].to_internal(values)
-
-    def to_scale(self, values: torch.Tensor) -> torch.Tensor:
-        """Scores (any shape) of the internal 1-5 scale mapped onto `score_range`."""
-        return self.members[0].to_scale(values)
 
     def forward(
         self,

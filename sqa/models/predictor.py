@@ -51,7 +51,63 @@ INTERNAL_RANGE = (1.0, 5.0)
 MIN_RANGE_WIDTH, MAX_RANGE_WIDTH = 1e-3, 1e6
 
 
-class MOSPredictor(Exportable, nn.Module):
+class RatingScale:
+    """Mixin: a family's rating scale `score_range` mapped linearly onto the internal 1-5 scale and back.
+
+    A family on another scale than 1-5 calls `set_score_range` in its constructor. `start_at` (the
+    train-mean head start) is refused here; a family with a head to set overrides it.
+    """
+
+    score_range: tuple[float, float] = INTERNAL_RANGE
+    # y_internal = scale_offset + scale_gain · y on `score_range` (1-5: the identity).
+    scale_gain: float = 1.0
+    scale_offset: float = 0.0
+
+    def set_score_range(self, score_range: Sequence[float]) -> list[float]:
+        """Check `score_range` [low, high] and map it onto the internal scale; returns it as floats."""
+        low, high = (float(v) for v in score_range)
+        # Finite ends of a sane width: the maps to and from the internal scale stay finite and exact.
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(
+                f"score_range must be [low, high] with low < high, both finite, got {list(score_range)}"
+            )
+        if not (
+            MIN_RANGE_WIDTH <= high - low <= MAX_RANGE_WIDTH and max(abs(low), abs(high)) <= MAX_RANGE_WIDTH
+        ):
+            raise ValueError(
+                f"score_range must be {MIN_RANGE_WIDTH:g} to {MAX_RANGE_WIDTH:g} wide with ends within "
+                f"±{MAX_RANGE_WIDTH:g}, got {list(score_range)}"
+            )
+        self.score_range = (low, high)
+        self.scale_gain = (INTERNAL_RANGE[1] - INTERNAL_RANGE[0]) / (high - low)
+        self.scale_offset = INTERNAL_RANGE[0] - low * self.scale_gain
+        return [low, high]
+
+    def to_internal(self, values: torch.Tensor) -> torch.Tensor:
+        """Labels (any shape) on `score_range` mapped linearly onto the internal 1-5 scale."""
+        if self.scale_gain == 1.0 and self.scale_offset == 0.0:
+            return values
+        return values * self.scale_gain + self.scale_offset
+
+    def to_scale(self, values: torch.Tensor) -> torch.Tensor:
+        """Scores (any shape) of the internal 1-5 scale mapped linearly onto `score_range`."""
+        if self.scale_gain == 1.0 and self.scale_offset == 0.0:
+            return values
+        return (values - self.scale_offset) / self.scale_gain
+
+    def spread_to_scale(self, spread: torch.Tensor) -> torch.Tensor:
+        """Spreads (any shape) on the internal 1-5 scale mapped onto `score_range` (a width, no offset)."""
+        return spread / self.scale_gain
+
+    def start_at(self, scores: Sequence[float]) -> None:
+        """Refused: a family without a head trained from scratch starts from its own score instead."""
+        raise ValueError(
+            f"head_init=train_mean does not apply to {type(self).__name__}, which starts from its own "
+            "score: use head_init=random"
+        )
+
+
+class MOSPredictor(RatingScale, Exportable, nn.Module):
     """SSL-MOS predictor: backbone frames [+ domain embedding] [+ pitch branch] -> per-frame head.
 
     `domain_dim` (None: off) embeds the domain ID (one of `num_domains`) and concatenates it to
@@ -84,19 +140,7 @@ class MOSPredictor(Exportable, nn.Module):
     ) -> None:
         super().__init__()
         dimensions = list(dimensions)
-        low, high = (float(v) for v in score_range)
-        # Finite ends of a sane width: the maps to and from the internal scale stay finite and exact.
-        if not (math.isfinite(low) and math.isfinite(high) and low < high):
-            raise ValueError(
-                f"score_range must be [low, high] with low < high, both finite, got {list(score_range)}"
-            )
-        if not (
-            MIN_RANGE_WIDTH <= high - low <= MAX_RANGE_WIDTH and max(abs(low), abs(high)) <= MAX_RANGE_WIDTH
-        ):
-            raise ValueError(
-                f"score_range must be {MIN_RANGE_WIDTH:g} to {MAX_RANGE_WIDTH:g} wide with ends within "
-                f"±{MAX_RANGE_WIDTH:g}, got {list(score_range)}"
-            )
+        scale = self.set_score_range(score_range)
         if not dimensions or dimensions[0] != OVERALL or len(set(dimensions)) != len(dimensions):
             raise ValueError(
                 f"dimensions must be distinct and start with {OVERALL!r} (the overall score that "
@@ -120,12 +164,9 @@ class MOSPredictor(Exportable, nn.Module):
             dimensions,
             num_judges,
             judge_dim,
-            [low, high],
+            scale,
             pooling,
         )
-        # y_internal = offset + gain · y on the user's scale.
-        self.scale_gain = (INTERNAL_RANGE[1] - INTERNAL_RANGE[0]) / (high - low)
-        self.scale_offset = INTERNAL_RANGE[0] - low * self.scale_gain
         self.dimensions = dimensions
         self.num_judges = num_judges
         self.domain = DomainEmbedding(num_domains, domain_dim) if domain_dim else None
@@ -140,12 +181,6 @@ class MOSPredictor(Exportable, nn.Module):
             nn.Dropout(dropout),
             nn.Linear(head_dim, len(dimensions)),
         )
-
-    @property
-    def score_range(self) -> tuple[float, float]:
-        """The rating scale (low, high) that `to_scale` maps predictions onto."""
-        low, high = self.config.score_range
-        return low, high
 
     @property
     def domain_count(self) -> int | None:
@@ -172,18 +207,6 @@ class MOSPredictor(Exportable, nn.Module):
         last = self.head[-1]
         last.weight.zero_()
         last.bias.copy_(target.to(last.bias))
-
-    def to_internal(self, values: torch.Tensor) -> torch.Tensor:
-        """Labels (any shape) on `score_range` mapped linearly onto the head's 1-5 scale."""
-        if self.scale_gain == 1.0 and self.scale_offset == 0.0:
-            return values
-        return values * self.scale_gain + self.scale_offset
-
-    def to_scale(self, values: torch.Tensor) -> torch.Tensor:
-        """Scores (any shape) of the head's 1-5 scale mapped linearly onto `score_range`."""
-        if self.scale_gain == 1.0 and self.scale_offset == 0.0:
-            return values
-        return (values - self.scale_offset) / self.scale_gain
 
     def forward(
         self,

@@ -21,8 +21,8 @@ listeners disagree on, so the spread ranks clips and systems by listener agreeme
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,7 +31,7 @@ from torch.nn import functional as F
 from sqa.core.masking import masked_mean
 from sqa.core.prediction import OVERALL, Prediction
 from sqa.core.spread import check_distribution
-from sqa.models.predictor import INTERNAL_RANGE, MOSPredictor, PredictorConfig
+from sqa.models.predictor import MOSPredictor, PredictorConfig
 
 # The smallest spread on the internal 1-5 scale: keeps the NLL's log and division finite.
 MIN_SPREAD = 1e-3
@@ -54,43 +54,20 @@ class UncertainMOSPredictor(MOSPredictor):
     the spread is (a standard deviation or a Laplace scale) and must match the training loss.
     Spreads are on the internal 1-5 scale like the scores; `spread_to_scale` maps them onto
     `score_range`. `error_spread` adds the model's own error as one learnt spread (module docstring).
+    Every other argument is `MOSPredictor`'s.
     """
 
     def __init__(
         self,
         backbone: nn.Module,
-        head_dim: int = 64,
-        dropout: float = 0.3,
-        range_clip: bool = True,
-        num_domains: int = 1,
-        domain_dim: int | None = None,
-        pitch: str | None = None,
-        pitch_dim: int = 128,
-        dimensions: Sequence[str] = (OVERALL,),
-        num_judges: int = 0,
-        judge_dim: int | None = None,
-        score_range: Sequence[float] = INTERNAL_RANGE,
-        pooling: str = "masked_mean",
+        *,
         distribution: str = "gaussian",
         error_spread: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            backbone,
-            head_dim,
-            dropout,
-            range_clip,
-            num_domains,
-            domain_dim,
-            pitch,
-            pitch_dim,
-            dimensions,
-            num_judges,
-            judge_dim,
-            score_range,
-            pooling,
-        )
+        super().__init__(backbone, **kwargs)
         # The spread is of listeners' overall ratings; per-judge embeddings would explain it away.
-        if len(self.dimensions) > 1 or judge_dim is not None:
+        if len(self.dimensions) > 1 or self.config.judge_dim is not None:
             raise ValueError(
                 "an uncertain predictor predicts the overall score only, without judges: set "
                 f"dimensions: [{OVERALL}] and judge_dim: null"
@@ -102,14 +79,10 @@ class UncertainMOSPredictor(MOSPredictor):
         self.config = UncertainConfig(
             **vars(self.config), distribution=distribution, error_spread=error_spread
         )
-        in_dim = self.head[0].in_features
+        in_dim, head_dim = self.head[0].in_features, self.config.head_dim
         self.spread_head = nn.Sequential(nn.Linear(in_dim, head_dim), nn.ReLU(), nn.Linear(head_dim, 1))
         # softplus(0) ≈ 0.69 on the 1-5 scale: a start of about the error of a constant predictor.
         self.error_spread = nn.Parameter(torch.zeros(())) if error_spread else None
-
-    def spread_to_scale(self, spread: torch.Tensor) -> torch.Tensor:
-        """Spreads (any shape) on the internal 1-5 scale mapped onto `score_range` (a width, no offset)."""
-        return spread / self.scale_gain
 
     def score_frames(
         self,

@@ -16,7 +16,7 @@ import torch
 from sqa.core.spread import pooled
 from sqa.data.batching import pad_batch
 from sqa.models.backbone import W2V_HOP
-from sqa.models.predictor import MOSPredictor
+from sqa.models.interface import Predictor
 from sqa.scoring.clips import Piece, PreparedClip
 from sqa.scoring.retrieval import RetrievalScoring
 
@@ -37,7 +37,7 @@ def chunk_length(chunk_seconds: float, sample_rate: int, min_samples: int) -> in
 
 @torch.inference_mode()
 def forward_pieces(
-    predictor: MOSPredictor,
+    predictor: Predictor,
     pieces: list[Piece],
     device: torch.device,
     batch_size: int,
@@ -102,7 +102,7 @@ def pool_pieces(
     scores: np.ndarray,
     frames: list[np.ndarray],
     spreads: np.ndarray | None,
-    predictor: MOSPredictor,
+    predictor: Predictor,
     retrieval: RetrievalScoring | None = None,
     embeddings: list[np.ndarray] | None = None,
 ) -> list[tuple[PreparedClip, list[float | None], float | None]]:

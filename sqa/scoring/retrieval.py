@@ -17,6 +17,7 @@ import torch
 
 from sqa.core.prediction import Prediction
 from sqa.exports.datastore import DATASTORE_FILE, has_datastore, read_datastore
+from sqa.models.interface import FramePredictor, Predictor
 from sqa.models.retrieval import MODES, Datastore, fuse, pooled_embedding
 
 # The `domain` that looks each clip's domain up from its nearest training clips.
@@ -46,7 +47,7 @@ class RetrievalScoring:
 
     def forward(
         self,
-        predictor: Any,
+        predictor: FramePredictor,
         wav: torch.Tensor,
         lengths: torch.Tensor,
         f0: torch.Tensor | None,
@@ -74,7 +75,7 @@ class RetrievalScoring:
 
 
 def retrieval_for(
-    export: str | Path, predictor: Any, config: dict[str, Any], mode: str, domain: str | int | None
+    export: str | Path, predictor: Predictor, config: dict[str, Any], mode: str, domain: str | int | None
 ) -> RetrievalScoring | None:
     """The datastore use that `mode` and `domain` ask of `export`; None when neither needs one."""
     if mode not in MODES:
@@ -83,7 +84,7 @@ def retrieval_for(
     if mode == "parametric" and not neighbours:
         return None
     asked = f"mode {mode!r}" if mode != "parametric" else f"domain {NEIGHBOURS_DOMAIN!r}"
-    if not hasattr(predictor, "score_frames"):
+    if not isinstance(predictor, FramePredictor):
         kind = type(predictor).__name__
         raise ValueError(f"{asked}: this export's model ({kind}) cannot score by retrieval")
     if not has_datastore(export):
