@@ -1,18 +1,24 @@
-"""What candidates cost: the default run (every candidate of `candidates.use`) against one model alone.
+"""What candidates cost: the default run (every candidate of `candidates.use`) against one model alone,
+and against the default run of another sqa checkout.
 
     .venv/bin/python benchmarks/candidates.py [--clips 100] [--rounds 1] [--out runs/bench-candidates]
-        [--use '[logmel_pitch,distillmos,calibrated]' ...]
+        [--use '[logmel_pitch,distillmos,calibrated]' ...] [--baseline DIR]
+        [--manifest data/real/sisec18.csv --score-range 0 100]
 
-The runs are the same `train.py` command line on the same small user-style table
-(`data=small_table data.corpus.clips=N`, 0.76 of it training clips after the carved test and
-validation splits): one with the defaults, and the two models a default run trained alone before
-candidates, by its clip-count rule: `candidates=null` (log-mel from scratch, 80 training clips or
-more) and `experiment=small_corpus` (frozen Distill-MOS under a new head, fewer). Each is timed end
-to end as a subprocess (Python start, corpus check, training, tests, export), in turn for
-`--rounds` rounds; the figures are ratios of the medians, measured in one session so that the
-machine's load cancels out. Each `--use` adds a default run with another candidate list
-(`candidates.use=<list>`), timed and compared alike. For each run of several candidates it also
-prints the median seconds each candidate took (its run_info.json), which shows where the time goes.
+The runs are the same `train.py` command line on the same table: by default the small user-style
+table (`data=small_table data.corpus.clips=N`, 0.76 of it training clips after the carved test and
+validation splits), or with `--manifest` a CSV manifest of your own (a real listening test). One
+run has the defaults; two train the models a default run trained alone before candidates, by its
+clip-count rule: `candidates=null` (log-mel from scratch, 80 training clips or more) and
+`experiment=small_corpus` (frozen Distill-MOS under a new head, fewer). Each `--use` adds a default
+run with another candidate list (`candidates.use=<list>`). `--baseline DIR` adds the default run of
+the sqa checkout in DIR (an earlier version, `git worktree add DIR <commit>`), run by its own
+train.py and configs with this environment's packages: the ratio of this checkout's default to
+it is what a change of the default run saves. Each run is timed end to end as a subprocess
+(Python start, corpus check, training, tests, export), in turn for `--rounds` rounds; the figures
+are ratios of the medians, measured in one session so that the machine's load cancels out. For each
+run of several candidates it also prints the median seconds each candidate took (its run_info.json),
+which shows where the time goes.
 """
 
 from __future__ import annotations
@@ -28,19 +34,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # The runs of one model each, as the clip-count rule trained them; every other run has candidates.
 ALONE = ("logmel alone", "distillmos alone")
+BASELINE = "baseline default"
 
 
-def timed(overrides: list[str], run_dir: Path) -> float:
-    """Seconds of one `train.py` run with `overrides` into `run_dir` (replaced if there)."""
+def timed(overrides: list[str], run_dir: Path, checkout: Path = REPO) -> float:
+    """Seconds of one `train.py` run of `checkout` with `overrides` into `run_dir` (replaced if there)."""
     command = [
         sys.executable,
-        str(REPO / "train.py"),
+        str(checkout / "train.py"),
         f"hydra.run.dir={run_dir}",
         "overwrite=true",
         *overrides,
     ]
     start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(command, check=True, cwd=checkout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -51,43 +58,61 @@ def candidate_seconds(run_dir: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    """Command line: time both runs, print the seconds and the ratio."""
+    """Command line: time the runs, print the seconds and the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clips", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-candidates")
     parser.add_argument("--use", action="append", default=[], help="another candidate list to time")
+    parser.add_argument("--baseline", type=Path, help="another sqa checkout whose default run to time")
+    parser.add_argument("--manifest", type=Path, help="a CSV manifest instead of the small table")
+    parser.add_argument("--score-range", type=float, nargs=2, metavar=("LOW", "HIGH"))
     args = parser.parse_args()
-    data = ["data=small_table", f"data.corpus.clips={args.clips}"]
+    if args.manifest:
+        data = ["data=csv", f"data.corpus.path={args.manifest.resolve()}"]
+        if args.score_range:
+            data.append(f"data.corpus.score_range=[{args.score_range[0]},{args.score_range[1]}]")
+        table = args.manifest.name
+    else:
+        data = ["data=small_table", f"data.corpus.clips={args.clips}"]
+        table = f"{args.clips} clips"
+    out = args.out.resolve()
     # The corpus is generated once, by an untimed run, before anything is timed; the f0 of the
     # pitch candidate are extracted in the first default run, as in a user's first run.
-    timed([*data, "candidates=null"], args.out / "warm-up")
+    timed([*data, "candidates=null"], out / "warm-up")
     runs = {
         "logmel alone": ["candidates=null"],
         "distillmos alone": ["experiment=small_corpus"],
         "default": [],
         **{f"candidates.use={use}": [f"candidates.use={use}"] for use in args.use},
+        **({BASELINE: []} if args.baseline else {}),
     }
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     parts: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
     for r in range(args.rounds):
         for number, (name, overrides) in enumerate(runs.items()):
-            seconds[name].append(timed([*data, *overrides], args.out / f"{number}-{r}"))
+            checkout = args.baseline.resolve() if name == BASELINE else REPO
+            seconds[name].append(timed([*data, *overrides], out / f"{number}-{r}", checkout))
             if name not in ALONE:
-                parts[name].append(candidate_seconds(args.out / f"{number}-{r}"))
+                parts[name].append(candidate_seconds(out / f"{number}-{r}"))
     median = {name: statistics.median(times) for name, times in seconds.items()}
-    for many in ("default", *(f"candidates.use={use}" for use in args.use)):
+    for many in (name for name in runs if name not in ALONE):
         each = ", ".join(
             f"{candidate} {statistics.median(p[candidate] for p in parts[many]):.1f} s"
             for candidate in parts[many][0]
             if all(candidate in p for p in parts[many])
         )
-        print(f"{args.clips} clips: {many} {median[many]:.1f} s, of which {each}")
+        print(f"{table}: {many} {median[many]:.1f} s, of which {each}")
         for one in ALONE:
             print(
-                f"{args.clips} clips: {one} {median[one]:.1f} s, {many} {median[many]:.1f} s: "
+                f"{table}: {one} {median[one]:.1f} s, {many} {median[many]:.1f} s: "
                 f"ratio {median[many] / median[one]:.2f}"
             )
+    if args.baseline:
+        print(
+            f"{table}: default {median['default']:.1f} s against {args.baseline}'s default "
+            f"{median[BASELINE]:.1f} s: ratio {median['default'] / median[BASELINE]:.2f}"
+        )
 
 
 if __name__ == "__main__":

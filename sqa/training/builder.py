@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.prediction import OVERALL
-from sqa.data.corpus import Clip, CorpusError, count_labels
+from sqa.data.corpus import Clip, Corpus, CorpusError, count_labels
 from sqa.exports.format import read_architecture, read_export_weights, read_weights
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.lit_module import MOSModule
@@ -25,8 +25,11 @@ HEAD_INITS = ("train_mean", "random")
 ARCHITECTURES = ("config", "export")
 
 
-def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
-    """Instantiate the data module and the Lightning module described by `cfg`."""
+def build(cfg: DictConfig, corpus: Corpus | None = None) -> tuple[MOSDataModule, MOSModule]:
+    """Instantiate the data module and the Lightning module described by `cfg`.
+
+    `corpus` is `cfg.data.corpus` already read (the candidates of a run read it once); None reads it.
+    """
     settings = RunSettings.of(cfg)
     architecture = (settings.init_from or {}).get("architecture", "config")
     if architecture not in ARCHITECTURES:
@@ -52,12 +55,20 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         if path and not Path(path).expanduser().exists():
             raise FileNotFoundError(f"{key}: {path} does not exist")
     try:
-        datamodule: MOSDataModule = instantiate(
-            cfg.data,
+        # A corpus already read is handed over as it is: Hydra would turn a dataclass into a config.
+        data = cfg.data
+        if corpus is not None:
+            # Resolved first: the data group's interpolations (`${seed}`) point outside it.
+            data = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True))
+            data.pop("corpus")
+        make = instantiate(
+            data,
+            _partial_=True,
             f0_extractor=f0_extractor,
             dimensions=dimensions,
             judges=bool(model.get("judge_dim")),
         )
+        datamodule: MOSDataModule = make() if corpus is None else make(corpus=corpus)
     except InstantiationException as err:
         # Hydra wraps the error in a one-line repr; a corpus report is multi-line text.
         if isinstance(err.__cause__, CorpusError):
@@ -93,7 +104,8 @@ def build(cfg: DictConfig) -> tuple[MOSDataModule, MOSModule]:
         seed=settings.seed,
         bootstrap=settings.bootstrap,
         selection=choose_rule(valid_counts, **cfg.get("selection", {})),
-        **cfg.get("finetune", {}),
+        # patience_steps is the fit's stop rule (sqa.training.racing), not the module's.
+        **{k: v for k, v in cfg.get("finetune", {}).items() if k != "patience_steps"},
     )
     return datamodule, module
 

@@ -14,7 +14,7 @@ from sqa.core.prediction import OVERALL, Prediction
 from sqa.data.corpus import ROLES
 from sqa.models.predictor import MOSPredictor
 from sqa.training.finetune import Anchor, backbone_optimizer, pretrained_parameters
-from sqa.training.frame_cache import FrameCache, FrameStore
+from sqa.training.frame_cache import FrameCache, FrameSource, FrameStore
 from sqa.training.losses import NLL_LOSSES
 from sqa.training.prediction_rows import clip_rows, gathered_rows, labelled
 from sqa.training.selection import TIEBREAK_KEY, SelectionRule
@@ -26,7 +26,7 @@ LossFn = Callable[..., torch.Tensor]
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
 
 
-class MOSModule(L.LightningModule):
+class MOSModule(FrameSource, L.LightningModule):
     """Trains a predictor with a configurable loss and optimizer; scores every eval set.
 
     The loss compares the predictor's internal 1-5 scores with the labels mapped onto that scale
@@ -114,6 +114,8 @@ class MOSModule(L.LightningModule):
         self.test_results: dict = {}
         self.dimension_results: dict[str, dict] = {}
         self.test_predictions: list[dict[str, Any]] = []
+        # The last validation's prediction rows, by validation set.
+        self.valid_rows: dict[str, list[dict[str, Any]]] = {}
 
     @property
     def extra_dimensions(self) -> list[str]:
@@ -137,72 +139,6 @@ class MOSModule(L.LightningModule):
             return self.predictor.combine(outs, batch["lengths"])
         return self.predictor(batch["wav"], batch["lengths"], *args)
 
-    def _members_cached(self) -> bool:
-        """Whether an ensemble's members take their frames from the shared store.
-
-        Only in an evaluation-only module (no optimizer: no member ever learns) given a store, in a
-        single process: a member over the same frozen network as a candidate then costs no pass.
-        """
-        return (
-            self.frame_store is not None
-            and self.optimizer_factory is None
-            and bool(self._cache_bytes)
-            and hasattr(self.predictor, "combine")
-            and self.trainer.world_size == 1
-        )
-
-    def _member_prediction(self, member: torch.nn.Module, batch: dict[str, Any], args: tuple) -> Prediction:
-        """One ensemble member's prediction of a batch; members that score frames take them from the store."""
-        if not hasattr(member, "score_frames"):
-            return member(batch["wav"], batch["lengths"], *args)
-        # Looked up once per member: a fingerprint reads every weight.
-        cache = self._member_caches.get(id(member))
-        if cache is None:
-            cache = self._member_caches[id(member)] = self.frame_store.cache_for(
-                member.backbone, self._cache_bytes
-            )
-        frames, frame_lengths = cache.frames(member.backbone, batch["wav"], batch["lengths"])
-        return member.score_frames(frames, frame_lengths, batch["lengths"], *args)
-
-    def share_frames(self, store: FrameStore) -> None:
-        """Before training: take frames from `store`'s cache of this backbone, shared with other modules."""
-        self.frame_store = store
-        self.frame_cache = None
-
-    def _frozen(self) -> bool:
-        """Whether the backbone is frozen at this step (`freeze_backbone_steps`)."""
-        return self._trainer is not None and self.global_step < self.freeze_backbone_steps
-
-    def _untouched(self) -> bool:
-        """Whether the backbone still has the weights it started with (and is in eval mode when used).
-
-        A training step is frozen while global_step < freeze_backbone_steps; an evaluation after
-        step freeze_backbone_steps still sees the starting backbone, as does a module with no optimizer.
-        A later trainer starts at step 0 again: the cache itself keeps that from serving stale frames
-        (an own cache is emptied at every step the backbone learns in, a shared one is found anew
-        by the backbone's weights).
-        """
-        if self.optimizer_factory is None:
-            return True
-        if self.training:
-            return self._frozen()
-        return self.global_step <= self.freeze_backbone_steps
-
-    def _cached(self) -> bool:
-        """Whether frames come from the frame cache: an untouched backbone, in a single process.
-
-        Only a predictor that scores frames (`score_frames`) has one backbone to cache; an ensemble's
-        members go through the store member by member (`_members_cached`).
-        """
-        if not self._cache_bytes or self.trainer.world_size != 1 or not self._untouched():
-            return False
-        if not hasattr(self.predictor, "score_frames"):
-            return False
-        if self.frame_cache is None:
-            self.frame_cache = self.frame_store.cache_for(self.predictor.backbone, self._cache_bytes)
-            self.frame_cache.expected = self.frame_cache.expected or self._expected_clips
-        return True
-
     def on_fit_start(self) -> None:
         """Tell the frame cache how many clips it will hold; let a backbone that will learn keep fronts."""
         datamodule = getattr(self.trainer, "datamodule", None)
@@ -213,20 +149,6 @@ class MOSModule(L.LightningModule):
             self.frame_cache.expected = self._expected_clips
         if self._backbone_will_learn():
             self._keep_fronts(self._front_bytes)
-
-    def _keep_fronts(self, max_bytes: int) -> None:
-        """Let the backbone keep its fixed front per segment, up to `max_bytes` (0: free), where it can."""
-        keep_fronts = getattr(getattr(self.predictor, "backbone", None), "keep_fronts", None)
-        if callable(keep_fronts):
-            keep_fronts(max_bytes)
-
-    def _backbone_will_learn(self) -> bool:
-        """Whether this fit has steps in which the backbone learns (after `freeze_backbone_steps`)."""
-        if self.optimizer_factory is None:
-            return False
-        # -1: no step limit (max_epochs ends the run), so it may run past the frozen steps.
-        last = self.trainer.max_steps
-        return last == -1 or self.freeze_backbone_steps < last
 
     def on_fit_end(self) -> None:
         """Free the backbone's kept fronts: testing and scoring pass each clip once."""
@@ -314,10 +236,15 @@ class MOSModule(L.LightningModule):
         return gathered_rows(outputs, self.trainer.world_size)
 
     def _blocks(self, names: Sequence[str]) -> dict[str, dict[str, dict]]:
-        """Per dimension, metric blocks of every evaluation set that has labels of it."""
+        """Per dimension, metric blocks of every evaluation set that has labels of it.
+
+        The rows are kept by set in `valid_rows` (what a race judges a candidate on).
+        """
         blocks: dict[str, dict[str, dict]] = {}
+        self.valid_rows = {}
         for idx, rows in self._gathered().items():
             name = names[idx] if idx < len(names) else str(idx)
+            self.valid_rows[name] = rows
             for dim in self.predictor.dimensions:
                 pred, true, systems, _ = labelled(rows, dim)
                 if pred:

@@ -17,7 +17,7 @@ from sqa.exports.format import export_predictor
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.calibrated import CalibratedPredictor
 from sqa.models.distillmos import DistillMosBackbone
-from sqa.training.candidates import compose_train
+from sqa.training.plan import compose_train
 
 distillmos = pytest.importorskip(
     "distillmos", reason="the distillmos extra is not installed (pip install 'sqa[distillmos]')"

@@ -21,8 +21,11 @@ from sqa.models.backbone import LogMelBackbone
 from sqa.models.branches import IntonationBranch
 from sqa.models.distillmos import DistillMosBackbone
 from sqa.training import candidates
+from sqa.training import plan as plans
 from sqa.training.callbacks import checkpoint_step
-from sqa.training.candidates import Candidate, Tried, chosen, pick, plan, validation_score
+from sqa.training.candidates import Tried, pick, validation_score
+from sqa.training.plan import chosen, plan
+from sqa.training.racing import Standing
 from sqa.training.run import run
 from sqa.training.selection import choose_rule
 
@@ -85,7 +88,7 @@ def trained(tmp_path: Path, flat_valid: bool, *more: str, valid_shift: float = 0
     manifest = write_corpus(tmp_path / "corpus", flat_valid, valid_shift)
     line = overrides(manifest, *more)
     run_dir = tmp_path / "run"
-    run(candidates.compose_train(line), run_dir, line)
+    run(plans.compose_train(line), run_dir, line)
     return run_dir, json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
 
 
@@ -119,18 +122,22 @@ def test_the_candidate_that_learns_wins_where_validation_sounds_like_training(tm
     assert "## Candidates" in card and "| `constant` | 1 |" in card
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("candidates: learns won")]
     assert len(said) == 1 and "constant 1 [" in said[0] and ", by 0." in said[0]
-    # Each candidate's seconds are its own: from its start to its validation score, said and kept.
+    # Each candidate's seconds are its own: at least its fit (from its start to its training's end),
+    # and no two count the same time, so together they fit in the run; said and kept.
+    messages = [(r.getMessage(), r.created) for r in caplog.records]
     for number, name in enumerate(("constant", "learns"), start=1):
-        began = next(
-            r for r in caplog.records if r.getMessage().startswith(f"candidate {number} of 2: {name} ")
+        began = next(t for m, t in messages if m.startswith(f"candidate {number} of 2: {name} "))
+        trained_until = next(
+            t for m, t in messages if t >= began and m.startswith("Training stopped at step")
         )
-        ended = next(r for r in caplog.records if r.getMessage().startswith(f"candidate {name}: "))
+        ended = next(m for m, _ in messages if m.startswith(f"candidate {name}: "))
         seconds = entries[name]["seconds"]
-        assert 0 < seconds == pytest.approx(ended.created - began.created, abs=0.3)
-        said = float(ended.getMessage().removeprefix(f"candidate {name}: ").removesuffix(" s"))
+        assert seconds >= trained_until - began - 0.1
+        said = float(ended.removeprefix(f"candidate {name}: ").removesuffix(" s"))
         assert abs(said - seconds) <= 0.55
         row = next(line for line in card.splitlines() if line.startswith(f"| `{name}` |"))
         assert row.endswith(f" | {seconds:.4g} |")
+    assert sum(e["seconds"] for e in entries.values()) <= messages[-1][1] - messages[0][1] + 0.3
     assert joined["seconds"] > 0
     # The ensemble's scoring, a phase of its own, says when it starts.
     assert "candidates: the mean of learns and constant is scored on the validation and test clips" in [
@@ -161,7 +168,7 @@ def test_the_constant_candidate_wins_where_validation_is_rated_flat_at_the_train
 
 
 def tried(name: str, value: float) -> Tried:
-    return Tried(Candidate(name, ()), None, None, None, value, None, 0, {}, 1.0, Path(name))
+    return Tried(name, None, None, None, Standing(value, None))
 
 
 def without_seconds(record: dict) -> dict:
@@ -184,16 +191,16 @@ def without_seconds(record: dict) -> dict:
     ],
 )
 def test_pick_takes_a_later_candidate_only_when_better_by_more_than_the_tolerance(values, mode, winner):
-    assert pick([tried("a", values[0]), tried("b", values[1])], mode, 1e-6).candidate.name == winner
+    assert pick([tried("a", values[0]), tried("b", values[1])], mode, 1e-6).name == winner
 
 
 def test_pick_compares_each_candidate_with_the_best_so_far_not_with_the_first():
     entries = [tried("a", 1.0), tried("b", 0.5), tried("c", 0.7)]
-    assert pick(entries, "min", 1e-6).candidate.name == "b"
+    assert pick(entries, "min", 1e-6).name == "b"
 
 
 def compose(*line: str):
-    return candidates.compose_train(list(line))
+    return plans.compose_train(list(line))
 
 
 def test_a_command_line_that_chooses_nothing_trains_the_listed_candidates_in_order():
@@ -206,6 +213,7 @@ def test_a_command_line_that_chooses_nothing_trains_the_listed_candidates_in_ord
             "experiment=small_corpus",
             "trainer.max_steps=500",
             "finetune.backbone_lr_scale=0.1",
+            "finetune.patience_steps=50",
             "early_stopping_patience=null",
         ),
         ("experiment=calibrated",),
@@ -330,28 +338,28 @@ def test_candidates_compare_on_the_runs_rule_or_on_utterance_rmse_where_it_selec
 
 
 def test_a_candidate_needing_a_missing_package_is_named_with_its_extra(monkeypatch):
-    real = candidates.importlib.util.find_spec
+    real = plans.importlib.util.find_spec
     missing: set[str] = set()
     monkeypatch.setattr(
-        candidates.importlib.util, "find_spec", lambda name: None if name in missing else real(name)
+        plans.importlib.util, "find_spec", lambda name: None if name in missing else real(name)
     )
     distillmos, pitched, plain = (
         compose("experiment=small_corpus"),
         compose("model.pitch=intonation"),
         compose(),
     )
-    assert [candidates.needs_missing_package(c) for c in (distillmos, pitched, plain)] == [None, None, None]
+    assert [plans.needs_missing_package(c) for c in (distillmos, pitched, plain)] == [None, None, None]
     missing.add("distillmos")
-    assert "pip install 'sqa[distillmos]'" in candidates.needs_missing_package(distillmos)
-    assert candidates.needs_missing_package(pitched) is None
+    assert "pip install 'sqa[distillmos]'" in plans.needs_missing_package(distillmos)
+    assert plans.needs_missing_package(pitched) is None
     missing.add("pyworld")
-    assert "needs pyworld (f0.method=dio)" in candidates.needs_missing_package(pitched)
-    assert candidates.needs_missing_package(plain) is None
+    assert "needs pyworld (f0.method=dio)" in plans.needs_missing_package(pitched)
+    assert plans.needs_missing_package(plain) is None
     # The f0 method's own package: CREPE's network is torchcrepe.
     crepe = compose("model.pitch=midi", "f0.method=crepe")
-    assert candidates.needs_missing_package(crepe) is None
+    assert plans.needs_missing_package(crepe) is None
     missing.add("torchcrepe")
-    assert "needs torchcrepe (f0.method=crepe)" in candidates.needs_missing_package(crepe)
+    assert "needs torchcrepe (f0.method=crepe)" in plans.needs_missing_package(crepe)
 
 
 def predictions(path: Path) -> dict[str, float]:
@@ -386,7 +394,7 @@ def test_resume_with_no_candidate_checkpoint_is_a_clear_error_and_trains_nothing
     line = overrides(manifest, "resume=true")
     run_dir = tmp_path / "run"
     with pytest.raises(FileNotFoundError, match=r"candidates/<name>/checkpoints/last.ckpt does not exist"):
-        run(candidates.compose_train(line), run_dir, line)
+        run(plans.compose_train(line), run_dir, line)
     assert not (run_dir / "candidates").exists()
 
 
@@ -395,7 +403,7 @@ def test_a_config_error_in_a_candidate_leaves_no_folder_of_it(tmp_path):
     line = overrides(manifest, "data.batch_size=abc")
     run_dir = tmp_path / "run"
     with pytest.raises(Exception, match="batch_size must be a positive integer"):
-        run(candidates.compose_train(line), run_dir, line)
+        run(plans.compose_train(line), run_dir, line)
     assert not run_dir.exists()
 
 
@@ -408,7 +416,7 @@ def test_resume_takes_a_finished_candidate_from_its_end_and_trains_the_one_that_
     # Interrupted while `lost` trained: its folder never held a checkpoint.
     shutil.rmtree(run_dir / "candidates" / lost)
     line = overrides(tmp_path / "corpus" / "manifest.csv", "resume=true", "overwrite_export=true")
-    run(candidates.compose_train(line), run_dir, line)
+    run(plans.compose_train(line), run_dir, line)
     again = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
     # The finished one trained no further step; the other trained as it first did: the same numbers
     # (but the wall seconds).
@@ -421,7 +429,7 @@ def test_overwrite_keeps_the_new_candidates_run_and_removes_the_old_one(tmp_path
     run_dir, first = trained(tmp_path, False)
     old_model = (run_dir / "export" / "model.pt").read_bytes()
     line = overrides(tmp_path / "corpus" / "manifest.csv", "overwrite=true", "seed=1")
-    run(candidates.compose_train(line), run_dir, line)
+    run(plans.compose_train(line), run_dir, line)
     again = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
     # The run started over is what the folder holds, not the previous run put back over it.
     assert (first["seed"], again["seed"]) == (0, 1)
@@ -430,3 +438,61 @@ def test_overwrite_keeps_the_new_candidates_run_and_removes_the_old_one(tmp_path
     assert (run_dir / "export" / "model.pt").read_bytes() != old_model
     # The previous run's outputs went once the first candidate started training.
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith((".sqa-previous", ".sqa-discarded"))]
+
+
+# The constant training mean, for 12 steps, after a learner trained for longer than `learns`.
+HOPELESS = (
+    "+candidates.models.hopeless=['optim=adam','optim.lr=0.0','head_init=train_mean','trainer.max_steps=12',"
+    "'trainer.val_check_interval=4']",
+    "+candidates.models.strong=['optim=adam','optim.lr=1e-2','trainer.max_steps=60',"
+    "'trainer.val_check_interval=4','early_stopping_patience=null']",
+)
+
+
+def test_a_hopeless_candidate_is_raced_out_at_its_first_round_and_the_record_says_so(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="sqa")
+    run_dir, info = trained(tmp_path, False, *HOPELESS, "candidates.use=[strong,hopeless]")
+    entries = {e["name"]: e for e in info["candidates"]["entries"]}
+    # The learner ran to its end; the constant stopped at its first check, 4 of its 12 steps.
+    assert entries["strong"]["stopped_at"] is None and entries["strong"]["why_stopped"] is None
+    assert entries["hopeless"]["stopped_at"] == 4
+    assert entries["hopeless"]["why_stopped"].startswith("behind strong beyond both intervals")
+    own = json.loads((run_dir / "candidates" / "hopeless" / "run_info.json").read_text(encoding="utf-8"))
+    assert own["training_end"]["stopped_by"] == "race" and own["training_end"]["step"] == 4
+    assert sum(m.startswith("candidate stopped at step 4: behind strong") for m in caplog.messages) == 1
+    # Stopped, it is still tested and exported in its folder, and compared as before.
+    assert (run_dir / "candidates" / "hopeless" / "export" / "model.pt").is_file()
+    assert info["candidates"]["winner"] == "strong"
+
+
+def test_a_late_starter_within_the_intervals_is_not_raced_out_and_wins(tmp_path):
+    # The learner starts at the constant's level (the training mean) and overtakes it.
+    starter = (
+        "+candidates.models.starter=['optim=adam','optim.lr=3e-3','head_init=train_mean',"
+        "'trainer.max_steps=24','trainer.val_check_interval=4','early_stopping_patience=null']"
+    )
+    run_dir, info = trained(tmp_path, False, starter, "candidates.use=[constant,starter]")
+    entries = {e["name"]: e for e in info["candidates"]["entries"]}
+    assert entries["starter"]["stopped_at"] is None
+    assert info["candidates"]["winner"] == "starter"
+    history = json.loads((run_dir / "candidates" / "starter" / "run_info.json").read_text(encoding="utf-8"))
+    assert history["training_end"]["step"] == 24
+
+
+@pytest.mark.parametrize("lost", ["strong", "hopeless"])
+def test_a_resumed_race_stops_where_the_uninterrupted_one_did(tmp_path, lost):
+    run_dir, first = trained(tmp_path, False, *HOPELESS, "candidates.use=[strong,hopeless]")
+    # Killed while `lost` trained: its folder never held a checkpoint. The leader the race is run
+    # against is scored again from its checkpoint, so the stop falls where it fell.
+    shutil.rmtree(run_dir / "candidates" / lost)
+    line = overrides(
+        tmp_path / "corpus" / "manifest.csv",
+        *HOPELESS,
+        "candidates.use=[strong,hopeless]",
+        "resume=true",
+        "overwrite_export=true",
+    )
+    run(plans.compose_train(line), run_dir, line)
+    again = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
+    assert without_seconds(again["candidates"]) == without_seconds(first["candidates"])
+    assert {e["name"]: e["stopped_at"] for e in again["candidates"]["entries"]}["hopeless"] == 4

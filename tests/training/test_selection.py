@@ -450,7 +450,7 @@ def test_bad_selection_settings_are_named():
 
 
 def test_a_run_shorter_than_its_first_validation_validates_at_its_end(manifest, tmp_path, caplog):
-    from sqa.training.run import first_validation
+    from sqa.training.fitting import first_validation
 
     # Both sides of the rule: fewer steps than the interval lower it; as many, or no step limit, keep it.
     assert first_validation(compose_train(["trainer.max_steps=2", "trainer.val_check_interval=25"])) == {
@@ -477,16 +477,29 @@ def test_training_that_ends_before_any_validation_is_one_line_not_lightnings_tra
     assert not (tmp_path / "none" / "export").exists()
 
 
-def test_candidates_of_one_run_log_its_corpus_table_once(manifest, tmp_path, caplog):
-    from sqa.training.run import prepare
+def test_candidates_of_one_run_read_the_corpus_once_and_log_its_table_once(
+    manifest, tmp_path, caplog, monkeypatch
+):
+    import sqa.data.readers
+    from sqa.training.plan import Candidate, Plan
+    from sqa.training.prepare import prepare
 
-    cfg = compose_train(tiny_run_overrides(manifest))
+    reads = []
+    reader = sqa.data.readers.read_csv_manifest
+    monkeypatch.setattr(
+        sqa.data.readers, "read_csv_manifest", lambda *a, **k: reads.append(1) or reader(*a, **k)
+    )
+    line = tiny_run_overrides(manifest)
+    two = Plan((Candidate("first", ()), Candidate("second", ("optim.lr=1e-3",))), tuple(line), False, None)
     caplog.set_level(logging.INFO, logger="sqa")
-    for name in ("first", "second"):
-        prepare(cfg, tmp_path / "run" / "candidates" / name, tmp_path / "run")
+    prepared, skipped = prepare(compose_train(line), tmp_path / "run", two)
+    assert [p.name for p in prepared] == ["first", "second"] and skipped == {}
+    assert len(reads) == 1
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Corpus:")]
-    assert len(said) == 2 and said[0].startswith("Corpus:\n")
-    assert said[1] == "Corpus: the same clips and splits as above"
-    # Another run directory logs its own.
-    prepare(cfg, tmp_path / "other", None)
-    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("Corpus:")][-1] == said[0]
+    assert len(said) == 1 and said[0].startswith("Corpus:\n")
+    # The same clips in the same splits for both, each with its own configuration and folder.
+    first, second = (p.datamodule.corpus for p in prepared)
+    assert [c.path for c in first.clips] == [c.path for c in second.clips]
+    assert [c.split for c in first.clips] == [c.split for c in second.clips]
+    assert [p.cfg.optim.lr for p in prepared] == [3e-3, 1e-3]
+    assert [p.folder for p in prepared] == [tmp_path / "run" / "candidates" / n for n in ("first", "second")]

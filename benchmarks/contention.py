@@ -1,0 +1,110 @@
+"""A Distill-MOS fine-tuning step under torch's thread settings, on an idle machine and beside a busy one.
+
+    .venv/bin/python benchmarks/contention.py [--segments 8] [--steps 4] [--rounds 3] [--hogs 2]
+
+Each variant times `--steps` steps (after one warm-up step) of `distillmos_ft`'s fine-tuning step:
+the forward and backward pass of `--segments` 7.68 s segments through Distill-MOS's transformer,
+its CNN kept per segment (`benchmarks/distillmos_finetune.py`'s "kept CNN"), in a fresh process,
+because OpenMP reads its settings when torch loads:
+
+- `default`: torch's own choice, one intra-op thread per core, OpenMP's default wait policy
+  (a thread spins at a barrier before it sleeps);
+- `passive`: the same threads with `OMP_WAIT_POLICY=PASSIVE` (a waiting thread sleeps at once),
+  what train.py, eval.py and the scoring commands set unless the user set it;
+- `one thread`: `OMP_NUM_THREADS=1`;
+- `bf16`: `passive` with the step under `torch.autocast("cpu", torch.bfloat16)`.
+
+Each variant runs on the machine as it is (`idle`) and beside `--hogs` processes that each keep a
+core busy (`busy`), as another job on a shared server does; variants and loads alternate over
+`--rounds` rounds. Printed: the median seconds a step of each, and each one's ratio to `default`
+under the same load, measured in the same run so that the machine's own load cancels out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+VARIANTS = {
+    "default": {},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "one thread": {"OMP_NUM_THREADS": "1"},
+    "bf16": {"OMP_WAIT_POLICY": "PASSIVE", "SQA_BENCH_BF16": "1"},
+}
+# What a child process runs: the steps, timed; the median seconds a step on stdout.
+CHILD = """
+import os, statistics, sys, time, torch
+from sqa.models.distillmos import SEGMENT, DistillMosBackbone
+segments, steps = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+backbone = DistillMosBackbone(freeze_cnn=True)
+backbone.keep_fronts(1 << 30)
+x = 0.3 * torch.randn(segments, SEGMENT)
+bf16 = os.environ.get("SQA_BENCH_BF16") == "1"
+def step():
+    backbone.zero_grad()
+    start = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = backbone.segment_frames(x).float().pow(2).mean()
+    loss.backward()
+    return time.perf_counter() - start
+step()
+print(statistics.median(step() for _ in range(steps)))
+"""
+
+
+def timed(variant: dict[str, str], segments: int, steps: int) -> float:
+    """The median seconds a step of `variant`'s settings, in a fresh process."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    env.update(variant)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(segments), str(steps)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def hogs(count: int) -> list[subprocess.Popen]:
+    """`count` processes that each keep one core busy until killed."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def main() -> None:
+    """Command line: time every variant idle and busy, print the medians and the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--segments", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hogs", type=int, default=2)
+    args = parser.parse_args()
+    seconds: dict[tuple[str, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for load in ("idle", "busy"):
+            busy = hogs(args.hogs) if load == "busy" else []
+            try:
+                time.sleep(0.5 if busy else 0)
+                for name, variant in VARIANTS.items():
+                    seconds.setdefault((load, name), []).append(timed(variant, args.segments, args.steps))
+            finally:
+                for hog in busy:
+                    hog.kill()
+                    hog.wait()
+    median = {key: statistics.median(values) for key, values in seconds.items()}
+    print(
+        f"{args.segments} segments a step, {os.cpu_count()} cores, {args.hogs} busy processes beside `busy`"
+    )
+    print("| load | variant | seconds a step | default / this |")
+    print("|---|---|---|---|")
+    for (load, name), value in median.items():
+        print(f"| {load} | {name} | {value:.3f} | {median[(load, 'default')] / value:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
