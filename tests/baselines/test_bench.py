@@ -26,9 +26,10 @@ from sqa.baselines.bench_config import BenchConfigError, read_config
 from sqa.baselines.cli import BASELINES, UNMAPPED, BaselineModel
 from sqa.baselines.files import FileScores
 from sqa.core import artefacts
-from sqa.data.corpus import ROLES
+from sqa.data.corpus import ROLES, Clip, Corpus
 from sqa.reports import tables
 from sqa.training.frame_cache import FrameStore
+from tests.training.test_selection import write_per_system_corpus
 
 # The per-system corpus's training labels (tests/training/test_selection.py: SYSTEMS): six systems
 # of four clips at 1.5 ... 4.5, so the constant predictor's value is their mean, 3.0.
@@ -222,6 +223,42 @@ def test_a_corpus_without_training_clips_has_no_constant_and_no_map(bench_run):
     assert reasons["rmse"] == "the corpus has no training clips to take a mean of"
     # Every clip is tested: the training clips too.
     assert row["results"]["avg"]["utt"]["n"] == 24 + 8 + 9
+
+
+def test_testing_on_valid_leaves_the_corpus_own_test_clips_out():
+    splits = {"t0": "train", "t1": "train", "v0": "valid", "v1": "valid", "e0": "test", "e1": "test"}
+    clips = [Clip(k, Path(f"{k}.wav"), 3.0, "s", "d", split) for k, split in splits.items()]
+    corpus = Corpus(clips, ["d"], (1.0, 5.0))
+    tested = bench.tested_corpus(corpus, "valid")
+    assert [(c.sample_id, c.split) for c in tested.clips] == [
+        ("t0", "train"),
+        ("t1", "train"),
+        ("v0", "test"),
+        ("v1", "test"),
+    ]
+    assert [c.sample_id for group in tested.test_sets().values() for c in group] == ["v0", "v1"]
+    # The corpus itself is left as it was.
+    assert [c.split for c in corpus.clips] == list(splits.values())
+
+
+def test_a_recipe_testing_on_valid_scores_the_valid_clips_only(fake_distillmos, tmp_path):
+    manifest = write_per_system_corpus(tmp_path / "corpus")
+    config = write_config(
+        tmp_path,
+        f"corpora: [{{name: tones, manifest: {manifest}, test: valid}}]\n"
+        "predictors: [distillmos]\nbootstrap: 20\n",
+    )
+    assert bench.main([str(config), "--out", str(tmp_path / "out")]) == 0
+    with (tmp_path / "out" / "bench_predictions.csv").open(encoding="utf-8") as fh:
+        clips = list(csv.DictReader(fh))
+    valid = [f"va{s}-{k}" for s in (0, 1) for k in range(4)]
+    for predictor in ("constant", "distillmos"):
+        assert sorted(c["sample_id"] for c in clips if c["predictor"] == predictor) == valid
+    record = json.loads((tmp_path / "out" / "bench.json").read_text(encoding="utf-8"))
+    rows = {r["predictor"]: r for r in record["rows"]}
+    assert [rows[p]["results"]["avg"]["utt"]["n"] for p in ("constant", "distillmos")] == [8, 8]
+    # The training clips stay training clips: the constant is still their mean.
+    assert rows["constant"]["train_mean"] == TRAIN_MEAN
 
 
 def test_an_export_on_another_scale_is_mapped_by_the_line_fitted_on_the_training_clips(bench_run):

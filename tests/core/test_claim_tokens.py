@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from sqa.core import ownership, run_lock, set_aside
-from sqa.core.run_folder import PREVIOUS, RunDirError, claimed, discard_previous, lock, prepare
+from sqa.core.run_folder import PREVIOUS, RunDirError, claimed, discard_previous, lock, prepare, record_point
+from sqa.training.checkpoint_io import AtomicCheckpointIO, checkpoint_step
 from tests.conftest import REPO
 
 USERS = {"thesis.tex": "\\chapter{Results}\n", "notes/today.txt": "day 2\n"}
@@ -254,9 +255,9 @@ KILL_IN_DISCARD = (
     "set_aside.shutil.rmtree = rmtree\n"
     "with lock(run_dir):\n"
     "    prepare(run_dir, resume=False, overwrite=True)\n"
-    "    (run_dir / 'checkpoints').mkdir()\n"
-    "    (run_dir / 'checkpoints' / 'last.ckpt').write_text('new')\n"
-    # Recorded the moment a checkpoint is written, as checkpoint_io does.
+    # As a run starts: its config.yaml written and recorded at once (sqa.training.prepare), then
+    # the previous run discarded when training starts, before any checkpoint.
+    "    (run_dir / 'config.yaml').write_text('new')\n"
     "    record_point(run_dir)\n"
     "    discard_previous(run_dir)\n"
 )
@@ -271,10 +272,34 @@ def test_a_kill_while_discarding_never_puts_the_old_run_back_over_the_new(after,
     )
     assert done.returncode == -9
     assert list(run_dir.glob(f"{set_aside.DISCARDED}-*")) and not list(run_dir.glob(f"{PREVIOUS}-*"))
-    # resume=true: the new run's checkpoint stays, nothing of the old run comes back, the rest goes.
+    # resume=true: the new run's config.yaml stays, nothing of the old run comes back, the rest goes.
     with claimed(run_dir, resume=True, overwrite=False):
-        assert (run_dir / "checkpoints" / "last.ckpt").read_text() == "new"
-        assert sorted(os.listdir(run_dir)) == [".lock", ownership.MANIFEST, "checkpoints"]
+        assert (run_dir / "config.yaml").read_text() == "new"
+        assert sorted(os.listdir(run_dir)) == [".lock", ownership.MANIFEST, "config.yaml"]
+
+
+@pytest.mark.parametrize(("resume", "overwrite"), [(True, False), (False, True)])
+def test_a_run_killed_after_its_first_checkpoint_resumes_or_starts_over(resume, overwrite, tmp_path):
+    run_dir = tmp_path / "run"
+    with lock(run_dir):
+        prepare(run_dir, resume=False, overwrite=False)
+        # As a run starts (sqa.training.prepare): config.yaml written and recorded at once.
+        write_files(run_dir, {"config.yaml": "seed: 0\n"})
+        record_point(run_dir)
+        # Lightning's first checkpoint, written by the run's checkpoint I/O.
+        AtomicCheckpointIO().save_checkpoint({"global_step": 7}, run_dir / "checkpoints" / "last.ckpt")
+        # Killed here: the record stays as it is now, without what the claim's end would add.
+        at_the_kill = (run_dir / ownership.MANIFEST).read_bytes()
+    (run_dir / ownership.MANIFEST).write_bytes(at_the_kill)
+    assert ownership.owned(run_dir) == {"checkpoints", "config.yaml"}
+    # Both ways on are accepted: the checkpoint is the run's own.
+    with claimed(run_dir, resume=resume, overwrite=overwrite):
+        if resume:
+            assert checkpoint_step(run_dir / "checkpoints" / "last.ckpt") == 7
+        else:
+            assert not (run_dir / "checkpoints").exists()
+            discard_previous(run_dir)
+    assert os.path.exists(run_dir / "checkpoints") == resume
 
 
 @pytest.mark.parametrize(("resume", "overwrite"), [(True, False), (False, False), (False, True)])

@@ -20,7 +20,7 @@ import soundfile as sf
 from sqa.data.corpus import CorpusError
 from sqa.data.readers import read_csv_manifest
 from sqa.data.readers.columns import detect_delimiter
-from sqa.data.validate import CorpusProblems
+from sqa.data.validate import CorpusProblems, validate_corpus
 from sqa.training.datamodule import skip_hint
 from sqa.training.run import run
 from tests.data.test_columns import read_with
@@ -134,6 +134,15 @@ def test_the_separator_is_the_one_most_often_outside_quotes_in_the_header():
     assert detect_delimiter("wav_path\nx.wav\n") == ","  # one column: a tie, the comma
 
 
+def test_separators_inside_quoted_column_names_never_outnumber_the_real_ones():
+    # More ';' inside the quoted names than ',' between the columns, and the mirror case.
+    assert detect_delimiter('"take;singer;voice",score\nx.wav,3\n') == ","
+    assert detect_delimiter('"wav;path","mean;score;1-5",system\n') == ","
+    assert detect_delimiter('"take,singer,voice";score\nx.wav;3\n') == ";"
+    assert detect_delimiter('"wav,path";"mean,score,1-5";system\n') == ";"
+    assert detect_delimiter('"a,b,c"\t"d;e;f"\tg\n') == "\t"
+
+
 def test_an_explicit_separator_overrides_the_detected_one(spreadsheets):
     semicolons = spreadsheets["semicolons"]
     assert len(read_with(semicolons, "data.corpus.delimiter=';'").clips) == 80
@@ -141,6 +150,28 @@ def test_an_explicit_separator_overrides_the_detected_one(spreadsheets):
         read_csv_manifest(semicolons, delimiter=",")
     with pytest.raises(ValueError, match=re.escape("delimiter must be one of [',', ';', '\\t'] or null")):
         read_csv_manifest(semicolons, delimiter="|")
+
+
+def test_a_wide_tables_row_without_any_rating_is_a_problem_named_with_its_line(tmp_path):
+    for name in ("a", "b", "c", "d"):
+        t = np.arange(8000) / 16000
+        sf.write(tmp_path / f"{name}.wav", (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000)
+    # Lines 3 and 4: no rating in any rater column (empty, or blanks only).
+    table = "take,singer,rater_anna,rater_ben\na.wav,s1,3,4\nb.wav,s1,,\nc.wav,s2, , \nd.wav,s2,,2\n"
+    (tmp_path / "wide.csv").write_text(table, encoding="utf-8")
+    corpus = read_csv_manifest(tmp_path / "wide.csv", rater_columns="rater_*")
+    # Kept, not dropped: each unrated row is its clip's problem, naming its line.
+    assert [c.sample_id for c in corpus.clips] == ["a", "b", "c", "d"]
+    problems = {c.sample_id: c.problems for c in corpus.clips}
+    assert problems["a"] == problems["d"] == ()
+    assert [len(problems[k]) for k in "bc"] == [1, 1]
+    assert problems["b"][0].startswith("line 3 of wide.csv: ")
+    assert problems["c"][0].startswith("line 4 of wide.csv: ")
+    # And in the corpus's report, which stops a run before training.
+    report = str(CorpusProblems(validate_corpus(corpus, 16000, 400, splits=["train"])))
+    assert report.startswith("2 problem(s) in the corpus:")
+    assert f"{tmp_path / 'b.wav'} [b]: line 3 of wide.csv: " in report
+    assert f"{tmp_path / 'c.wav'} [c]: line 4 of wide.csv: " in report
 
 
 def test_skipping_is_suggested_only_where_it_leaves_clips_to_train_on(spreadsheets, tmp_path):

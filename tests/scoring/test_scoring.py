@@ -18,7 +18,7 @@ import torch
 from sqa.data.audio import downmix_resample, load_audio
 from sqa.scoring import cli as score
 from sqa.scoring.clips import ClipWarning
-from sqa.scoring.inputs import expand_inputs
+from sqa.scoring.inputs import expand_inputs, listed_audio
 from sqa.scoring.scorer import Scorer
 from tests.conftest import REPO
 
@@ -506,6 +506,16 @@ def test_inputs_of_folders_are_their_audio_files_at_any_depth_sorted(tmp_path, m
     assert inputs.columns == [{}] * 6
     suffixes = ".aif, .aiff, .flac, .mp3, .ogg, .opus, .wav"
     assert inputs.problems == [f"empty: the folder holds no audio files ({suffixes})"]
+
+
+def test_a_double_star_in_a_pattern_matches_files_at_any_depth(tmp_path, monkeypatch):
+    deep = ("top.wav", "one/a.wav", "one/two/three/b.wav")
+    touch(*(tmp_path / "f" / name for name in deep), tmp_path / "f" / "one" / "two" / "notes.txt")
+    # Depth 0 (`**` matching no folder), 1 and 3.
+    assert listed_audio(f"{tmp_path}/f/**/*.wav") == ([tmp_path / "f" / name for name in sorted(deep)], None)
+    assert listed_audio(f"{tmp_path}/f/**/b.wav") == ([tmp_path / "f" / "one/two/three/b.wav"], None)
+    monkeypatch.chdir(tmp_path)
+    assert expand_inputs(["f/**/*.wav"]).paths == [f"f/{name}" for name in sorted(deep)]
 
 
 def test_inputs_of_files_are_kept_as_named_and_missing_ones_reported(tmp_path, monkeypatch):

@@ -194,6 +194,15 @@ def test_pick_takes_a_later_candidate_only_when_better_by_more_than_the_toleranc
     assert pick([tried("a", values[0]), tried("b", values[1])], mode, 1e-6).name == winner
 
 
+@pytest.mark.parametrize(("values", "mode"), [((1.0, 0.5), "min"), ((0.5, 1.0), "max")])
+def test_pick_keeps_the_first_candidate_when_a_later_one_is_better_by_exactly_the_tolerance(values, mode):
+    # 1.0 - 0.5 is exactly 0.5 in floating point: better by the tolerance, not by more.
+    assert abs(values[0] - values[1]) == 0.5
+    assert pick([tried("a", values[0]), tried("b", values[1])], mode, 0.5).name == "a"
+    # Just beyond it, the later one wins.
+    assert pick([tried("a", values[0]), tried("b", values[1])], mode, 0.4999).name == "b"
+
+
 def test_pick_compares_each_candidate_with_the_best_so_far_not_with_the_first():
     entries = [tried("a", 1.0), tried("b", 0.5), tried("c", 0.7)]
     assert pick(entries, "min", 1e-6).name == "b"

@@ -205,6 +205,48 @@ def test_the_anchor_penalty_is_its_weight_times_the_squared_distance_from_the_st
             Anchor([first], weight=bad)
 
 
+class PretrainedHeadNet(torch.nn.Module):
+    """A backbone and a head of the same shapes, the head declared pretrained (as the calibrated family's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.backbone, self.head = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+
+    def pretrained_head_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.head.parameters())
+
+
+def by_hand(pairs) -> float:
+    """Σ‖θ − θ₀‖² over (θ, θ₀) pairs."""
+    return sum(float(((p.detach() - start) ** 2).sum()) for p, start in pairs)
+
+
+def test_the_anchor_compares_each_learning_parameter_with_its_own_start_whatever_is_frozen():
+    # A frozen backbone before a learning pretrained head: the head is pulled toward its own start.
+    net = PretrainedHeadNet()
+    anchored = pretrained_parameters(net)
+    assert [id(p) for p in anchored] == [id(p) for p in (*net.backbone.parameters(), *net.head.parameters())]
+    starts = [p.detach().clone() for p in anchored]
+    anchor = Anchor(anchored, weight=0.5)
+    net.backbone.requires_grad_(False)
+    with torch.no_grad():
+        for k, p in enumerate(net.head.parameters()):
+            p += 0.1 * (k + 1)
+    assert float(anchor().detach()) == pytest.approx(
+        0.5 * by_hand(zip(anchored[2:], starts[2:], strict=True))
+    )
+    # Only some anchored parameters frozen: the first and the third learn, each against its own start.
+    first, second, third = (torch.nn.Parameter(torch.full((2,), float(v))) for v in (1.0, 5.0, -3.0))
+    anchor = Anchor([first, second, third], weight=1.0)
+    second.requires_grad_(False)
+    with torch.no_grad():
+        first += torch.tensor([0.5, 0.0])
+        third -= torch.tensor([0.0, 2.0])
+    # 0.5² + 2², by hand: the third measured from -3, not from the frozen second's 5.
+    assert float(anchor().detach()) == pytest.approx(0.25 + 4.0)
+
+
 def test_the_anchor_gradient_pulls_each_weight_back_toward_its_start():
     weight = torch.nn.Parameter(torch.tensor([2.0, -1.0]))
     anchor = Anchor([weight], weight=0.5)
