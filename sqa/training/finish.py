@@ -125,7 +125,7 @@ def finish(
         module,
         folder,
         curves.history,
-        heading=f"Test results ({curves.best or entry.name})",
+        heading=f"Test results ({f'best checkpoint {curves.best}' if curves.best else entry.name})",
         score_range=datamodule.corpus.score_range,
         selected_step=curves.step,
         names=curves.names,
@@ -143,8 +143,8 @@ def finish(
         domains=datamodule.corpus.domains,
         metrics=module.test_results,
         dimension_metrics=module.dimension_results,
-        # A resumed candidate replaces its own folder's export, which this run wrote (the check
-        # below still refuses anything that is not sqa's); the run's export needs overwrite_export.
+        # A resumed candidate replaces its own folder's export, which this run wrote (export_predictor
+        # still refuses a folder that is not sqa's); the run's export needs overwrite_export.
         overwrite=settings.overwrite_export or (settings.resume and not result),
         f0_extractor=datamodule.f0_extractor,
         data=recorded_data(cfg, export_dir, info.get("test_split_csv")),

@@ -106,6 +106,13 @@ def test_the_candidate_that_learns_wins_where_validation_sounds_like_training(tm
         assert entry["valid"]["clips"] == 8
         lo, hi = entry["valid"]["ci"]
         assert lo <= entry["valid"]["value"] <= hi
+    # Scored with its selected checkpoint's weights: the RMSE its own validation check gave there.
+    for name in ("constant", "learns"):
+        own = json.loads((run_dir / "candidates" / name / "run_info.json").read_text(encoding="utf-8"))
+        assert own["selection"]["selected_step"] < own["training_end"]["step"] or name == "constant"
+        assert entries[name]["valid"]["value"] == pytest.approx(
+            own["learning_check"]["valid"]["rmse"], abs=1e-5
+        )
     # The mean of the two is a candidate of its own, scored on the same clips.
     joined = entries["ensemble(learns, constant)"]
     assert joined["folder"] is None and math.isfinite(joined["valid"]["value"])

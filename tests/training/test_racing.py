@@ -133,9 +133,11 @@ def test_an_improvement_while_finetuning_restarts_the_patience():
 def test_a_tie_with_a_lower_rmse_is_an_improvement_and_one_without_is_not():
     rule = FineTunePatience(freeze_steps=0, patience_steps=50, mode="max", tolerance=1e-3)
     check(rule, 25, **selection(0.8, tiebreak=1.0))
-    check(rule, 50, **selection(0.8005, tiebreak=0.9))  # tied, lower RMSE: selected
+    # A little lower, within the tolerance, with a lower RMSE: the checkpoint selection takes it.
+    check(rule, 50, **selection(0.7995, tiebreak=0.9))
     assert rule.improved_at == 50
-    check(rule, 75, **selection(0.8005, tiebreak=0.95))  # tied, higher RMSE: not selected
+    # A little higher than the first, still tied with the best, with a higher RMSE: not taken.
+    check(rule, 75, **selection(0.8004, tiebreak=0.95))
     assert rule.improved_at == 50
     assert check(rule, 100, **selection(0.8)).should_stop
 
@@ -143,7 +145,7 @@ def test_a_tie_with_a_lower_rmse_is_an_improvement_and_one_without_is_not():
 def test_the_frozen_steps_never_count_against_the_patience():
     rule = FineTunePatience(freeze_steps=400, patience_steps=50, mode="max")
     check(rule, 25, **selection(0.9))
-    for step in range(50, 425, 25):
+    for step in range(50, 450, 25):
         assert not check(rule, step, **selection(0.1)).should_stop
     assert check(rule, 450, **selection(0.1)).should_stop
 
@@ -152,3 +154,62 @@ def test_patience_must_be_a_number_of_steps_above_zero():
     with pytest.raises(ValueError, match="patience_steps must be a number of steps above 0"):
         FineTunePatience(400, 0, "max")
     assert math.isnan(FineTunePatience(400, 10, "max").best)
+
+
+def prepared_for(freeze: int, max_steps: int) -> SimpleNamespace:
+    """What `candidates.race` reads of a prepared candidate: its rule, settings and step counts."""
+    from omegaconf import OmegaConf
+
+    from sqa.training.selection import SelectionRule
+
+    cfg = OmegaConf.create(
+        {"finetune": {"freeze_backbone_steps": freeze}, "trainer": {"max_steps": max_steps}}
+    )
+    rule = SelectionRule("rmse", "utt", ("valid",), "utt rmse")
+    return SimpleNamespace(
+        cfg=cfg, module=SimpleNamespace(selection=rule), settings=SimpleNamespace(bootstrap=50, seed=3)
+    )
+
+
+@pytest.mark.parametrize(
+    ("freeze", "max_steps", "start"),
+    [(400, 500, 400), (300, 300, 0), (0, 500, 0), (400, -1, 400), (500, 400, 0)],
+)
+def test_a_candidate_that_finetunes_is_raced_from_the_end_of_its_frozen_steps(freeze, max_steps, start):
+    from sqa.training.candidates import Tried, race
+
+    leader = Tried("lead", None, None, None, Standing(0.5, (0.4, 0.6)))
+    made = race(
+        [leader, Tried("worse", None, None, None, Standing(0.9, (0.8, 1.0)))], prepared_for(freeze, max_steps)
+    )
+    assert made.start_step == start
+    # Against the best finished candidate, on the run's comparison, with the run's intervals.
+    assert (made.name, made.leader, made.mode, made.metric, made.level) == (
+        "lead",
+        leader.standing,
+        "min",
+        "rmse",
+        "utt",
+    )
+    assert (made.bootstrap, made.seed) == (50, 3)
+
+
+def test_the_first_candidate_races_nobody():
+    from sqa.training.candidates import race
+
+    assert race([], prepared_for(0, 100)) is None
+
+
+@pytest.mark.parametrize(("freeze", "patience", "rules"), [(400, 50, 1), (0, 50, 0), (400, None, 0)])
+def test_patience_applies_only_to_a_run_that_unfreezes_and_sets_it(freeze, patience, rules):
+    from omegaconf import OmegaConf
+
+    from sqa.training.fitting import stop_rules
+
+    cfg = OmegaConf.create({"finetune": {"freeze_backbone_steps": freeze, "patience_steps": patience}})
+    made = stop_rules(cfg, "max", None)
+    assert [type(r) for r in made] == [FineTunePatience] * rules
+    if rules:
+        assert (made[0].freeze_steps, made[0].patience_steps, made[0].mode) == (freeze, patience, "max")
+    race = Race(Standing(0.5, (0.4, 0.6)), "lead", "srcc", "sys", "max")
+    assert stop_rules(cfg, "max", race)[0] is race
