@@ -82,6 +82,7 @@ NAMES = {
     "sqa.training.run": (
         "ARCHITECTURES",
         "HEAD_INITS",
+        "NoCheckpointError",
         "RunResult",
         "RunSettings",
         "build",
@@ -89,6 +90,7 @@ NAMES = {
         "init_from",
         "log_interval",
         "run",
+        "train",
         "train_means",
     ),
     "sqa.training.ensemble": (
