@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import sys
 
-from sqa.core.extras import exit_without
+from sqa.core.openmp import short_spin
+
+# Before torch loads: OpenMP reads its settings once.
+short_spin()
+
+from sqa.core.extras import exit_without  # noqa: E402
 
 # Without the `train` extra: one line naming it, not a traceback.
 exit_without("train.py", ("hydra", "omegaconf", "lightning"))

@@ -1,6 +1,7 @@
 """A Distill-MOS fine-tuning step under torch's thread settings, on an idle machine and beside a busy one.
 
     .venv/bin/python benchmarks/contention.py [--segments 8] [--steps 4] [--rounds 3] [--hogs 2]
+        [--variants passive ...]
 
 Each variant times `--steps` steps (after one warm-up step) of `distillmos_ft`'s fine-tuning step:
 the forward and backward pass of `--segments` 7.68 s segments through Distill-MOS's transformer,
@@ -9,10 +10,11 @@ because OpenMP reads its settings when torch loads:
 
 - `default`: torch's own choice, one intra-op thread per core, OpenMP's default wait policy
   (a thread spins at a barrier before it sleeps);
-- `passive`: the same threads with `OMP_WAIT_POLICY=PASSIVE` (a waiting thread sleeps at once),
-  what train.py, eval.py and the scoring commands set unless the user set it;
+- `passive`: the same threads with `OMP_WAIT_POLICY=PASSIVE` (a waiting thread sleeps at once);
+- `spin 10k`, `spin 100k`: GNU OpenMP's spin before sleeping shortened to `GOMP_SPINCOUNT`
+  iterations (its default is 300,000; torch's wheels use GNU OpenMP);
 - `one thread`: `OMP_NUM_THREADS=1`;
-- `bf16`: `passive` with the step under `torch.autocast("cpu", torch.bfloat16)`.
+- `bf16`: `default` with the step under `torch.autocast("cpu", torch.bfloat16)`.
 
 Each variant runs on the machine as it is (`idle`) and beside `--hogs` processes that each keep a
 core busy (`busy`), as another job on a shared server does; variants and loads alternate over
@@ -32,8 +34,10 @@ import time
 VARIANTS = {
     "default": {},
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "spin 10k": {"GOMP_SPINCOUNT": "10000"},
+    "spin 100k": {"GOMP_SPINCOUNT": "100000"},
     "one thread": {"OMP_NUM_THREADS": "1"},
-    "bf16": {"OMP_WAIT_POLICY": "PASSIVE", "SQA_BENCH_BF16": "1"},
+    "bf16": {"SQA_BENCH_BF16": "1"},
 }
 # What a child process runs: the steps, timed; the median seconds a step on stdout.
 CHILD = """
@@ -59,7 +63,11 @@ print(statistics.median(step() for _ in range(steps)))
 
 def timed(variant: dict[str, str], segments: int, steps: int) -> float:
     """The median seconds a step of `variant`'s settings, in a fresh process."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")
+    }
     env.update(variant)
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(segments), str(steps)],
@@ -83,14 +91,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hogs", type=int, default=2)
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args()
+    variants = {name: VARIANTS[name] for name in ["default", *args.variants] if name in VARIANTS}
     seconds: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for load in ("idle", "busy"):
             busy = hogs(args.hogs) if load == "busy" else []
             try:
                 time.sleep(0.5 if busy else 0)
-                for name, variant in VARIANTS.items():
+                for name, variant in variants.items():
                     seconds.setdefault((load, name), []).append(timed(variant, args.segments, args.steps))
             finally:
                 for hog in busy:

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
+from sqa.core.openmp import short_spin
+
 # The extra that installs each optional package a command imports at start-up.
 EXTRA_OF = {
     "hydra": "train",
@@ -71,6 +73,8 @@ def run_main(module: str, command: str) -> Any:
 
 def sqa_eval() -> Any:
     """The `sqa-eval` command: `sqa.training.evaluation.main`, or one line naming the extra it needs."""
+    # Before torch loads (eval.py does the same): OpenMP reads its settings once.
+    short_spin()
     return run_main("sqa.training.evaluation", "sqa-eval")
 
 
