@@ -6,11 +6,19 @@ alone do not say so. `check` compares the two on the validation and test clips (
 RMSE, and whether the test SRCC's 95 % interval lies above 0) and `sentence` states the outcome
 in one sentence with the numbers, for the console, run_info.json, the model card and scoring.
 
-Verdicts: `better` (lower RMSE than the constant on validation and test, and a test SRCC
-interval above 0), `no_better` (an RMSE at or above the constant's on validation or test) and
-`uncertain` (lower RMSEs, but the test SRCC interval reaches 0 or could not be computed). A
-model whose RMSE is not a number where the constant's is (its predictions were not finite) is
-`no_better`: it never "beats the constant" with a null RMSE.
+It judges two things apart, because they come apart: a model trained on one song can rank
+another song's singers well and still miss the level its listeners rated at.
+
+- The level (`level`): `better` where the model's utterance RMSE is below the constant's on test
+  and on validation, `no_better` where it is not on either (a model whose RMSE is not a number
+  where the constant's is, its predictions not finite, is `no_better`: it never "beats the
+  constant" with a null RMSE), `unknown` without the constant's test RMSE.
+- The ranking (`rank`): `better` where the test SRCC's 95 % interval lies above 0, `chance` where
+  it reaches 0, `unknown` without an interval.
+
+Verdicts, from the two: `better` (both better), `ranks_only` (ranks better than chance, levels no
+better than the constant: use it to rank clips, not to predict absolute scores), `uncertain`
+(levels better, ranking not shown better than chance) and `no_better` (neither).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import numpy as np
 
 from sqa import metrics
 
-VERDICTS = ("better", "no_better", "uncertain")
+VERDICTS = ("better", "ranks_only", "uncertain", "no_better")
 
 
 def constant_rmse(labels: Sequence[float], constant: float) -> float:
@@ -94,6 +102,7 @@ def check(
             "rmse": _finite(rmse),
             "constant_rmse": _finite(constant_rmse(labels, train_mean)),
         }
+    record["level"], record["rank"] = level(record), rank(record)
     record["verdict"] = verdict(record)
     return record
 
@@ -123,14 +132,31 @@ def _interval(part: Mapping[str, Any]) -> tuple[float | None, float | None] | No
     return _finite(interval[0]), _finite(interval[1])
 
 
-def verdict(record: Mapping[str, Any]) -> str:
-    """`better`, `no_better` or `uncertain` for a record of `check` (see the module docstring)."""
+def level(record: Mapping[str, Any]) -> str:
+    """`better`, `no_better` or `unknown`: the model's RMSE against the constant's, on test and validation."""
     beats = [_beats(_part(record, "test")), _beats(_part(record, "valid"))]
     if False in beats:
         return "no_better"
+    return "better" if beats[0] else "unknown"
+
+
+def rank(record: Mapping[str, Any]) -> str:
+    """`better`, `chance` or `unknown`: whether the test SRCC's interval lies above 0 (touching is chance)."""
     interval = _interval(_part(record, "test"))
-    above_zero = interval is not None and interval[0] is not None and interval[0] > 0
-    return "better" if beats[0] and above_zero else "uncertain"
+    if interval is None or interval[0] is None:
+        return "unknown"
+    return "better" if interval[0] > 0 else "chance"
+
+
+def verdict(record: Mapping[str, Any]) -> str:
+    """`better`, `ranks_only`, `uncertain` or `no_better` for a record of `check` (the module docstring)."""
+    levels, ranks = level(record) == "better", rank(record) == "better"
+    if levels:
+        return "better" if ranks else "uncertain"
+    if level(record) == "no_better":
+        return "ranks_only" if ranks else "no_better"
+    # The level is unknown: only the ranking can be judged.
+    return "uncertain"
 
 
 def _number(value: object) -> str:
@@ -149,13 +175,22 @@ def sentence(record: Mapping[str, Any]) -> str:
     interval = _interval(test)
     ci = f"[{_number(interval[0])}, {_number(interval[1])}]" if interval else "not computed"
     kind = verdict(record)
-    if kind == "no_better":
-        # Which side failed: a model better on test but not on validation is no better too.
-        failed = [name for name, part in (("test", test), ("validation", valid)) if _beats(part) is False]
+    srcc = f"test utterance SRCC {_number(test.get('srcc'))} {ci}"
+    # Which side failed: a model better on test but not on validation is no better too.
+    failed = " and ".join(
+        name for name, part in (("test", test), ("validation", valid)) if _beats(part) is False
+    )
+    if kind == "ranks_only":
         return (
-            f"This model predicts no better than the constant training mean {mean} on "
-            f"{' and '.join(failed)} (RMSE not below the constant's): {numbers} "
-            "for the constant; do not rely on its scores."
+            f"This model ranks clips better than chance ({srcc}); its levels are no better than the "
+            f"training mean {mean}'s on {failed} ({numbers} for the constant): use it to rank, not to "
+            "predict absolute scores."
+        )
+    if kind == "no_better":
+        return (
+            f"This model predicts no better than the constant training mean {mean} on {failed} (RMSE not "
+            f"below the constant's): {numbers} for the constant, and its ranking is not shown better than "
+            f"chance ({srcc}); do not rely on its scores."
         )
     if kind == "uncertain":
         return (

@@ -70,22 +70,25 @@ def test_the_models_srcc_interval_is_recorded_from_the_test_average():
 @pytest.mark.parametrize(
     ("test_rmse", "ci", "valid", "expected"),
     [
-        # Test RMSE on both sides of the constant's (equal is not better).
+        # Test RMSE on both sides of the constant's (equal is not better): the level fails, the
+        # ranking (an interval above 0) holds.
         (0.79, [0.1, 0.6], None, "better"),
-        (0.80, [0.1, 0.6], None, "no_better"),
-        (0.81, [0.1, 0.6], None, "no_better"),
+        (0.80, [0.1, 0.6], None, "ranks_only"),
+        (0.81, [0.1, 0.6], None, "ranks_only"),
+        (0.81, [0.0, 0.6], None, "no_better"),
         # The SRCC interval on both sides of 0 (touching 0 does not exclude it), and missing.
         (0.79, [0.0, 0.6], None, "uncertain"),
         (0.79, [1e-9, 0.6], None, "better"),
         (0.79, None, None, "uncertain"),
         (0.79, [None, None], None, "uncertain"),
-        # Both sources of "no better": validation alone decides too.
-        (0.79, [0.1, 0.6], {"rmse": 0.5, "constant_rmse": 0.5}, "no_better"),
+        # Both sources of a level no better than the constant's: validation alone decides too.
+        (0.79, [0.1, 0.6], {"rmse": 0.5, "constant_rmse": 0.5}, "ranks_only"),
+        (0.79, [-0.1, 0.6], {"rmse": 0.5, "constant_rmse": 0.5}, "no_better"),
         (0.79, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "better"),
-        (0.81, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "no_better"),
+        (0.81, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "ranks_only"),
         # A null RMSE (predictions not finite) against a known constant's never beats it.
-        (None, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "no_better"),
-        (0.79, [0.1, 0.6], {"rmse": None, "constant_rmse": 0.5}, "no_better"),
+        (None, [0.1, 0.6], {"rmse": 0.49, "constant_rmse": 0.5}, "ranks_only"),
+        (0.79, [None, None], {"rmse": None, "constant_rmse": 0.5}, "no_better"),
     ],
 )
 def test_verdict_on_both_sides_of_each_threshold(test_rmse, ci, valid, expected):
@@ -108,29 +111,78 @@ def test_a_null_rmse_is_never_said_to_beat_the_constant():
     )
 
 
-def test_the_sentence_states_the_outcome_with_both_numbers():
+@pytest.mark.parametrize(
+    ("test_rmse", "ci", "kind", "level", "rank", "said"),
+    [
+        (
+            0.5,
+            [0.25, 0.5],
+            "better",
+            "better",
+            "better",
+            "This model beats the constant training mean 3: test utterance RMSE 0.5 against 0.88 for the "
+            "constant, test utterance SRCC interval [0.25, 0.5].",
+        ),
+        (
+            0.95,
+            [0.41, 0.73],
+            "ranks_only",
+            "no_better",
+            "better",
+            "This model ranks clips better than chance (test utterance SRCC 0.59 [0.41, 0.73]); its levels "
+            "are no better than the training mean 3's on test (test utterance RMSE 0.95 against 0.88 for the "
+            "constant): use it to rank, not to predict absolute scores.",
+        ),
+        (
+            0.5,
+            [-0.2, 0.5],
+            "uncertain",
+            "better",
+            "chance",
+            "This model beats the constant training mean 3 in RMSE (test utterance RMSE 0.5 against 0.88 for "
+            "the constant), but its test utterance SRCC interval [-0.2, 0.5] does not exclude 0: its ranking "
+            "may be chance.",
+        ),
+        (
+            0.95,
+            [0.0, 0.73],
+            "no_better",
+            "no_better",
+            "chance",
+            "This model predicts no better than the constant training mean 3 on test (RMSE not below the "
+            "constant's): test utterance RMSE 0.95 against 0.88 for the constant, and its ranking is not "
+            "shown better than chance (test utterance SRCC 0.59 [0, 0.73]); do not rely on its scores.",
+        ),
+    ],
+)
+def test_level_and_rank_are_judged_apart_and_said_in_one_sentence(test_rmse, ci, kind, level, rank, said):
+    checked = record(test_rmse, 0.88, ci)
+    checked["test"]["srcc"] = 0.59
+    assert (learning.verdict(checked), learning.level(checked), learning.rank(checked)) == (kind, level, rank)
+    assert learning.sentence(checked) == said
+
+
+def test_the_sentence_names_each_side_whose_level_failed():
     no = learning.sentence(record(0.95, 0.88, [0.1, 0.5], {"rmse": 0.7, "constant_rmse": 0.6}, mean=3.12))
-    assert no == (
-        "This model predicts no better than the constant training mean 3.12 on test and validation (RMSE "
-        "not below the constant's): test utterance RMSE 0.95 against 0.88, validation 0.7 against 0.6 for "
-        "the constant; do not rely on its scores."
-    )
-    # Each side that failed is named, and only it: the issue's run, better on test, failed validation.
+    assert "no better than the training mean 3.12's on test and validation (test utterance RMSE 0.95 " in no
+    assert "validation 0.7 against 0.6 for the constant" in no
+    # Each side that failed is named, and only it: better on test, failed validation.
     valid_only = learning.sentence(record(0.7019, 0.841, [0.1, 0.5], {"rmse": 0.8677, "constant_rmse": 0.86}))
-    assert valid_only.startswith(
-        "This model predicts no better than the constant training mean 3 on validation (RMSE not below"
-    )
-    test_only = learning.sentence(record(0.9, 0.841, [0.1, 0.5], {"rmse": 0.5, "constant_rmse": 0.86}))
+    assert "no better than the training mean 3's on validation (" in valid_only
+    test_only = learning.sentence(record(0.9, 0.841, [-0.1, 0.5], {"rmse": 0.5, "constant_rmse": 0.86}))
     assert " on test (RMSE not below" in test_only
-    unsure = learning.sentence(record(0.5, 0.88, [-0.2, 0.5]))
-    assert "beats the constant training mean 3 in RMSE" in unsure
-    assert "interval [-0.2, 0.5] does not exclude 0" in unsure
-    yes = learning.sentence(record(0.5, 0.88, [0.25, 0.5]))
-    assert yes.startswith(
-        "This model beats the constant training mean 3: test utterance RMSE 0.5 against 0.88"
-    )
-    assert yes.endswith("test utterance SRCC interval [0.25, 0.5].")
-    assert "\n" not in no + unsure + yes
+    assert "\n" not in no + valid_only + test_only
+
+
+def test_check_records_the_level_and_the_rank_beside_the_verdict():
+    rng = np.random.default_rng(1)
+    true = rng.uniform(1, 5, 40).tolist()
+    # The order kept, the level shifted by 2 points: ranks well, levels far off.
+    pred = (np.array(true) + 2.0 + rng.normal(0, 0.2, 40)).tolist()
+    sets = ["t"] * 40
+    results = blocks(pred, true, [f"s{i % 8}" for i in range(40)], sets, bootstrap=50)
+    out = learning.check(3.0, None, results, true, sets)
+    assert (out["level"], out["rank"], out["verdict"]) == ("no_better", "better", "ranks_only")
 
 
 def test_the_sentence_never_repeats_stored_text():

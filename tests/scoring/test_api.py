@@ -200,14 +200,18 @@ def test_help_does_not_import_torch():
     assert result.stdout.strip() == "False", result.stderr
 
 
-@pytest.mark.parametrize(("rmse", "said"), [(1.0, True), (0.5, False)])
+@pytest.mark.parametrize(
+    ("rmse", "low", "said"),
+    [(1.0, -0.1, "This model predicts no better"), (1.0, 0.2, "This model ranks clips"), (0.5, 0.2, None)],
+)
 def test_loading_an_export_says_its_learning_check_only_when_it_did_not_beat_the_constant(
-    default_export, tmp_path, rmse, said
+    default_export, tmp_path, rmse, low, said
 ):
-    # At the constant's RMSE the model is no better; below it, with an SRCC interval above 0, better.
+    # At the constant's RMSE the levels are no better (an SRCC interval above 0: it still ranks);
+    # below it, with an SRCC interval above 0, better.
     check = {
         "train_mean": 3.0,
-        "test": {"clips": 8, "rmse": rmse, "constant_rmse": 1.0, "srcc": 0.6, "srcc_ci": [0.2, 0.8]},
+        "test": {"clips": 8, "rmse": rmse, "constant_rmse": 1.0, "srcc": 0.6, "srcc_ci": [low, 0.8]},
         "valid": None,
     }
     export = tmp_path / "export"
@@ -217,6 +221,6 @@ def test_loading_an_export_says_its_learning_check_only_when_it_did_not_beat_the
         warnings.simplefilter("always")
         scorer = sqa.load(export)
     sentence = learning.sentence(check)
-    assert sentence.startswith("This model predicts no better" if said else "This model beats")
+    assert sentence.startswith(said or "This model beats")
     assert [(w.category, str(w.message)) for w in caught] == ([(LearningWarning, sentence)] if said else [])
     assert scorer.learning_warning == (sentence if said else None)
