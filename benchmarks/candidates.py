@@ -2,7 +2,7 @@
 and against the default run of another sqa checkout.
 
     .venv/bin/python benchmarks/candidates.py [--clips 100] [--rounds 1] [--out runs/bench-candidates]
-        [--use '[logmel_pitch,distillmos,calibrated]' ...] [--baseline DIR]
+        [--use '[logmel_pitch,distillmos,calibrated]' ...] [--baseline DIR] [--no-alone]
         [--manifest data/real/sisec18.csv --score-range 0 100]
 
 The runs are the same `train.py` command line on the same table: by default the small user-style
@@ -67,6 +67,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another sqa checkout whose default run to time")
     parser.add_argument("--manifest", type=Path, help="a CSV manifest instead of the small table")
     parser.add_argument("--score-range", type=float, nargs=2, metavar=("LOW", "HIGH"))
+    parser.add_argument("--no-alone", action="store_true", help="leave out the runs of one model alone")
     args = parser.parse_args()
     if args.manifest:
         data = ["data=csv", f"data.corpus.path={args.manifest.resolve()}"]
@@ -80,9 +81,9 @@ def main() -> None:
     # The corpus is generated once, by an untimed run, before anything is timed; the f0 of the
     # pitch candidate are extracted in the first default run, as in a user's first run.
     timed([*data, "candidates=null"], out / "warm-up")
+    alone = {"logmel alone": ["candidates=null"], "distillmos alone": ["experiment=small_corpus"]}
     runs = {
-        "logmel alone": ["candidates=null"],
-        "distillmos alone": ["experiment=small_corpus"],
+        **({} if args.no_alone else alone),
         "default": [],
         **{f"candidates.use={use}": [f"candidates.use={use}"] for use in args.use},
         **({BASELINE: []} if args.baseline else {}),
@@ -103,7 +104,7 @@ def main() -> None:
             if all(candidate in p for p in parts[many])
         )
         print(f"{table}: {many} {median[many]:.1f} s, of which {each}")
-        for one in ALONE:
+        for one in (one for one in ALONE if one in median):
             print(
                 f"{table}: {one} {median[one]:.1f} s, {many} {median[many]:.1f} s: "
                 f"ratio {median[many] / median[one]:.2f}"
