@@ -18,7 +18,6 @@ and its state in the checkpoints, so a resumed run decides as an uninterrupted o
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +32,6 @@ from sqa.training.selection import better as selection_better
 from sqa.training.selection import selection_score
 
 SELECTION_KEY = "val/selection"
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,14 +80,41 @@ def improves(value: float, than: float, mode: str) -> bool:
     return math.isnan(than) or (value > than if mode == "max" else value < than)
 
 
-class Race(L.Callback):
+class StopRule(L.Callback):
+    """A rule that may end training at a validation check: `stopped` ({"step", "why"}) once it has.
+
+    Its state is keyed by its class alone, so a resumed run finds it whatever its arguments; a run
+    resumed from a checkpoint saved after the rule stopped it ends at once, where the
+    uninterrupted run ended.
+    """
+
+    # How run_info.json's training_end names this stop.
+    kind = ""
+    stopped: dict[str, Any] | None = None
+
+    @property
+    def state_key(self) -> str:
+        """The class's name: one rule of a kind per trainer."""
+        return type(self).__qualname__
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """End at once a run resumed after this rule stopped it."""
+        if self.stopped:
+            trainer.should_stop = True
+
+    def stop(self, trainer: L.Trainer, why: str) -> None:
+        """Stop training at this check for `why` (the fit's line "Training stopped at step N" says it)."""
+        self.stopped = {"step": trainer.global_step, "why": why}
+        trainer.should_stop = True
+
+
+class Race(StopRule):
     """Stops a candidate at a validation check once its best so far is behind `leader` beyond both intervals.
 
     `name` is the leader's, `metric`/`level`/`mode` the candidates' comparison, `start_step` the
     first step at which it judges, `bootstrap` and `seed` those of the intervals.
     """
 
-    # How run_info.json's training_end names this stop.
     kind = "race"
 
     def __init__(
@@ -108,17 +132,7 @@ class Race(L.Callback):
         self.metric, self.level, self.mode = metric, level, mode
         self.start_step, self.bootstrap, self.seed = start_step, bootstrap, seed
         self.best: Standing | None = None
-        self.stopped: dict[str, Any] | None = None
-
-    @property
-    def state_key(self) -> str:
-        """One race per trainer: its state is found again on resume whatever its arguments."""
-        return type(self).__qualname__
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """A run resumed after the race stopped it ends where the uninterrupted one did."""
-        if self.stopped:
-            trainer.should_stop = True
+        self.stopped = None
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Judge this check: keep the best standing so far; stop where it is behind the leader."""
@@ -138,9 +152,7 @@ class Race(L.Callback):
             f"{self.best.value:.4g} [{lo:.4g}, {hi:.4g}] "
             f"against {self.leader.value:.4g} [{llo:.4g}, {lhi:.4g}]"
         )
-        self.stopped = {"step": step, "why": why}
-        trainer.should_stop = True
-        log.info("candidate stopped at step %d: %s", step, why)
+        self.stop(trainer, why)
 
     def state_dict(self) -> dict[str, Any]:
         """The best standing so far and the stop, if any."""
@@ -156,7 +168,7 @@ class Race(L.Callback):
         self.stopped = state_dict.get("stopped")
 
 
-class FineTunePatience(L.Callback):
+class FineTunePatience(StopRule):
     """Ends training `patience_steps` steps after the later of unfreezing and the last improvement.
 
     An improvement is a check that `SelectionCheckpoint` selects: a better `val/selection` in
@@ -176,17 +188,7 @@ class FineTunePatience(L.Callback):
         self.mode, self.tolerance = mode, tolerance
         self.best, self.best_tiebreak = math.nan, math.nan
         self.improved_at = 0
-        self.stopped: dict[str, Any] | None = None
-
-    @property
-    def state_key(self) -> str:
-        """One per trainer: its state is found again on resume whatever its arguments."""
-        return type(self).__qualname__
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """A run resumed after this callback stopped it ends where the uninterrupted one did."""
-        if self.stopped:
-            trainer.should_stop = True
+        self.stopped = None
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Note an improvement; stop where fine-tuning has gone `patience_steps` without one."""
@@ -204,9 +206,7 @@ class FineTunePatience(L.Callback):
             f"fine-tuning did not improve validation in {step - since} steps "
             f"(finetune.patience_steps={self.patience_steps}); the best check is step {self.improved_at}'s"
         )
-        self.stopped = {"step": step, "why": why}
-        trainer.should_stop = True
-        log.info("Stopped at step %d: %s", step, why)
+        self.stop(trainer, why)
 
     def state_dict(self) -> dict[str, Any]:
         """The best check's score, tiebreak and step, and the stop, if any."""
