@@ -25,6 +25,17 @@ HEAD_INITS = ("train_mean", "random")
 ARCHITECTURES = ("config", "export")
 
 
+def read_corpus(cfg: DictConfig) -> Corpus:
+    """The corpus `cfg.data.corpus` describes, read and checked (a CorpusError says what is wrong)."""
+    try:
+        return instantiate(cfg.data.corpus)
+    except InstantiationException as err:
+        # Hydra wraps the error in a one-line repr; a corpus report is multi-line text.
+        if isinstance(err.__cause__, CorpusError):
+            raise err.__cause__ from None
+        raise
+
+
 def build(cfg: DictConfig, corpus: Corpus | None = None) -> tuple[MOSDataModule, MOSModule]:
     """Instantiate the data module and the Lightning module described by `cfg`.
 
@@ -54,26 +65,19 @@ def build(cfg: DictConfig, corpus: Corpus | None = None) -> tuple[MOSDataModule,
     for key, path in paths.items():
         if path and not Path(path).expanduser().exists():
             raise FileNotFoundError(f"{key}: {path} does not exist")
-    try:
-        # A corpus already read is handed over as it is: Hydra would turn a dataclass into a config.
-        data = cfg.data
-        if corpus is not None:
-            # Resolved first: the data group's interpolations (`${seed}`) point outside it.
-            data = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True))
-            data.pop("corpus")
-        make = instantiate(
-            data,
-            _partial_=True,
-            f0_extractor=f0_extractor,
-            dimensions=dimensions,
-            judges=bool(model.get("judge_dim")),
-        )
-        datamodule: MOSDataModule = make() if corpus is None else make(corpus=corpus)
-    except InstantiationException as err:
-        # Hydra wraps the error in a one-line repr; a corpus report is multi-line text.
-        if isinstance(err.__cause__, CorpusError):
-            raise err.__cause__ from None
-        raise
+    corpus = read_corpus(cfg) if corpus is None else corpus
+    # The corpus is handed over as it is (Hydra would turn a dataclass into a config); the rest is
+    # resolved first, as the data group's interpolations (`${seed}`) point outside it.
+    data = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True))
+    data.pop("corpus")
+    make = instantiate(
+        data,
+        _partial_=True,
+        f0_extractor=f0_extractor,
+        dimensions=dimensions,
+        judges=bool(model.get("judge_dim")),
+    )
+    datamodule: MOSDataModule = make(corpus=corpus)
     # The predictor learns on its internal 1-5 scale and maps its scores onto the corpus's.
     corpus_sizes = {
         "num_domains": len(datamodule.corpus.domains),

@@ -14,17 +14,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import lightning as L
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.run_folder import missing_folders, record_point, remove_unused, restore_previous
-from sqa.data.corpus import Corpus, CorpusError, format_counts
+from sqa.data.corpus import Corpus, format_counts
 from sqa.data.valid_split import write_valid_split
 from sqa.data.validate import CorpusProblems, format_report
-from sqa.training.builder import build
+from sqa.training.builder import build, read_corpus
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.plan import FOLDER, Candidate, Plan, candidate_config, needs_missing_package
 from sqa.training.run_outputs import run_info
@@ -53,17 +51,6 @@ class Prepared(NamedTuple):
     def name(self) -> str | None:
         """The candidate's name (None: the configuration alone)."""
         return None if self.candidate is None else self.candidate.name
-
-
-def read_corpus(cfg: DictConfig) -> Corpus:
-    """The corpus `cfg.data.corpus` describes, read and checked (a CorpusError says what is wrong)."""
-    try:
-        return instantiate(cfg.data.corpus)
-    except InstantiationException as err:
-        # Hydra wraps the error in a one-line repr; a corpus report is multi-line text.
-        if isinstance(err.__cause__, CorpusError):
-            raise err.__cause__ from None
-        raise
 
 
 def prepare(cfg: DictConfig, run_dir: Path, plan: Plan) -> tuple[list[Prepared], dict[str, str]]:
