@@ -102,6 +102,11 @@ class StopRule(L.Callback):
         if self.stopped:
             trainer.should_stop = True
 
+    @staticmethod
+    def at_last_step(trainer: L.Trainer) -> bool:
+        """Whether training ends at this check anyway (`max_steps` reached): no stop to record."""
+        return 0 < (getattr(trainer, "max_steps", -1) or -1) <= trainer.global_step
+
     def stop(self, trainer: L.Trainer, why: str) -> None:
         """Stop training at this check for `why` (the fit's line "Training stopped at step N" says it)."""
         self.stopped = {"step": trainer.global_step, "why": why}
@@ -143,7 +148,9 @@ class Race(StopRule):
         if self.best is None or improves(now.value, self.best.value, self.mode):
             self.best = now
         step = trainer.global_step
-        if step < self.start_step or self.stopped or not behind(self.best, self.leader, self.mode):
+        if step < self.start_step or self.stopped or self.at_last_step(trainer):
+            return
+        if not behind(self.best, self.leader, self.mode):
             return
         lo, hi = self.best.interval or (math.nan, math.nan)
         llo, lhi = self.leader.interval or (math.nan, math.nan)
@@ -200,7 +207,9 @@ class FineTunePatience(StopRule):
         if selection_better(score, tiebreak, self.best, self.best_tiebreak, self.mode, self.tolerance):
             self.best, self.best_tiebreak, self.improved_at = score, tiebreak, step
         since = max(self.improved_at, self.freeze_steps)
-        if step <= self.freeze_steps or self.stopped or step - since < self.patience_steps:
+        if step <= self.freeze_steps or self.stopped or self.at_last_step(trainer):
+            return
+        if step - since < self.patience_steps:
             return
         why = (
             f"fine-tuning did not improve validation in {step - since} steps "

@@ -28,7 +28,13 @@ def rows(noise: float, seed: int = 0) -> dict[str, list[dict]]:
 
 def check(callback, step: int, **state) -> SimpleNamespace:
     """Call `callback` at a validation check of step `step`; the fake trainer it judged."""
-    trainer = SimpleNamespace(global_step=step, should_stop=False, sanity_checking=False, callback_metrics={})
+    trainer = SimpleNamespace(
+        global_step=step,
+        max_steps=state.pop("max_steps", -1),
+        should_stop=False,
+        sanity_checking=False,
+        callback_metrics={},
+    )
     trainer.callback_metrics.update(state.pop("metrics", {}))
     callback.on_validation_end(trainer, SimpleNamespace(**state))
     return trainer
@@ -213,3 +219,13 @@ def test_patience_applies_only_to_a_run_that_unfreezes_and_sets_it(freeze, patie
         assert (made[0].freeze_steps, made[0].patience_steps, made[0].mode) == (freeze, patience, "max")
     race = Race(Standing(0.5, (0.4, 0.6)), "lead", "srcc", "sys", "max")
     assert stop_rules(cfg, "max", race)[0] is race
+
+
+def test_a_rule_records_no_stop_at_the_step_where_training_ends_anyway():
+    rule = FineTunePatience(freeze_steps=400, patience_steps=50, mode="max")
+    check(rule, 400, **selection(0.8))
+    assert not check(rule, 450, max_steps=450, **selection(0.7)).should_stop and rule.stopped is None
+    assert check(rule, 450, max_steps=500, **selection(0.7)).should_stop
+    race = Race(leader_of(0.2), "leader", "rmse", "utt", "min", bootstrap=1000)
+    assert not check(race, 25, max_steps=25, valid_rows=rows(2.0)).should_stop and race.stopped is None
+    assert check(race, 25, max_steps=50, valid_rows=rows(2.0)).should_stop
