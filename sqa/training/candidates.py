@@ -64,7 +64,7 @@ class Tried:
 
     @property
     def stopped(self) -> tuple[int | None, str | None]:
-        """The step at which a stop rule ended its training early and why ((None, None): it ran to its end)."""
+        """Where a stop rule ended its training early, and why ((None, None): it ran to its end)."""
         end = self.fitted.end if self.fitted else {}
         if end.get("stopped_by", "max_steps") in ("max_steps", "max_epochs"):
             return None, None
