@@ -102,6 +102,12 @@ def stop_rules(cfg: DictConfig, mode: str, race: L.Callback | None) -> list[L.Ca
     """The callbacks that may end training before its last step: the race, fine-tuning's patience."""
     rules = [race] if race is not None else []
     patience = (cfg.get("finetune") or {}).get("patience_steps")
+    if patience is not None and (
+        isinstance(patience, bool) or not isinstance(patience, int) or patience <= 0
+    ):
+        raise ValueError(
+            f"finetune.patience_steps must be a number of steps above 0, or null, got {patience!r}"
+        )
     freeze = int(cfg.finetune.get("freeze_backbone_steps") or 0) if cfg.get("finetune") else 0
     if patience and freeze:
         tolerance = float((cfg.get("selection") or {}).get("tie_tolerance", 1e-6))

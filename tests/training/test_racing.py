@@ -229,3 +229,17 @@ def test_a_rule_records_no_stop_at_the_step_where_training_ends_anyway():
     race = Race(leader_of(0.2), "leader", "rmse", "utt", "min", bootstrap=1000)
     assert not check(race, 25, max_steps=25, valid_rows=rows(2.0)).should_stop and race.stopped is None
     assert check(race, 25, max_steps=50, valid_rows=rows(2.0)).should_stop
+
+
+@pytest.mark.parametrize("patience", [0, -5, "abc", 2.5, True])
+def test_a_patience_that_is_no_number_of_steps_is_refused_whether_or_not_the_run_unfreezes(patience):
+    from omegaconf import OmegaConf
+
+    from sqa.training.fitting import stop_rules
+
+    for freeze in (0, 400):
+        cfg = OmegaConf.create({"finetune": {"freeze_backbone_steps": freeze, "patience_steps": patience}})
+        with pytest.raises(
+            ValueError, match="finetune.patience_steps must be a number of steps above 0, or null"
+        ):
+            stop_rules(cfg, "max", None)
