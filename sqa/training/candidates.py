@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,15 @@ class Tried:
     members: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
     tested: Any = None
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        """Add the wall seconds of the block to the entry's `seconds`."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - start
 
     @property
     def value(self) -> float:
@@ -130,22 +140,23 @@ def entry(prepared: Prepared, fitted: Fitted) -> Tried:
 
 def scored(entry: Tried) -> Tried:
     """`entry` scored on its validation clips on the comparison's metric, with its interval."""
-    start = time.perf_counter()
     prepared = entry.prepared
     metric, level, _ = comparison(prepared.module.selection)
-    module = tested_on(entry.predictor, prepared, prepared.datamodule.corpus.valid_as_test())
+    with entry.timed():
+        module = tested_on(entry.predictor, prepared, prepared.datamodule.corpus.valid_as_test())
     entry.standing = standing(module.test_results, metric, level)
     entry.clips, entry.valid = len(module.test_predictions), module.test_results
-    entry.seconds += time.perf_counter() - start
     return entry
+
+
+def ranked(tried: Sequence[Tried], mode: str) -> list[Tried]:
+    """The scored entries of `tried`, best first on validation in `mode` (unscored ones left out)."""
+    return sorted((t for t in tried if math.isfinite(t.value)), key=lambda t: t.value, reverse=mode == "max")
 
 
 def leader(tried: Sequence[Tried], mode: str) -> Tried | None:
     """The best of `tried` on validation (None: none scored)."""
-    ranked = sorted(
-        (t for t in tried if math.isfinite(t.value)), key=lambda t: t.value, reverse=mode == "max"
-    )
-    return ranked[0] if ranked else None
+    return next(iter(ranked(tried, mode)), None)
 
 
 def race(tried: Sequence[Tried], prepared: Prepared) -> Race | None:
@@ -169,27 +180,25 @@ def ensemble_of_best(tried: Sequence[Tried], mode: str) -> Tried | None:
 
     Its validation and test clips are those of the member with a pitch extractor, if one has.
     """
-    ranked = sorted(
-        (t for t in tried if math.isfinite(t.value)), key=lambda t: t.value, reverse=mode == "max"
-    )[:2]
-    if len(ranked) < 2:
+    best = ranked(tried, mode)[:2]
+    if len(best) < 2:
         return None
-    predictors = [t.predictor for t in ranked]
+    predictors = [t.predictor for t in best]
     dims = len(predictors[0].dimensions)
     try:
         ensemble = EnsemblePredictor(predictors, [[0.5, 0.5]] * dims, [0.0] * dims).eval()
     except ValueError as err:
-        log.info("candidates: no ensemble of %s and %s (%s)", ranked[0].name, ranked[1].name, err)
+        log.info("candidates: no ensemble of %s and %s (%s)", best[0].name, best[1].name, err)
         return None
     log.info(
         "candidates: the mean of %s and %s is scored on the validation and test clips",
-        ranked[0].name,
-        ranked[1].name,
+        best[0].name,
+        best[1].name,
     )
     # The member with pitch features brings its f0 extractor; the ensemble's f0 is the same one.
-    host = next((t for t in ranked if t.prepared.datamodule.f0_extractor is not None), ranked[0])
-    name = f"{ENSEMBLE}({ranked[0].name}, {ranked[1].name})"
-    joined = Tried(name, host.prepared, None, ensemble, members=tuple(t.name for t in ranked))
+    host = next((t for t in best if t.prepared.datamodule.f0_extractor is not None), best[0])
+    name = f"{ENSEMBLE}({best[0].name}, {best[1].name})"
+    joined = Tried(name, host.prepared, None, ensemble, members=tuple(t.name for t in best))
     return scored(joined)
 
 

@@ -8,7 +8,6 @@ candidate's own folder is finished the same way, without the run's last line.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,17 +54,16 @@ def test(tried: Sequence[Tried]) -> None:
     it trained on.
     """
     for entry in tried:
-        start = time.perf_counter()
         prepared = entry.prepared
-        if prepared.name is not None:
-            entry.tested = tested_on(entry.predictor, prepared, prepared.datamodule.corpus)
-        elif prepared.settings.test_after_fit:
-            fitted = entry.fitted
-            fitted.trainer.test(
-                prepared.module, datamodule=prepared.datamodule, ckpt_path=fitted.best_path, verbose=False
-            )
-            entry.tested = prepared.module
-        entry.seconds += time.perf_counter() - start
+        with entry.timed():
+            if prepared.name is not None:
+                entry.tested = tested_on(entry.predictor, prepared, prepared.datamodule.corpus)
+            elif prepared.settings.test_after_fit:
+                fitted = entry.fitted
+                fitted.trainer.test(
+                    prepared.module, datamodule=prepared.datamodule, ckpt_path=fitted.best_path, verbose=False
+                )
+                entry.tested = prepared.module
 
 
 def export(winner: Tried, tried: Sequence[Tried], skipped: dict[str, str], run_dir: Path) -> dict[str, Any]:
@@ -76,9 +74,8 @@ def export(winner: Tried, tried: Sequence[Tried], skipped: dict[str, str], run_d
         if entry.fitted is not None:
             # Each candidate is exported in its folder: any of them can score, join an ensemble or be
             # evaluated on another corpus (eval.py export=<run dir>/candidates/<name>/export).
-            start = time.perf_counter()
-            finish(entry, entry.prepared.folder, result=False)
-            entry.seconds += time.perf_counter() - start
+            with entry.timed():
+                finish(entry, entry.prepared.folder, result=False)
         log.info("candidate %s: %.0f s", entry.name, entry.seconds)
     rec = record(tried, winner, skipped)
     log.info("%s", describe(rec))
