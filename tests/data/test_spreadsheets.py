@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import shlex
 from pathlib import Path
@@ -21,6 +22,7 @@ from sqa.data.corpus import CorpusError
 from sqa.data.readers import read_csv_manifest
 from sqa.data.readers.columns import detect_delimiter
 from sqa.data.validate import CorpusProblems, validate_corpus
+from sqa.training.builder import read_corpus
 from sqa.training.datamodule import skip_hint
 from sqa.training.run import run
 from tests.data.test_columns import read_with
@@ -146,8 +148,13 @@ def test_separators_inside_quoted_column_names_never_outnumber_the_real_ones():
 def test_an_explicit_separator_overrides_the_detected_one(spreadsheets):
     semicolons = spreadsheets["semicolons"]
     assert len(read_with(semicolons, "data.corpus.delimiter=';'").clips) == 80
-    with pytest.raises(CorpusError, match=r"missing column\(s\) \['wav_path', 'score', 'system_id'\]"):
+    # Read by ',', the header is one column and a decimal comma's row two fields: the separator is named.
+    with pytest.raises(CorpusError) as err:
         read_csv_manifest(semicolons, delimiter=",")
+    assert str(err.value).startswith(
+        f"{semicolons} line 2: 2 field(s) where the header has 1; the header holds ';' between its names: "
+        "is the table read with the wrong separator? set data.corpus.delimiter=';' or leave it unset (null)"
+    )
     with pytest.raises(ValueError, match=re.escape("delimiter must be one of [',', ';', '\\t'] or null")):
         read_csv_manifest(semicolons, delimiter="|")
 
@@ -264,3 +271,178 @@ def test_a_choirs_takes_in_voice_folders_read_and_train_with_the_documented_comm
     run(cfg, tmp_path / "run")
     tested = (tmp_path / "run" / "test_split.csv").read_text(encoding="utf-8")
     assert re.search(r"(soprano|alto|tenor|bass)/take\d", tested)
+
+
+# Issue 57, item 2: tables are read strictly. A row of another width than the header, a number
+# with a thousands separator: neither is guessed at. Excel's `sep=` first line names the separator.
+def written(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+DECIMAL_COMMA_HINT = (
+    '; a decimal comma must be quoted ("4,5") or written with a point (4.5), or the table written with '
+    "';' between its fields"
+)
+
+
+def test_the_reported_unquoted_decimal_comma_row_is_an_error_naming_its_line(tmp_path):
+    # Read as score 4 and system '5', the last field dropped, it trained on wrong labels with rc 0.
+    manifest = written(tmp_path / "m.csv", "wav_path,score,system_id\ntake.wav,4,5,sys1\n")
+    with pytest.raises(CorpusError) as err:
+        read_corpus(compose_train(["data=csv", f"data.corpus.path={manifest}"]))  # as train.py reads it
+    assert str(err.value) == f"{manifest} line 2: 4 field(s) where the header has 3{DECIMAL_COMMA_HINT}"
+    # Both fixes the hint names read the intended row.
+    for fixed in (
+        'wav_path,score,system_id\ntake.wav,"4,5",sys1\n',
+        "wav_path;score;system_id\ntake.wav;4,5;sys1\n",
+    ):
+        (clip,) = read_csv_manifest(written(tmp_path / "fixed.csv", fixed)).clips
+        assert (clip.sample_id, clip.mos, clip.system_id, clip.problems) == ("take", 4.5, "sys1", ())
+
+
+def test_a_short_row_is_an_error_naming_its_line_without_the_decimal_comma_hint(tmp_path):
+    # Once read with system '' (its missing cells filled in empty).
+    manifest = written(
+        tmp_path / "m.csv", "wav_path,score,system_id\na.wav,3,s1\nb.wav,4\nc.wav,2,s2\nd.wav\n"
+    )
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(manifest)
+    assert (
+        str(err.value)
+        == f"{manifest} line 3: 2 field(s) where the header has 3 (2 such rows, the next at line 5)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("row", "count"),
+    [
+        ("b.wav,4,s1", None),  # the header's count: read
+        ("b.wav,4", 2),  # one fewer
+        ("b.wav,4,s1,", 4),  # one more, if only an empty one
+        ("b.wav,4,5,s1", 4),
+    ],
+)
+def test_a_row_reads_only_with_exactly_the_headers_count_of_fields(tmp_path, row, count):
+    for delimiter in (",", ";", "\t"):
+        text = f"wav_path,score,system_id\na.wav,3,s1\n{row}\n".replace(",", delimiter)
+        manifest = written(tmp_path / "m.csv", text)
+        if count is None:
+            assert [(c.sample_id, c.mos, c.system_id) for c in read_csv_manifest(manifest).clips] == [
+                ("a", 3.0, "s1"),
+                ("b", 4.0, "s1"),
+            ]
+            continue
+        with pytest.raises(CorpusError) as err:
+            read_csv_manifest(manifest)
+        hint = (
+            DECIMAL_COMMA_HINT if delimiter == "," else f"; a {delimiter!r} inside a cell must be quoted"
+        ) * (count > 3)
+        assert str(err.value) == f"{manifest} line 3: {count} field(s) where the header has 3{hint}"
+
+
+def test_blank_lines_are_no_rows_and_a_quoted_cell_over_lines_counts_each(tmp_path):
+    # Blank lines before the header, between rows and after them (spaces only, CRLF too).
+    text = '\r\nwav_path,score,system_id\r\na.wav,3,"s\r\n1"\r\n\r\nb.wav,4,s2\r\n   \r\n\r\n'
+    manifest = written(tmp_path / "m.csv", text)
+    assert [(c.sample_id, c.system_id) for c in read_csv_manifest(manifest).clips] == [
+        ("a", "s\r\n1"),
+        ("b", "s2"),
+    ]
+    # A bad row's line counts every line before it: the blank ones and each line of a quoted cell.
+    written(manifest, text.replace("b.wav,4,s2", "b.wav,4,5,s2"))
+    with pytest.raises(
+        CorpusError, match=r"m\.csv line 6: 4 field\(s\) where the header has 3; a decimal comma"
+    ):
+        read_csv_manifest(manifest)
+
+
+THOUSANDS_ADVICE = "a thousands separator is never guessed; write {}, without a thousands separator"
+
+
+@pytest.mark.parametrize("scale", [(1.0, 5.0), (0.0, 100.0), (0.0, 10000.0)])
+def test_a_thousands_separator_is_refused_on_every_scale_saying_how_to_write_the_number(tmp_path, scale):
+    text = (
+        "wav_path,score,system_id,score_lyrics\n"
+        'a.wav,"4,500",s1,3\n'
+        'b.wav,"1,234.5",s1,3\n'
+        'c.wav,3,s1,"1,000"\n'
+        'd.wav,"4,5",s1,"0,125"\n'  # decimal commas, read as ever
+        "e.wav,4_500,s1,3\n"  # Python's digit grouping, which float() reads as 4500
+    )
+    corpus = read_csv_manifest(written(tmp_path / "m.csv", text), score_range=scale)
+    problems = {c.sample_id: c.problems for c in corpus.clips}
+    assert problems == {
+        "a": (f"line 2 of m.csv: score '4,500': {THOUSANDS_ADVICE.format('4500 or 4.5')}",),
+        "b": (f"line 3 of m.csv: score '1,234.5': {THOUSANDS_ADVICE.format('1234.5')}",),
+        "c": (f"line 4 of m.csv: score_lyrics '1,000': {THOUSANDS_ADVICE.format('1000 or 1')}",),
+        "d": (),
+        "e": ("line 6 of m.csv: score is not a number ('4_500')",),
+    }
+    assert [math.isnan(c.mos) for c in corpus.clips] == [True, True, False, False, True]
+    assert (corpus.clips[3].mos, corpus.clips[3].extra_scores) == (4.5, {"lyrics": 0.125})
+
+
+def test_a_semicolon_tables_thousands_separator_is_refused_and_its_decimal_commas_read(tmp_path):
+    rows = ["a.wav;4,5", "b.wav;4,50", "c.wav;4,500", "d.wav;1.234,5", "e.wav;4.5"]
+    text = "wav_path;score;system_id\n" + "".join(f"{row};s1\n" for row in rows)
+    corpus = read_csv_manifest(written(tmp_path / "m.csv", text))
+    assert [c.mos for c in corpus.clips if not c.problems] == [4.5, 4.5, 4.5]
+    assert [c.problems for c in corpus.clips if c.problems] == [
+        (f"line 4 of m.csv: score '4,500': {THOUSANDS_ADVICE.format('4500 or 4.5')}",),
+        (f"line 5 of m.csv: score '1.234,5': {THOUSANDS_ADVICE.format('1234.5')}",),
+    ]
+
+
+def test_excels_sep_line_names_the_separator_and_is_no_row(tmp_path):
+    # The header holds more commas than semicolons: without the sep= line it would split by ','.
+    body = (
+        "wav_path;score;system_id;pitch, breath, tone, diction, notes\r\n"
+        "a.wav;4,5;Anna, soprano;flat, breathy, ok, fine, -\r\n"
+        "b.wav;3;Ben, alto;ok, ok, ok, ok, late\r\n"
+    )
+    assert detect_delimiter(body) == ","
+    assert detect_delimiter("sep=;\r\n" + body) == ";"
+    manifest = written(tmp_path / "m.csv", "sep=;\r\n" + body)
+    for corpus in (
+        read_csv_manifest(manifest),
+        read_with(manifest),
+        read_csv_manifest(manifest, delimiter=";"),
+    ):
+        assert [(c.sample_id, c.mos, c.system_id, c.problems) for c in corpus.clips] == [
+            ("a", 4.5, "Anna, soprano", ()),
+            ("b", 3.0, "Ben, alto", ()),
+        ]
+    # `sep=,` and a tab's `sep=` too, in either case.
+    for line, separator in (("sep=,", ","), ("SEP=\t", "\t")):
+        text = f"{line}\n" + "wav_path,score,system_id\na.wav,3,s1\n".replace(",", separator)
+        (clip,) = read_csv_manifest(written(tmp_path / "s.csv", text)).clips
+        assert (clip.sample_id, clip.mos, clip.system_id) == ("a", 3.0, "s1")
+    # A separator set otherwise, or one sqa does not read, is refused at line 1.
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(manifest, delimiter=",")
+    assert str(err.value) == (
+        f"{manifest} line 1: the table's sep= line names ';' as its separator, but it is read with ','; "
+        "set data.corpus.delimiter to ';' or leave it unset (null)"
+    )
+    with pytest.raises(
+        CorpusError, match=r"line 1: the table's sep= line names '\|' as its separator, which sqa"
+    ):
+        read_csv_manifest(written(tmp_path / "p.csv", "sep=|\nwav_path|score|system_id\na.wav|3|s1\n"))
+
+
+def test_a_sep_line_counts_in_the_line_numbers_of_errors_and_problems(tmp_path):
+    text = "sep=;\nwav_path;score;system_id\na.wav;3;s1\nb.wav;4,500;s1\nc.wav;4;s1;x\n"
+    manifest = written(tmp_path / "m.csv", text)
+    with pytest.raises(CorpusError) as err:
+        read_csv_manifest(manifest)
+    assert (
+        str(err.value)
+        == f"{manifest} line 5: 4 field(s) where the header has 3; a ';' inside a cell must be quoted"
+    )
+    corpus = read_csv_manifest(written(manifest, text.replace(";x", "")))
+    assert [c.problems for c in corpus.clips] == [
+        (),
+        (f"line 4 of m.csv: score '4,500': {THOUSANDS_ADVICE.format('4500 or 4.5')}",),
+        (),
+    ]

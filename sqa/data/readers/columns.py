@@ -3,8 +3,9 @@
 A manifest's columns are taken by sqa's names, a mapping (`data.corpus.columns`) or recognised
 spellings (`COLUMN_SPELLINGS`); whatever cannot be settled is a `CorpusError` naming the setting
 that settles it (`columns_override`). Its separator (comma, semicolon or tab, as spreadsheets
-export them) is read from its header line unless `data.corpus.delimiter` names it; a wide table
-(a column per rater) is read by `data.corpus.rater_columns`.
+export them) is read from its header line unless `data.corpus.delimiter` or Excel's `sep=` first
+line names it; a row of more or fewer fields than the header is a `CorpusError` naming its line. A
+wide table (a column per rater) is read by `data.corpus.rater_columns`.
 """
 
 from __future__ import annotations
@@ -58,17 +59,59 @@ RATING_STATISTICS = ("std", "sd", "stdev", "var", "variance", "count", "n", "num
 DELIMITERS = (",", ";", "\t")
 # Column names that say a wide table's rater columns, by their start (`rater_anna`, `Listener 2`).
 RATER_PREFIXES = ("rater", "listener", "judge", "rating", "annotator")
+# Excel's first line naming a table's separator (`sep=;`): one character, the line no row.
+SEP_LINE = re.compile(r"sep=([^\r\n])\r?(?:\n|$)", re.IGNORECASE)
+
+
+def excel_separator(text: str) -> str | None:
+    """The separator that the first line of CSV `text` names as Excel writes it (`sep=;`), or None.
+
+    Excel reads such a line as the separator and no row; so does sqa.
+    """
+    match = SEP_LINE.match(text)
+    return match.group(1) if match else None
 
 
 def detect_delimiter(text: str) -> str:
     """The separator of CSV `text`: the one of `DELIMITERS` most often outside quotes in its header line.
 
-    A tie (a one-column header) is the comma.
+    An Excel `sep=` first line names it instead. A tie (a one-column header) is the comma.
     """
+    named = excel_separator(text)
+    if named is not None:
+        return named
     header = next((line for line in text.splitlines() if line.strip()), "")
     # Separators outside quotes: a quoted column name may hold any of them.
     unquoted = "".join(part for i, part in enumerate(header.split('"')) if i % 2 == 0)
     return max(DELIMITERS, key=unquoted.count)
+
+
+def _blank(row: list[str]) -> bool:
+    """Whether a row as csv reads it is a blank line (nothing, or blanks only)."""
+    return not row or (len(row) == 1 and not row[0].strip())
+
+
+def _width_error(path: Path, delimiter: str, header: list[str], bad: list[tuple[int, int]]) -> CorpusError:
+    """The error of rows whose (line, field count) in `bad` differ from the `header`'s."""
+    line, count = bad[0]
+    message = f"{path} line {line}: {count} field(s) where the header has {len(header)}"
+    # Another separator that splits the header into more columns: the table's, not `delimiter`.
+    other = max(DELIMITERS, key=lambda d: sum(name.count(d) for name in header))
+    if other != delimiter and sum(name.count(other) for name in header) >= len(header):
+        message += (
+            f"; the header holds {other!r} between its names: is the table read with the wrong separator? "
+            f"set data.corpus.delimiter={other!r} or leave it unset (null)"
+        )
+    elif count > len(header) and delimiter == ",":
+        message += (
+            '; a decimal comma must be quoted ("4,5") or written with a point (4.5), or the table '
+            "written with ';' between its fields"
+        )
+    elif count > len(header):
+        message += f"; a {delimiter!r} inside a cell must be quoted"
+    if len(bad) > 1:
+        message += f" ({len(bad)} such rows, the next at line {bad[1][0]})"
+    return CorpusError(message)
 
 
 def csv_rows(
@@ -76,13 +119,35 @@ def csv_rows(
 ) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """The columns and rows of the CSV `text` of `path`, each row with its (last) line in the file.
 
-    A CorpusError names the line of a bad field.
+    Blank lines are skipped; an Excel `sep=` first line too (it is no row, but counts as a line),
+    where it names `delimiter`. A CorpusError names the line of a bad field, of a row with more or
+    fewer fields than the header, and a `sep=` line that names another separator than `delimiter`.
     """
+    named = excel_separator(text)
+    if named is not None and named not in DELIMITERS:
+        raise CorpusError(
+            f"{path} line 1: the table's sep= line names {named!r} as its separator, which sqa does not "
+            f"read; write the table with one of {list(DELIMITERS)} between its fields"
+        )
     if delimiter not in DELIMITERS:
         raise ValueError(f"delimiter must be one of {list(DELIMITERS)} or null (detected), got {delimiter!r}")
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    if named is not None and named != delimiter:
+        raise CorpusError(
+            f"{path} line 1: the table's sep= line names {named!r} as its separator, but it is read with "
+            f"{delimiter!r}; set data.corpus.delimiter to {named!r} or leave it unset (null)"
+        )
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
-        return list(reader.fieldnames or []), [(reader.line_num, row) for row in reader]
+        if named is not None:
+            next(reader)
+        header = next((row for row in reader if not _blank(row)), [])
+        rows, bad = [], []
+        for row in reader:
+            if _blank(row):
+                continue
+            if len(row) != len(header):
+                bad.append((reader.line_num, len(row)))
+            rows.append((reader.line_num, dict(zip(header, row, strict=False))))
     except csv.Error as err:
         # csv's error names neither the file nor the line. Its field limit stays as it is: no
         # manifest cell is that long, but an unclosed quote makes the rest of the file one cell.
@@ -92,8 +157,10 @@ def csv_rows(
             if "field limit" in str(err)
             else f"not valid CSV ({err})"
         )
-        # The underlying reader's count: DictReader's own counts only the rows it returned.
-        raise CorpusError(f"{path} line {reader.reader.line_num}: {what}") from None
+        raise CorpusError(f"{path} line {reader.line_num}: {what}") from None
+    if bad:
+        raise _width_error(path, delimiter, header, bad)
+    return header, rows
 
 
 def _spelling(column: str) -> str:

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 REPLICATE_MODES = ("per_listener", "pooled")
 # A number written with a decimal comma, as spreadsheets in much of Europe export it ("4,5").
 DECIMAL_COMMA = re.compile(r"\s*[+-]?\d*,\d+\s*")
+# A number written with a thousands separator ("4,500", "1,234.5", "1.234,5"): never guessed, as
+# "4,500" may be 4500 or a decimal comma's 4.5 on any scale. A leading 0 ("0,125") groups nothing.
+THOUSANDS = re.compile(r"\s*[+-]?[1-9]\d{0,2}(?:(?:,\d{3})+(?:\.\d*)?|(?:\.\d{3})+,\d*)\s*")
 
 
 def _numbers(
@@ -48,7 +51,8 @@ def _numbers(
 ) -> list[tuple[int, float]]:
     """(position in `group`, value) of its rows with a number in `column`; others' cells go to `problems`.
 
-    A decimal comma ("4,5") is a decimal mark, its (line, cell) noted in `commas`. Empty cells of
+    A decimal comma ("4,5") is a decimal mark, its (line, cell) noted in `commas`; a thousands
+    separator ("4,500", `THOUSANDS`) is a problem saying how to write the number. Empty cells of
     an extra score column are no label; an empty `score` cell is a problem.
     """
     values = []
@@ -57,14 +61,31 @@ def _numbers(
         if cell == "" and column != "score":
             continue
         try:
+            if "_" in cell:
+                # Python's digit grouping ("4_500"), which float() reads as 4500: no table's number.
+                raise ValueError(cell)
             values.append((position, float(cell)))
         except ValueError:
-            if DECIMAL_COMMA.fullmatch(cell):
+            if THOUSANDS.fullmatch(cell):
+                problems.append(f"line {line} of {name}: {column} {cell!r}: {_thousands(cell)}")
+            elif DECIMAL_COMMA.fullmatch(cell):
                 values.append((position, float(cell.replace(",", "."))))
                 commas.append((line, cell))
             else:
                 problems.append(f"line {line} of {name}: {column} is not a number ({cell!r})")
     return values
+
+
+def _thousands(cell: str) -> str:
+    """How to write a number with a thousands separator (`THOUSANDS`), which sqa refuses."""
+    text = cell.strip()
+    # The separator is the mark that comes first: a decimal mark comes once, last.
+    mark = "," if "," in text and ("." not in text or text.index(",") < text.index(".")) else "."
+    whole = text.replace(mark, "").replace(",", ".").rstrip(".")
+    # One comma before three digits, and no point: a decimal comma's as well ("4,500": 4.5).
+    if text.count(",") == 1 and "." not in text:
+        whole += f" or {text.replace(',', '.').rstrip('0').rstrip('.')}"
+    return f"a thousands separator is never guessed; write {whole}, without a thousands separator"
 
 
 def _wide_rows(
@@ -140,12 +161,14 @@ def read_csv_manifest(
     every other one before training; one audio file under several sample IDs is warned about.
     The file is UTF-8 (a byte-order mark is fine) unless `encoding` names another (e.g.
     "latin-1"); `score_range` is the rating scale that scores and ratings are checked against.
-    Its separator is `delimiter` (",", ";" or a tab), or, where None, the one of those that
-    splits the header line into most fields; a number with a decimal comma ("4,5") is read as
-    4.5 (said once in the log). A wide table, one row per clip and a column per rater, is read
-    with `rater_columns` (column names or shell patterns, e.g. "rater_*"): each non-empty cell is
-    that rater's rating (the column name is its `listener_id`); such a table has no score or
-    listener_id column.
+    Its separator is `delimiter` (",", ";" or a tab), or, where None, the one an Excel `sep=`
+    first line names, else the one of those that splits the header line into most fields; a row
+    of more or fewer fields than the header is a CorpusError naming its line. A number with a
+    decimal comma ("4,5") is read as 4.5 (said once in the log); one with a thousands separator
+    ("4,500", "1,234.5") is never guessed at: a problem of its clip saying how to write it. A
+    wide table, one row per clip and a column per rater, is read with `rater_columns` (column
+    names or shell patterns, e.g. "rater_*"): each non-empty cell is that rater's rating (the
+    column name is its `listener_id`); such a table has no score or listener_id column.
     """
     scale = rating_scale(score_range)
     if replicates not in REPLICATE_MODES:
