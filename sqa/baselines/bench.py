@@ -316,8 +316,25 @@ def main(argv: list[str] | None = None) -> int:
             scored = bench(config, args)
             # Everything is scored: a previous bench that --overwrite set aside goes only now.
             discard_previous(out)
-            write_outputs(out, config, scored, time.perf_counter() - start)
-    except (BenchError, RunDirError, CorpusError, AudioError, ExportError, ImportError) as err:
+            seconds = time.perf_counter() - start
+            write_outputs(
+                out,
+                config,
+                scored,
+                seconds,
+                inputs=inputs,
+                overwrite=args.overwrite,
+                setting=OPTIONS.overwrite,
+            )
+    except (
+        BenchError,
+        RunDirError,
+        CorpusError,
+        AudioError,
+        ExportError,
+        ImportError,
+        FileExistsError,
+    ) as err:
         print(f"sqa-bench: {err}", file=sys.stderr)
         return 1 if isinstance(err, UnreadableClips) else 2
     counts = f"{len(config.predictors)} predictor(s) on {len(config.corpora)} corpora"

@@ -6,6 +6,7 @@ and training mean) is written whole into the folder the command claimed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from sqa import metrics
 from sqa.baselines.bench_config import BenchConfig
 from sqa.baselines.corpora import corpus_source
 from sqa.core import artefacts
-from sqa.core.atomic import atomic_write_json, atomic_write_text
+from sqa.core.atomic import json_text, write_output
 from sqa.core.provenance import package_versions
 from sqa.reports import tables
 
@@ -54,8 +55,23 @@ def csv_rows(scored: list[Scored]) -> tuple[list[str], list[dict[str, Any]]]:
     return columns, lines
 
 
-def write_outputs(out: Path, config: BenchConfig, scored: list[Scored], seconds: float) -> None:
-    """bench.json, bench.csv, bench_predictions.csv and run_info.json into the claimed `out`."""
+def write_outputs(
+    out: Path,
+    config: BenchConfig,
+    scored: list[Scored],
+    seconds: float,
+    *,
+    inputs: Sequence[str | Path] = (),
+    overwrite: bool = False,
+    setting: str = "--overwrite",
+) -> None:
+    """bench.json, bench.csv, bench_predictions.csv and run_info.json into the claimed `out`.
+
+    Each through `write_output`: never over one of the bench's `inputs`. The claim has refused
+    a previous bench's outputs without `overwrite` (`setting` on the command line) and set them
+    aside with it, so they are new files, created exclusively; run_info.json, which a failed
+    bench leaves and the claim has found to be sqa's, is replaced.
+    """
     record = {
         "config": str(config.path.resolve()),
         "bootstrap": config.bootstrap,
@@ -65,15 +81,19 @@ def write_outputs(out: Path, config: BenchConfig, scored: list[Scored], seconds:
             for row in scored
         ],
     }
-    atomic_write_json(out / "bench.json", record)
+
+    def put(name: str, text: str, replace: bool = overwrite) -> None:
+        write_output(out / name, text, overwrite=replace, inputs=inputs, setting=setting)
+
+    put("bench.json", json_text(record))
     columns, lines = csv_rows(scored)
-    atomic_write_text(out / "bench.csv", artefacts.csv_text(columns, lines))
+    put("bench.csv", artefacts.csv_text(columns, lines))
     predictions = [
         {"predictor": row["predictor"], "corpus": row["corpus"], **clip}
         for row in scored
         for clip in row["rows"]
     ]
-    atomic_write_text(out / "bench_predictions.csv", artefacts.csv_text(PREDICTION_COLUMNS, predictions))
+    put("bench_predictions.csv", artefacts.csv_text(PREDICTION_COLUMNS, predictions))
     info = {
         "command": "sqa-bench",
         "config": str(config.path.resolve()),
@@ -88,4 +108,4 @@ def write_outputs(out: Path, config: BenchConfig, scored: list[Scored], seconds:
         "packages": package_versions(PACKAGES),
         "seconds": seconds,
     }
-    atomic_write_json(out / "run_info.json", info)
+    put("run_info.json", json_text(info), replace=True)

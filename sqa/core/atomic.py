@@ -4,7 +4,9 @@ A process killed at any moment leaves either the old file (folder) or the comple
 Files get the mode a plain `open()` would give them (0644 under the usual umask 022), not
 mkstemp's 0600, and folders that of a plain `mkdir()` (0755), not mkdtemp's 0700, so that a
 group sharing a cluster folder can read a run's outputs. JSON is written strictly: undefined
-values (NaN) as null.
+values (NaN) as null. Every file a command writes where its user names it (`sqa-table --csv`,
+`sqa-compare --json`, `sqa-score --output`, `sqa-bench`'s) goes through `write_output`: never over
+an input of the command, over an existing file only with the command's overwrite setting.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -172,6 +174,59 @@ def atomic_write_text(path: str | Path, text: str, exclusive: bool = False) -> N
     # A file name that Python decoded with surrogate escapes (not UTF-8 under the locale, e.g. any
     # non-ASCII name under LANG=C) is written back as the bytes it was read from.
     atomic_write(path, lambda fh: fh.write(text.encode("utf-8", "surrogateescape")), exclusive)
+
+
+def output_refusal(
+    path: str | Path, *, overwrite: bool, inputs: Iterable[str | Path] = (), setting: str = "--overwrite"
+) -> str | None:
+    """Why a command must not write its output to `path` (None if it may), in one line naming `setting`.
+
+    An input of the command (the same file by its resolved path or its inode, symbolic links
+    followed) is refused even with `overwrite`; so is a folder; an existing file without it.
+    """
+    path = Path(path)
+    target = os.path.realpath(path)
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):
+        found = None
+    for item in inputs:
+        try:
+            same = found is not None and os.path.samestat(found, os.stat(item))
+        except (OSError, ValueError):
+            same = False
+        if same or os.path.realpath(item) == target:
+            return (
+                f"{path}: is one of the inputs of this command ({item}); sqa never writes over an "
+                f"input, even with {setting}: write the output elsewhere"
+            )
+    if path.is_dir():
+        return f"{path}: is a folder"
+    if os.path.lexists(path) and not overwrite:
+        return f"{path}: already exists; pass {setting} to replace it"
+    return None
+
+
+def write_output(
+    path: str | Path,
+    text: str,
+    *,
+    overwrite: bool,
+    inputs: Iterable[str | Path] = (),
+    setting: str = "--overwrite",
+) -> None:
+    """Write a command's output `text` to `path` atomically; FileExistsError if `output_refusal` refuses."""
+    inputs = list(inputs)
+    refusal = output_refusal(path, overwrite=overwrite, inputs=inputs, setting=setting)
+    if refusal is not None:
+        raise FileExistsError(refusal)
+    try:
+        # Without `overwrite` the file is claimed by a hard link: one that appeared since is kept.
+        atomic_write_text(path, text, exclusive=not overwrite)
+    except FileExistsError:
+        if not os.path.lexists(path):
+            raise
+        raise FileExistsError(output_refusal(path, overwrite=False, inputs=inputs, setting=setting)) from None
 
 
 def _strict(value: Any) -> Any:

@@ -1,6 +1,7 @@
 """Compare two settings on the same test clips: groups of runs (seeds), or two single runs.
 
-    sqa-compare A1 A2 A3 -- B1 B2 B3 [--metric srcc] [--resamples 1000] [--seed 0] [--json out.json]
+    sqa-compare A1 A2 A3 -- B1 B2 B3 [--metric srcc] [--resamples 1000] [--seed 0]
+                [--json out.json [--overwrite]]
     sqa-compare --a A1 A2 A3 --b B1 B2 B3 [options]
     sqa-compare A B [options]                    (one run a side)
 
@@ -29,7 +30,8 @@ systems alike, common at system level with few systems) count on both sides of p
 consistent with the interval but lets it reach 1 beside an interval that is not [0, 0]; the
 output gives their share.
 
-For rmse and mse a negative difference means B is better.
+For rmse and mse a negative difference means B is better. `--json` is written atomically, never
+over a run it reads and over an existing file only with `--overwrite`.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from sqa import metrics
-from sqa.core.atomic import atomic_write_text, json_text
+from sqa.core.atomic import json_text, write_output
 from sqa.reports.aligned_runs import SAME_CLIPS, align, read_predictions
 from sqa.reports.compare_arguments import parse_args
 from sqa.reports.significance import summarise, welch
@@ -340,7 +342,11 @@ def main(argv: list[str] | None = None) -> int:
             "seed_variance": seeds,
             "results": result,
         }
-        atomic_write_text(args.json, json_text(summary))
+        try:
+            write_output(args.json, json_text(summary), overwrite=args.overwrite, inputs=args.inputs)
+        except OSError as err:
+            print(f"sqa-compare: --json {err}", file=sys.stderr)
+            return 1
     return 0
 
 

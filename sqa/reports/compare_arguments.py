@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sqa import metrics
 from sqa.core import artefacts
+from sqa.core.atomic import output_refusal
 
 
 def _predictions_file(path: str) -> Path:
@@ -46,6 +47,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the comparison as JSON to this file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     argv = sys.argv[1:] if argv is None else list(argv)
     # `--` ends A's runs: what follows is read as `--b`, so that options may also follow B's runs.
     split = "--" in argv and "--a" not in argv and "--b" not in argv
@@ -69,6 +71,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         twice = next((p for i, p in enumerate(paths) if files[i] in files[:i]), None)
         if twice is not None:
             parser.error(f"{twice} is given twice for {side}: each run counts once")
-    if args.json and Path(args.json).resolve() in {_predictions_file(p) for p in [*args.a, *args.b]}:
-        parser.error(f"--json {args.json} is one of the inputs; sqa-compare never overwrites an input")
+    # The files the comparison reads: `--json` never writes over one of them.
+    args.inputs = [_predictions_file(p) for p in [*args.a, *args.b]]
+    refusal = args.json and output_refusal(args.json, overwrite=args.overwrite, inputs=args.inputs)
+    if refusal:
+        # One line, before any resampling; not argparse's usage, which says nothing of it.
+        parser.exit(2, f"sqa-compare: --json {refusal}\n")
     return args

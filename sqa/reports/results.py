@@ -1,6 +1,7 @@
 """Results tables: read run directories and print the paper's layout with mean ± std over seeds.
 
-    sqa-table --cell "SSL=runs/t3/ssl/*" --cell "SSL+MIDI=runs/t3/midi/*" [--csv out.csv] [--markdown]
+    sqa-table --cell "SSL=runs/t3/ssl/*" --cell "SSL+MIDI=runs/t3/midi/*" [--markdown]
+              [--csv out.csv [--overwrite]]
     sqa-table --paper --cell "SSL=runs/t3/ssl/*" [--paper-rows recipes/singmos_pro/paper_rows.json:table3]
 
 Each cell is a label and a glob of run directories (one per seed) holding `metrics.json`. Rows
@@ -13,13 +14,13 @@ prints the paper's published rows first and, under each cell labelled like one o
 difference run − paper. A cell whose runs were tested on different clips (carved with different
 split seeds, or by versions that carved with each run's seed) or holds a run whose learning
 check failed (run_info.json) gets a mark after its run count and a note below the table naming
-the runs.
+the runs. `--csv` writes the table atomically, never over a file the table reads and over an
+existing file only with `--overwrite`; a text cell a spreadsheet would run as a formula is quoted.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from sqa.core import artefacts
+from sqa.core.atomic import write_output
 from sqa.metrics import defined
 from sqa.reports.tables import markdown, paper_layout, plain_table, set_label, spread_text, table_keys
 
@@ -52,6 +54,9 @@ def _same_sets(run_dirs: list[Path]) -> list[dict]:
             )
     return runs
 
+
+# What the table reads in each run directory (`--csv` never writes over one of them).
+TABLE_INPUTS = (artefacts.METRICS_FILE, artefacts.PREDICTIONS_FILE, "run_info.json")
 
 # The marks of `cell_notes`, after a cell's run count.
 DIFFERENT_CLIPS, NO_BETTER = "*", "!"
@@ -260,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sqa-table", description=__doc__.split("\n")[0])
     parser.add_argument("--cell", action="append", required=True, help="LABEL=GLOB of run directories")
     parser.add_argument("--csv", help="also write the table as CSV to this file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     parser.add_argument(
         "--paper", action="store_true", help="the paper's layout: utt/sys MSE, LCC, SRCC, 2 decimals"
@@ -287,23 +293,30 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"sqa-table: {err}", file=sys.stderr)
         return 1
-    notes = []
+    notes: list[str] = []
+    # Every file the table reads: `--csv` never writes over one of them.
+    read: list[str | Path] = [args.paper_rows.rpartition(":")[0]] if args.paper_rows else []
     for label, pattern in cells:
-        marks, cell_lines = cell_notes(label, artefacts.runs_with_metrics(pattern))
+        run_dirs = artefacts.runs_with_metrics(pattern)
+        read += [d / name for d in run_dirs for name in TABLE_INPUTS]
+        marks, cell_lines = cell_notes(label, run_dirs)
         notes += cell_lines
         for row in rows:
             if marks and row[0] == label:
                 row[1] += marks
+    if args.csv:
+        # Written before the table prints, so that a refused --csv leaves stdout empty.
+        text = artefacts.csv_text(header, [dict(zip(header, row, strict=True)) for row in rows])
+        try:
+            write_output(args.csv, text, overwrite=args.overwrite, inputs=read, setting="--overwrite")
+        except OSError as err:
+            print(f"sqa-table: --csv {err}", file=sys.stderr)
+            return 1
     print((markdown if args.markdown else plain_table)(header, rows))
     if notes:
         print("\n" + "\n".join(notes))
     if source:
         print(f"\nPaper rows: {source}")
-    if args.csv:
-        with open(args.csv, "w", encoding="utf-8", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(header)
-            writer.writerows(rows)
     return 0
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqa.core import ownership
 from sqa.core.artefacts import spreadsheet_safe
-from sqa.core.atomic import atomic_write_text, json_text
+from sqa.core.atomic import atomic_write_text, json_text, output_refusal
 from sqa.core.spread import INTERVAL_LEVELS, interval
 from sqa.scoring.inputs import Inputs
 
@@ -31,13 +31,9 @@ def check_output(output: Path, overwrite: bool, inputs: Sequence[str]) -> str | 
         return f"{output}: the output must end in .csv or .json"
     if not output.parent.is_dir():
         return f"{output}: the folder {output.parent} does not exist"
-    target = output.resolve()
-    if any(Path(p).resolve() == target for p in inputs):
-        return f"{output}: is one of the inputs; sqa-score never overwrites an input"
-    if output.is_dir():
-        return f"{output}: is a folder"
-    if output.exists() and not overwrite:
-        return f"{output}: already exists; pass --overwrite to replace it"
+    refusal = output_refusal(output, overwrite=overwrite, inputs=inputs, setting="--overwrite")
+    if refusal is not None:
+        return refusal
     try:
         # Creating a file is the only faithful test (permissions, ACLs, read-only mounts, root).
         with tempfile.TemporaryFile(dir=output.parent):
@@ -90,6 +86,9 @@ def emit(rows: list[dict[str, Any]], output: Path | None, overwrite: bool = Fals
             # In a run directory, a table sqa created (not one replacing a file of the user's) is
             # recorded as sqa's once written, so that overwrite=true may replace it.
             new = not os.path.lexists(output) or output.name in ownership.owned(output.parent)
+            # `check_output` applied `output_refusal`, the rule of every output, before scoring;
+            # this is the write `write_output` makes (exclusive unless `overwrite`), here with the
+            # fallbacks below where it fails.
             atomic_write_text(output, text, exclusive=not overwrite)
             if new:
                 ownership.record_where_recorded(output.parent, [output.name])

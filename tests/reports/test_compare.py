@@ -676,8 +676,8 @@ def test_the_cli_reports_its_settings_and_writes_the_comparison_it_prints(tmp_pa
     }
     assert written["results"] == json.loads(json_text(expected))
     assert written["results"] != json.loads(json_text(compare.compare(*runs, metric="lcc", resamples=60)))
-    # The defaults: SRCC, 1000 resamples, seed 0.
-    assert compare.main(args) == 0
+    # The defaults: SRCC, 1000 resamples, seed 0; the earlier --json is replaced only with --overwrite.
+    assert compare.main([*args, "--overwrite"]) == 0
     assert capsys.readouterr().out.startswith(
         "srcc (higher is better): B - A over 1000 paired resamples (seed 0)\n"
     )
@@ -739,15 +739,33 @@ def test_the_json_output_never_overwrites_an_input(tmp_path, capsys, monkeypatch
     elif how == "symlink":
         target = str(tmp_path / "link.json")
         (tmp_path / "link.json").symlink_to(b)
+    # Refused in one line, --overwrite or not.
     with pytest.raises(SystemExit) as exit_:
-        compare.main([str(a), str(b), "--json", target])
+        compare.main([str(a), str(b), "--json", target, "--overwrite"])
     assert exit_.value.code == 2
-    err = capsys.readouterr().err.splitlines()[-1]
-    assert (
-        err
-        == f"sqa-compare: error: --json {target} is one of the inputs; sqa-compare never overwrites an input"
-    )
+    assert capsys.readouterr().err.splitlines() == [
+        f"sqa-compare: --json {target}: is one of the inputs of this command ({b.resolve()}); sqa never "
+        "writes over an input, even with --overwrite: write the output elsewhere"
+    ]
     assert b.read_bytes() == before
+
+
+def test_an_existing_json_is_kept_byte_for_byte_without_overwrite_and_replaced_with_it(tmp_path, capsys):
+    # As reported: `sqa-compare --json my_compare.json` replaced the user's file.
+    a, b, _ = _two_runs(tmp_path)
+    out = tmp_path / "my_compare.json"
+    out.write_bytes(b"{ my notes }\n")
+    args = [str(a), str(b), "--resamples", "20", "--json", str(out)]
+    with pytest.raises(SystemExit) as exit_:
+        compare.main(args)
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and out.read_bytes() == b"{ my notes }\n"
+    assert captured.err.splitlines() == [
+        f"sqa-compare: --json {out}: already exists; pass --overwrite to replace it"
+    ]
+    assert compare.main([*args, "--overwrite"]) == 0
+    assert json.loads(out.read_text())["resamples"] == 20
 
 
 @pytest.mark.parametrize(("runs_a", "runs_b"), [(1, 1), (1, 2), (2, 1), (3, 3)])

@@ -1,3 +1,4 @@
+import csv
 import json
 import math
 
@@ -151,3 +152,62 @@ def test_a_run_whose_learning_check_failed_is_marked(tmp_path, capsys):
         f"! R: {tmp_path}/r/1 predicted no better than the constant training mean (run_info.json "
         "learning_check); its numbers are in the mean"
     )
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+@pytest.mark.parametrize("name", ["metrics.json", "predictions.csv", "run_info.json", "link to metrics.json"])
+def test_the_csv_never_replaces_a_file_the_table_reads(tmp_path, capsys, name, overwrite):
+    # As reported: `sqa-table --cell demo=RUN --csv RUN/metrics.json` replaced the run's metrics.
+    run = tmp_path / "run"
+    write_run(run, 0.0)
+    write_clips(run, ["u1", "u2"], "better")
+    target = run / name
+    if name.startswith("link"):
+        target = tmp_path / "table.csv"
+        target.symlink_to(run / "metrics.json")
+    read = run / ("metrics.json" if name.startswith("link") else name)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert results.main(["--cell", f"demo={run}", "--csv", str(target), *overwrite]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"sqa-table: --csv {target}: is one of the inputs of this command ({read}); sqa never writes "
+        "over an input, even with --overwrite: write the output elsewhere"
+    ]
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+def test_the_csv_never_replaces_the_paper_rows_it_reads(tmp_path, capsys):
+    write_run(tmp_path / "run", 0.0)
+    rows = tmp_path / "rows.json"
+    rows.write_text('{"t": []}')
+    args = ["--paper", "--paper-rows", f"{rows}:t", "--cell", f"SSL={tmp_path}/run", "--csv", str(rows)]
+    assert results.main([*args, "--overwrite"]) == 1
+    assert "is one of the inputs" in capsys.readouterr().err and rows.read_text() == '{"t": []}'
+
+
+def test_an_existing_csv_is_replaced_only_with_overwrite(tmp_path, capsys):
+    write_run(tmp_path / "ssl" / "0", 0.0)
+    out = tmp_path / "my_results.csv"
+    out.write_bytes(b"my own results\r\n")
+    args = ["--cell", f"SSL={tmp_path}/ssl/*", "--csv", str(out)]
+    assert results.main(args) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and out.read_bytes() == b"my own results\r\n"
+    assert captured.err.splitlines() == [
+        f"sqa-table: --csv {out}: already exists; pass --overwrite to replace it"
+    ]
+    assert results.main([*args, "--overwrite"]) == 0
+    assert out.read_text().startswith("setting,runs,UTT RMSE")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_results.csv", "ssl"]
+
+
+def test_the_csv_quotes_a_label_a_spreadsheet_would_run_and_keeps_a_number(tmp_path):
+    # A label holds no "=" (LABEL=GLOB), but "+", "-" and "@" start formulas too.
+    for name in "abc":
+        write_run(tmp_path / name, 0.0)
+    out = tmp_path / "t.csv"
+    cells = [f"--cell=@SUM(A1:A9)={tmp_path}/a", f"--cell=-1+2={tmp_path}/b", f"--cell=-0.5={tmp_path}/c"]
+    assert results.main([*cells, "--csv", str(out)]) == 0
+    labels = [row[0] for row in csv.reader(out.open(encoding="utf-8", newline=""))]
+    assert labels == ["setting", "'@SUM(A1:A9)", "'-1+2", "-0.5"]
