@@ -9,6 +9,7 @@ python train.py -m hparams_search=optuna      # a sweep: trials validate only (t
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from sqa.core.openmp import short_spin
 
@@ -25,6 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from sqa.core.run_lock import RunDirError
+from sqa.core.signals import stop_on_signals
 from sqa.data.corpus import CorpusError
 from sqa.exports.config import ExportError
 from sqa.training.run import NoCheckpointError, run
@@ -33,9 +35,11 @@ from sqa.training.run import NoCheckpointError, run
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     """Train one configuration; returns the objective of sweeps (the best selection score, errors negated)."""
+    hydra_cfg = HydraConfig.get()
+    run_dir = hydra_cfg.runtime.output_dir
     try:
-        hydra_cfg = HydraConfig.get()
-        return run(cfg, hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task)).objective
+        with stop_on_signals("train.py", lambda: next_step(run_dir)):
+            return run(cfg, run_dir, list(hydra_cfg.overrides.task)).objective
     except (CorpusError, RunDirError, ExportError, NoCheckpointError) as err:
         # The report is the message: print it as text on stderr, not inside a traceback.
         sys.exit("\n".join(["Error: " + str(err), *getattr(err, "__notes__", [])]))
@@ -49,6 +53,13 @@ def main(cfg: DictConfig) -> float:
             f"Error: {where}{err.strerror}; what the run wrote before is kept, and resume=true "
             "continues from its last checkpoint once this is fixed"
         )
+
+
+def next_step(run_dir: str) -> str:
+    """What a stopped run's folder allows: resuming from a checkpoint it wrote, or running again."""
+    if any(Path(run_dir).glob("**/checkpoints/last.ckpt")):
+        return f"{run_dir} keeps what it wrote: the same command with resume=true continues from there"
+    return "no checkpoint was written yet: run the same command again"
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from sqa.core.openmp import short_spin
+from sqa.core.signals import stop_on_signals
 
 # The extra that installs each optional package a command imports at start-up.
 EXTRA_OF = {
@@ -58,10 +59,14 @@ def exit_without(command: str, modules: Iterable[str]) -> None:
 
 
 def run_main(module: str, command: str) -> Any:
-    """Import `module` and return its main(), or exit with one line naming the extra it lacks."""
+    """Import `module` and return its main(), or exit with one line naming the extra it lacks.
+
+    SIGTERM and SIGINT end it with their status (143, 130) and one line (`sqa.core.signals`).
+    """
     try:
         main = importlib.import_module(module).main
-        return main()
+        with stop_on_signals(command):
+            return main()
     except MissingExtraError as err:
         sys.exit(f"{command}: {err}")
     except ImportError as err:

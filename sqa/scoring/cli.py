@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqa.core.extras import MissingExtraError
+from sqa.core.signals import stop_on_signals
 from sqa.scoring.cli_arguments import argument_parser, argument_problems, default_workers
 from sqa.scoring.inputs import Inputs, expand_inputs
 from sqa.scoring.outputs import check_output, clip_rows, emit, system_of, system_rows, systems_output
@@ -65,16 +66,14 @@ def _warning_line(message: Warning | str, *_: object, **__: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `sqa-score`; returns the exit code (130, as a shell's, when interrupted).
+    """Entry point of `sqa-score`; returns the exit code, or exits 130 / 143 on SIGINT / SIGTERM.
 
-    An interrupt (Ctrl-C, SIGINT) ends it with one line and no traceback; outputs are written only
-    at the end (atomically), so none is written half, and what was there is as it was.
+    A signal ends it with one line and no traceback, its decoding workers shut down; outputs are
+    written only at the end (atomically), so none is written half, and what was there is as it was.
     """
-    try:
+    whole = "no output is left half-written (each is written whole, or not at all)"
+    with stop_on_signals("sqa-score", whole):
         return _main(argv)
-    except KeyboardInterrupt:
-        interrupted = "interrupted; no output is left half-written (each is written whole, or not at all)"
-        return _fail([interrupted], 130)
 
 
 def _main(argv: list[str] | None) -> int:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from sqa.core import signals
 from sqa.models.ensemble import EnsemblePredictor
 from sqa.training.evaluation import tested
 from sqa.training.fitting import Fitted
@@ -117,6 +118,8 @@ def tested_on(predictor: Any, prepared: Prepared, corpus: Any) -> Any:
 
 def enter(prepared: Prepared, number: int, total: int, store: FrameStore) -> None:
     """Say which candidate trains now, and let it share the frames of the run's frozen networks."""
+    name = f"candidate {number} of {total}, {prepared.name}" if prepared.candidate else "the model"
+    signals.stage(f"fitting {name}")
     if prepared.candidate is None:
         return
     what = " ".join(prepared.candidate.overrides) or "the configuration as given"

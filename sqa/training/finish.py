@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
+from sqa.core import signals
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.exports.format import export_predictor
 from sqa.reports import learning
@@ -53,6 +54,7 @@ def test(tried: Sequence[Tried]) -> None:
     once); the configuration alone by its own trainer at its selected checkpoint, on every device
     it trained on.
     """
+    signals.stage("testing")
     for entry in tried:
         prepared = entry.prepared
         with entry.timed():
@@ -68,6 +70,7 @@ def test(tried: Sequence[Tried]) -> None:
 
 def export(winner: Tried, tried: Sequence[Tried], skipped: dict[str, str], run_dir: Path) -> dict[str, Any]:
     """Write every model's results and export; the winner's are the run's. Returns its run_info record."""
+    signals.stage("writing the results and the export")
     if winner.prepared.name is None:
         return finish(winner, run_dir)
     for entry in tried:

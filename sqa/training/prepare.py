@@ -17,6 +17,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from sqa.core import signals
 from sqa.core.atomic import atomic_write_json, atomic_write_text
 from sqa.core.run_folder import missing_folders, record_point, remove_unused, restore_previous
 from sqa.data.corpus import Corpus, format_counts
@@ -55,6 +56,7 @@ class Prepared(NamedTuple):
 
 def prepare(cfg: DictConfig, run_dir: Path, plan: Plan) -> tuple[list[Prepared], dict[str, str]]:
     """Every model of `plan`, prepared on one reading of the corpus; the candidates skipped, with why."""
+    signals.stage("reading and checking the corpus")
     if not plan.candidates:
         return [prepare_model(cfg, run_dir)], {}
     prepared: list[Prepared] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -127,7 +128,63 @@ def test_an_interrupt_while_scoring_ends_in_one_line_exit_130_and_leaves_the_out
     assert result.returncode == 130
     assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "sqa-score: interrupted; no output is left half-written (each is written whole, or not at all)"
+        "sqa-score: stopped by SIGINT; no output is left half-written (each is written whole, or not at all)"
     )
     assert out.read_text() == "path,score\nearlier.wav,3.0\n"
     assert [p.name for p in tmp_path.iterdir()] == ["s.csv"]
+
+
+def living(marker: str) -> list[int]:
+    """PIDs of the processes whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="lists processes through /proc")
+def test_sigterm_while_scoring_with_workers_exits_143_and_leaves_no_worker(
+    default_export, synthetic_root, tmp_path
+):
+    # SIGTERM, as a scheduler sends it, once the two decoding workers have delivered a first clip.
+    terminating = (
+        "import os, signal, sys\n"
+        "from sqa.scoring import scorer\n"
+        "real = scorer.Scorer.score_files\n"
+        "def terminated(self, *args, **kwargs):\n"
+        "    for n, result in enumerate(real(self, *args, **kwargs)):\n"
+        "        if n == 0:\n"
+        "            os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        yield result\n"
+        "scorer.Scorer.score_files = terminated\n"
+        "from sqa.scoring.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    out = tmp_path / "scores.csv"
+    clips = sorted((synthetic_root / "wav").iterdir())[:40]
+    args = ["--checkpoint", str(default_export), "--output", str(out), "--num-workers", "2", *map(str, clips)]
+    # stderr into a file, not a pipe: a leaked worker holding the pipe open would keep run() waiting.
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as fh:
+        result = subprocess.run(
+            [sys.executable, "-c", terminating, *args],
+            cwd=REPO,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=fh,
+            timeout=300,
+        )
+    stderr = log.read_text()
+    assert result.returncode == 143, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1].startswith("sqa-score: stopped by SIGTERM; no output")
+    assert not out.exists()
+    # Forked workers carry the command line of their parent, the output's path included.
+    leaked = living(str(out))
+    for pid in leaked:
+        os.kill(pid, signal.SIGKILL)
+    assert leaked == []

@@ -138,6 +138,35 @@ def test_kill_minus_9_then_resume_is_the_uninterrupted_run(limit, synthetic_root
     )
 
 
+@pytest.mark.slow
+def test_sigterm_in_training_exits_143_with_one_line_and_resume_finishes_the_run(synthetic_root, tmp_path):
+    # A scheduler's time limit: SIGTERM once the first resume point is written.
+    extra, _, _ = limits(epoch_batches(synthetic_root))["max_steps"]
+    run_dir = tmp_path / "run"
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            train(run_dir, synthetic_root, *extra), cwd=REPO, stdout=subprocess.DEVNULL, stderr=fh
+        )
+        wait_for_writes(run_dir / "checkpoints" / "last.ckpt", 1, proc)
+        assert proc.poll() is None, "training finished before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143
+    last = log.read_text().strip().splitlines()[-1]
+    assert last.startswith("train.py: stopped by SIGTERM while fitting the model; ")
+    assert last.endswith("the same command with resume=true continues from there")
+    assert not (run_dir / "metrics.json").exists()
+    resumed = subprocess.run(
+        train(run_dir, synthetic_root, *extra, "resume=true"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run_dir / "metrics.json").read_text())
+
+
 @pytest.mark.slow  # a second Python process or a training (over 10 s)
 def test_resume_without_a_checkpoint_is_a_clear_error(synthetic_root, tmp_path):
     result = subprocess.run(
