@@ -4,7 +4,8 @@ A folder sqa writes into (a run directory, an export, a baseline's run directory
 `.sqa-owned.json`, the names of the entries directly inside it that sqa created. A name is
 recorded only once sqa has created that entry (a name it merely might write never is), so a
 file the user had before, or adds later, never becomes sqa's. The record names the folder it was
-written for (its inode number): copied or downloaded into another folder it proves nothing, and
+written for (its inode and creation time, `folder_id`): copied or downloaded into another folder,
+or restored from a backup into a new folder that took the old one's inode, it proves nothing, and
 the folder counts as holding no file of sqa's. Such a stray record is not sqa's either: sqa never
 replaces it with its own, and refuses to write a record into its folder until the user moves it
 (`stray_record`). Replacing or clearing a folder is refused when it holds any entry not recorded
@@ -14,16 +15,22 @@ root, or when it is an ancestor of one of those.
 
 from __future__ import annotations
 
+import ctypes
 import fnmatch
 import json
 import os
 import stat
-from collections.abc import Iterable, Sequence
+import struct
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from sqa.core.atomic import atomic_write_text
 
 MANIFEST = ".sqa-owned.json"
+# statx(2): "the current directory" for a path, the creation-time bit of its mask, the size of
+# struct statx and the offset of its stx_btime (after mask, blksize, attributes, nlink, uid, gid,
+# mode, ino, size, blocks, attributes_mask and stx_atime).
+_AT_FDCWD, _STATX_BTIME, _STATX_SIZE, _STATX_BTIME_OFFSET = -100, 0x800, 256, 80
 # A manifest lists names, never contents: a megabyte holds tens of thousands of them.
 MAX_MANIFEST_BYTES = 1 << 20
 
@@ -48,18 +55,51 @@ def _read(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def folder_id(folder: str | Path) -> int | None:
-    """The identity a record of `folder` carries: its inode number (None if it is no folder).
+def _libc_statx() -> Callable[..., int] | None:
+    """The C library's statx(2) (None where it has none: not Linux, or a glibc before 2.28)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).statx
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up once: a folder's identity must not change with what the process does to ctypes later.
+_STATX = _libc_statx()
+
+
+def born_ns(folder: str | Path) -> int | None:
+    """When `folder` was created, in ns since the epoch, from statx(2) (None where that is not known)."""
+    if _STATX is None:
+        return None
+    buffer = ctypes.create_string_buffer(_STATX_SIZE)
+    # Followed as os.stat follows: the folder a link leads to.
+    if _STATX(_AT_FDCWD, os.fsencode(folder), 0, _STATX_BTIME, buffer) != 0:
+        return None
+    (mask,) = struct.unpack_from("I", buffer, 0)
+    seconds, nanoseconds = struct.unpack_from("qI", buffer, _STATX_BTIME_OFFSET)
+    # A file system without creation times leaves the bit unset; some images zero them.
+    if not mask & _STATX_BTIME or (seconds, nanoseconds) == (0, 0):
+        return None
+    return seconds * 1_000_000_000 + nanoseconds
+
+
+def folder_id(folder: str | Path) -> str | None:
+    """The identity a record of `folder` carries: inode and creation time, "ino-ns" (None: no folder).
 
     A rename or move keeps it; a copy, an unpacked download or a new folder of the same name
-    gets another.
+    gets another, even where the file system gives the new folder a deleted one's inode (ext4
+    does at once): its creation time differs. Where the file system keeps no creation time
+    (statx(2) has none), the identity is the inode alone, "ino".
     """
     try:
         # Followed: a run directory named through a link is the folder it leads to.
         info = os.stat(folder)
     except OSError:
         return None
-    return info.st_ino if stat.S_ISDIR(info.st_mode) else None
+    if not stat.S_ISDIR(info.st_mode):
+        return None
+    born = born_ns(folder)
+    return f"{info.st_ino}" if born is None else f"{info.st_ino}-{born}"
 
 
 def _record(folder: Path) -> set[str] | None:
@@ -73,8 +113,8 @@ def _record(folder: Path) -> set[str] | None:
     except (ValueError, KeyError, TypeError, RecursionError):
         # An unreadable record proves nothing: the folder counts as holding no file of sqa's.
         return None
-    # A bool is an int to Python, and no folder's identity.
-    if isinstance(written_for, bool) or written_for != folder_id(folder) or not isinstance(names, list):
+    # An identity is a string: a bare inode number (a record of sqa before creation times) proves nothing.
+    if not isinstance(written_for, str) or written_for != folder_id(folder) or not isinstance(names, list):
         return None
     return {n for n in names if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n}
 

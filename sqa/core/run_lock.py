@@ -78,7 +78,7 @@ def _previous_token(fd: int, run_dir: Path) -> str | None:
         return None
     token, folder = words[1], words[3]
     valid = len(token) == 32 and all(c in "0123456789abcdef" for c in token)
-    return token if valid and folder == str(ownership.folder_id(run_dir)) else None
+    return token if valid and folder == ownership.folder_id(run_dir) else None
 
 
 def _write_owner(fd: int, run_dir: Path, token: str | None) -> None:

@@ -63,7 +63,7 @@ def test_a_set_aside_folder_sqa_did_not_make_is_never_put_back(name, tmp_path, c
     write_files(folder / name, {"thesis.tex": "old draft\n", ".lock": "PID 1 on h\n"})
     (folder / name / ownership.MANIFEST).write_text(
         json.dumps(
-            {"written_by": "sqa", "folder": os.stat(folder).st_ino, "entries": ["thesis.tex", "notes"]}
+            {"written_by": "sqa", "folder": ownership.folder_id(folder), "entries": ["thesis.tex", "notes"]}
         )
     )
     before = snapshot(folder)

@@ -44,7 +44,7 @@ def test_the_record_is_sorted_json_naming_who_wrote_it_and_the_folder(tmp_path):
         (tmp_path / name).write_text("")
     ownership.record(tmp_path, ["b", "a", "b"])
     text = (tmp_path / MANIFEST).read_text(encoding="utf-8")
-    folder = os.stat(tmp_path).st_ino
+    folder = ownership.folder_id(tmp_path)
     assert text == json.dumps({"written_by": "sqa", "folder": folder, "entries": ["a", "b"]}, indent=1) + "\n"
 
 
@@ -65,9 +65,44 @@ def test_a_record_copied_into_another_folder_proves_nothing_there(tmp_path):
     assert ownership.owned(moved) == {"notes.md"}
 
 
+def test_a_record_restored_into_a_new_folder_that_took_the_old_ones_inode_proves_nothing(tmp_path):
+    if ownership.born_ns(tmp_path) is None:
+        pytest.skip("this file system keeps no creation times: the inode is all a record can name")
+    run = tmp_path / "run"
+    run.mkdir()
+    ownership.record_all(run)
+    backup, inode = (run / MANIFEST).read_bytes(), os.stat(run).st_ino
+    (run / MANIFEST).unlink()
+    run.rmdir()
+    # The user's new folders; ext4 hands one of them the deleted folder's inode at once, and it is
+    # named as the old one was.
+    made = [tmp_path / f"new{i}" for i in range(20)]
+    for folder in made:
+        folder.mkdir()
+    same = [f for f in made if os.stat(f).st_ino == inode]
+    if not same:
+        pytest.skip("this file system gave no new folder the deleted one's inode: the case cannot be built")
+    same[0].rename(run)
+    (run / "metrics.json").write_text("the user's\n")
+    (run / MANIFEST).write_bytes(backup)
+    assert ownership.owned(run) == set() and not ownership.has_record(run)
+    with pytest.raises(ownership.OwnershipError, match="holds .sqa-owned.json, which is not a record"):
+        ownership.check_replaceable(run, "overwrite=true")
+
+
+@pytest.mark.parametrize("identity", ["inode", "inode-0", "bare number"])
+def test_a_record_naming_the_inode_without_the_creation_time_proves_nothing(identity, tmp_path):
+    if ownership.born_ns(tmp_path) is None:
+        pytest.skip("this file system keeps no creation times: the inode is all a record can name")
+    inode = os.stat(tmp_path).st_ino
+    written_for = {"inode": str(inode), "inode-0": f"{inode}-0", "bare number": inode}[identity]
+    (tmp_path / MANIFEST).write_text(record_text(tmp_path, ["a"], written_for))
+    assert ownership.owned(tmp_path) == set()
+
+
 def record_text(folder: Path, entries: object, written_for: object = None) -> str:
     """A record of `entries` written for `folder` (or for `written_for` where given)."""
-    identity = os.stat(folder).st_ino if written_for is None else written_for
+    identity = ownership.folder_id(folder) if written_for is None else written_for
     return json.dumps({"written_by": "sqa", "folder": identity, "entries": entries})
 
 
