@@ -23,6 +23,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+# Called with each path once a file or folder is in place there whole: a run's claim records
+# what it writes as it writes it (`sqa.core.run_lock`), so a kill at any later instant leaves it
+# recorded as sqa's.
+WRITTEN: list[Callable[[Path], None]] = []
+
+
+def _written(path: Path) -> None:
+    """Tell the `WRITTEN` hooks that `path` is now in place."""
+    for hook in WRITTEN:
+        hook(path)
+
 
 def default_mode(directory: bool = False) -> int:
     """The mode `open()` (0666) or `mkdir()` (0777) gives under the current umask."""
@@ -55,6 +66,7 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None], exclusive:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _written(path)
 
 
 # Temporary folders of `atomic_dir` are named `.<name>.sqa-new-*`; one that holds a replaced
@@ -149,6 +161,7 @@ def atomic_dir(
             if made is not None:
                 made(old)
             shutil.rmtree(old)
+            _written(path)
             return
         if replace and path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.{OLD_INFIX}", dir=path.parent))
@@ -158,6 +171,7 @@ def atomic_dir(
         os.rename(tmp, path)
         if old is not None:
             shutil.rmtree(old)
+        _written(path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from sqa.core import ownership, set_aside
+from sqa.core import atomic, ownership, set_aside
 from sqa.core.set_aside import LOCK_NAME
 
 LINK_REFUSED = "is a symbolic link; sqa writes only its own files in a run directory"
@@ -112,6 +112,18 @@ def record_point(run_dir: str | Path) -> None:
     claim = _held.get(run_dir)
     if claim is not None and run_dir.is_dir():
         ownership.record_created(run_dir, claim.users)
+
+
+def _record_written(path: Path) -> None:
+    """Record `path`, just written whole by sqa, where it lies in a folder this process claims."""
+    if path.name == ownership.MANIFEST:
+        return
+    claimed = claim_holding(path.parent)
+    if claimed is not None:
+        record_point(claimed)
+
+
+atomic.WRITTEN.append(_record_written)
 
 
 def set_previous_aside(run_dir: str | Path, names: Collection[str]) -> None:

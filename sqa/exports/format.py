@@ -89,11 +89,13 @@ def export_predictor(
     inputs: Sequence[str | Path] = (),
     vocal_only: bool = False,
     datastore: Datastore | None = None,
+    overwrite_setting: str = "overwrite=True",
 ) -> Path:
     """Write `predictor` to `directory` atomically; replace an existing one only if `overwrite`.
 
     An existing export is replaced only if sqa wrote all of it (`sqa.core.ownership`; its
     `.sqa-owned.json` lists its files) and it is none of the command's `inputs`, nor holds one.
+    `overwrite_setting` is how the refusal names `overwrite`: as the calling command spells it.
 
     `metrics` (of the overall MOS) go to metrics.json, each of `dimension_metrics` (other score
     dimensions) to metrics_<dim>.json. config.yaml's `model` records the predictor's score
@@ -107,7 +109,7 @@ def export_predictor(
     """
     directory = Path(directory)
     if directory.exists() and not overwrite:
-        raise ExportError(f"{directory}: already exists; pass overwrite=True to replace it")
+        raise ExportError(f"{directory}: already exists; pass {overwrite_setting} to replace it")
     check_replaceable(directory, inputs)
     config = {
         "format": FORMAT_VERSION,

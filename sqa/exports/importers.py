@@ -191,6 +191,7 @@ def import_predictor(
         SAMPLE_RATE,
         converted.domains,
         overwrite=overwrite,
+        overwrite_setting="--overwrite",
         run_info={"release": release},
         inputs=inputs,
     )

@@ -146,6 +146,7 @@ def finish(
         # A resumed candidate replaces its own folder's export, which this run wrote (export_predictor
         # still refuses a folder that is not sqa's); the run's export needs overwrite_export.
         overwrite=settings.overwrite_export or (settings.resume and not result),
+        overwrite_setting="overwrite_export=true",
         f0_extractor=datamodule.f0_extractor,
         data=recorded_data(cfg, export_dir, info.get("test_split_csv")),
         test={"seed": settings.seed, "bootstrap": settings.bootstrap},

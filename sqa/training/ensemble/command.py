@@ -142,6 +142,7 @@ def build_ensemble(
         config["domains"],
         metrics,
         overwrite=overwrite,
+        overwrite_setting="--overwrite",
         f0_extractor=f0_extractor,
         dimension_metrics=dimension_metrics,
         data=data,
