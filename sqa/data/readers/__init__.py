@@ -1,4 +1,4 @@
-"""Corpus readers: SingMOS-Pro layout, SingMOS (VMC'24 track 2) layout and CSV manifests.
+"""Corpus readers: SingMOS-Pro layout, SingMOS (VMC'24 track 2) layout, CSV manifests, webMUSHRA.
 
 Every reader returns a `Corpus` of `Clip` rows. Problems in the metadata's structure raise
 `CorpusError` naming the file and the key or row at fault, never a bare KeyError; a CSV cell that
@@ -12,6 +12,7 @@ One concept per module:
     columns.py    a CSV manifest's columns: sqa's names, recognised spellings, the rows as read
     manifest.py   the CSV manifest reader: scores from listeners' rows, roles, test sets
     recorded.py   the readers an export may record, and reading its recorded corpus
+    webmushra.py  a webMUSHRA study: its results CSV with the config YAML it ran
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sqa.data.readers.common import read_text
 from sqa.data.readers.manifest import REPLICATE_MODES, read_csv_manifest
 from sqa.data.readers.recorded import CORPUS_READERS, GENERATING_READERS, recorded_corpus
 from sqa.data.readers.singmos import read_singmos_pro, read_vmc24
+from sqa.data.readers.webmushra import read_webmushra
 
 # The paths that configs, exports and users' code name: each stays `sqa.data.readers.<name>`.
 __all__ = [
@@ -44,5 +46,6 @@ __all__ = [
     "read_singmos_pro",
     "read_text",
     "read_vmc24",
+    "read_webmushra",
     "recorded_corpus",
 ]
