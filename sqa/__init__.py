@@ -2,8 +2,13 @@
 
     import sqa
     predictor = sqa.load("runs/my-run")          # an export dir, a run dir or a model.pt
+    predictor = sqa.load("distillmos")           # a built-in predictor by name ("./distillmos": a path)
     predictor.score("song.wav")                  # one float per clip
     predictor.score(audio, sample_rate)          # arrays need their rate; lists give lists in order
+                                                 # (samples,) or (samples, channels) is one clip,
+                                                 # (clips, samples) a batch: (2, N) is two clips
+    predictor.score("takes/").to_pandas()        # a folder: {path: score}, and its DataFrame
+    predictor.score_files(paths).to_pandas()     # many files: one row each, in input order
     predictor.score_with_spread("song.wav")      # (score, spread, (lo90, hi90)); None spread without one
 
 `import sqa` stays light: torch and the scoring code load on the first `sqa.load`; it registers
@@ -35,7 +40,11 @@ def load(
     pooling: str | None = None,
     vocal_only: bool | None = None,
 ) -> Scorer:
-    """Load an export (its directory, a run directory holding export/, or its model.pt) for scoring.
+    """Load an export (its directory, a run directory holding export/, or its model.pt) or a built-in.
+
+    A built-in predictor's name (`sqa.scoring.named.NAMED_PREDICTORS`: "distillmos") is always the
+    built-in, whatever the working directory holds; a folder of that name is loaded as a path
+    ("./distillmos"). The result's `source` and repr, and an INFO log line, say which was loaded.
 
     The result's `.score` scores paths, numpy arrays or torch tensors (`.score(audio, sample_rate)`)
     and lists of them, in input order; see `sqa.scoring.scorer.Scorer` for `domain`,

@@ -3,14 +3,22 @@
 `Scorer` is an `sqa.scoring.engine.ExportScorer` (the export loaded, and its batch-invariant path
 from waveforms and files to scores) with the queries a user asks of clips given as paths or
 arrays: their scores, with spreads and intervals, a clip's timeline, a preference between two.
+Its results for many files (`FileScores`) and for a folder (`FolderScores`) convert to a pandas
+DataFrame in one call, per clip or per system (`to_pandas`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sqa.core.extras import require
 from sqa.core.spread import INTERVAL_LEVELS, interval
 from sqa.data.audio import AudioError
 from sqa.data.vocal import VocalActivity, vocal_activity
@@ -19,6 +27,8 @@ from sqa.scoring.clips import ClipWarning, warn_at_caller
 from sqa.scoring.device import resolve_device
 from sqa.scoring.domains import MEAN_DOMAIN, default_domain_note, resolve_domain
 from sqa.scoring.engine import ExportScorer
+from sqa.scoring.named import loaded_line, source_of
+from sqa.scoring.outputs import system_of, system_rows
 from sqa.scoring.preferences import Preference, check_sigma, preference_of
 from sqa.scoring.results import ScoreResult, SpreadScore
 from sqa.scoring.scorer_warnings import (
@@ -31,8 +41,13 @@ from sqa.scoring.scorer_warnings import (
 )
 from sqa.scoring.timeline import Timeline, clip_timeline
 
-# Every public name of this module, those now defined in scorer_warnings, domains, device and
-# results included, and ClipWarning (docs/scoring.md names it here): each stays `sqa.scoring.scorer.<name>`.
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Every public name this module had when it was split, those now defined in scorer_warnings,
+# domains, device and results included, and ClipWarning (docs/scoring.md names it here): each stays
+# `sqa.scoring.scorer.<name>` (tests/test_module_paths.py pins the list). FileScores and FolderScores,
+# added since, are the types of what `Scorer` returns, not names to star-import.
 __all__ = [
     "CHUNK_SECONDS_WITHIN_0_02",
     "MEAN_DOMAIN",
@@ -50,6 +65,129 @@ __all__ = [
     "resolve_domain",
 ]
 
+log = logging.getLogger(__name__)
+
+# The extra that installs pandas for `to_pandas`: the researcher's, which trains and evaluates.
+PANDAS_EXTRA = "train"
+# Columns of a clip's table beside score_<dim> that hold numbers (None: NaN).
+FLOAT_COLUMNS = ("score", "spread", "lo90", "hi90")
+
+
+def _pandas() -> ModuleType:
+    """pandas, or a MissingExtraError naming the extra that installs it."""
+    return require("pandas", PANDAS_EXTRA, "to_pandas()")
+
+
+def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+    """`rows` as a DataFrame of `columns`, those holding scores float (a clip without a score: NaN)."""
+    pd = _pandas()
+    floats = {c: "float64" for c in columns if c in FLOAT_COLUMNS or c.startswith("score_")}
+    return pd.DataFrame(rows, columns=columns).astype(floats)
+
+
+def _systems_frame(rows: list[dict[str, Any]], dimensions: Sequence[str]) -> pd.DataFrame:
+    """Per-system means of clip `rows` (path, score, score_<dim>), as `sqa-score --by-system` writes them.
+
+    A system is the `<sys>` of a `<sys>-<utt>` file name; a clip without one is a ValueError naming it.
+    """
+    systems = [system_of(row["path"], {}) for row in rows]
+    unknown = [row["path"] for row, system in zip(rows, systems, strict=True) if system is None]
+    if unknown:
+        raise ValueError(
+            f"by_system: cannot tell the system of {len(unknown)} clip(s), e.g. {unknown[0]}; "
+            "name them <sys>-<utt>"
+        )
+    rows = [{**row, "system_id": system} for row, system in zip(rows, systems, strict=True)]
+    columns = ["system_id", "n", "score", *(f"score_{d}" for d in dimensions[1:])]
+    return _frame(system_rows(rows, dimensions[1:]), columns)
+
+
+def _value_columns(value: Any, dimensions: Sequence[str]) -> dict[str, Any]:
+    """The columns of a clip's `score` or `score_with_spread`: score, [spread, lo90, hi90], score_<dim>."""
+    if isinstance(value, SpreadScore):
+        low, high = value.interval90 or (None, None)
+        return {"score": value.score, "spread": value.spread, "lo90": low, "hi90": high}
+    scores = value if isinstance(value, dict) else dict.fromkeys(dimensions, value)
+    return {"score": scores[dimensions[0]], **{f"score_{d}": scores[d] for d in dimensions[1:]}}
+
+
+class FolderScores(dict[str, Any]):
+    """`score(folder)`'s {path: score} (or `score_with_spread`'s {path: SpreadScore}): a dict, and a table.
+
+    `dimensions` are those its values hold, the overall one first.
+    """
+
+    def __init__(self, scores: Mapping[str, Any], dimensions: Sequence[str]) -> None:
+        super().__init__(scores)
+        self.dimensions = list(dimensions)
+
+    def to_pandas(self, *, by_system: bool = False) -> pd.DataFrame:
+        """One row per clip in path order: path, score, [spread, lo90, hi90], score_<dim> (None: NaN).
+
+        `by_system`: one row per system instead (system_id, n, score, score_<dim>; see `FileScores`).
+        """
+        rows = [{"path": path, **_value_columns(value, self.dimensions)} for path, value in self.items()]
+        if by_system:
+            return _systems_frame(rows, self.dimensions)
+        return _frame(rows, list(rows[0]) if rows else ["path", "score"])
+
+
+class FileScores(Iterator[ScoreResult]):
+    """`score_files`'s results, one `ScoreResult` per file as they come, that also gather into a table."""
+
+    def __init__(
+        self, results: Iterable[ScoreResult], dimensions: Sequence[str], distribution: str | None
+    ) -> None:
+        self._results = iter(results)
+        self._taken = 0
+        self.dimensions = list(dimensions)
+        self.distribution = distribution
+
+    def __next__(self) -> ScoreResult:
+        """The next result."""
+        result = next(self._results)
+        self._taken += 1
+        return result
+
+    def _columns(self) -> list[str]:
+        """The table's columns, as `sqa-score` names them, then each result's warning and error."""
+        spreads = ["spread", "lo90", "hi90"] if self.distribution is not None else []
+        return ["path", "score", *spreads, *(f"score_{d}" for d in self.dimensions[1:]), "warning", "error"]
+
+    def _row(self, r: ScoreResult) -> dict[str, Any]:
+        """The columns of one result (`_columns`)."""
+        row: dict[str, Any] = {"path": r.path, "score": r.score}
+        if self.distribution is not None:
+            low = high = None
+            if r.spread is not None:
+                low, high = map(float, interval(r.score, r.spread, INTERVAL_LEVELS["90"], self.distribution))
+            row.update(spread=r.spread, lo90=low, hi90=high)
+        row.update({f"score_{d}": r.dimension_scores.get(d) for d in self.dimensions[1:]})
+        row.update(warning=r.warning, error=r.error)
+        return row
+
+    def to_pandas(self, *, by_system: bool = False) -> pd.DataFrame:
+        """Every result as a DataFrame, one row per file in input order, whatever `ordered` was.
+
+        Columns: path, score, [spread, lo90, hi90 for an export with a spread], score_<dim> for
+        each other dimension, warning, error; a file without a score has NaN scores. `by_system`:
+        per-system means of the readable files instead, the table `sqa-score --by-system` writes
+        (system_id, n, score, score_<dim>; the system is `<sys>` of a `<sys>-<utt>` file name).
+        It takes the results itself, so it is called before any is iterated (else a ValueError).
+        Needs pandas (the `train` extra; a MissingExtraError says so).
+        """
+        _pandas()  # before the files are scored, not after
+        if self._taken:
+            raise ValueError(
+                f"to_pandas() gathers every result, but {self._taken} were already iterated: "
+                "call it on a fresh score_files(...)"
+            )
+        results = sorted(self, key=lambda r: r.index)
+        rows = [self._row(r) for r in results]
+        if by_system:
+            return _systems_frame([row for row in rows if row["error"] is None], self.dimensions)
+        return _frame(rows, self._columns())
+
 
 class Scorer(ExportScorer):
     """An export loaded for scoring paths and arrays (`score`) and many files (`score_files`); see `sqa.load`.
@@ -57,7 +195,33 @@ class Scorer(ExportScorer):
     Takes `ExportScorer`'s arguments (device, batch size, domain, chunking, pooling, vocal-only
     scoring, retrieval mode; documented there) and adds the queries over paths and arrays: scores,
     scores with spreads and intervals, a clip's timeline, and preferences between two clips.
+    `export` is an export's path or a built-in predictor's name (`sqa.scoring.named`); `source`
+    says which was loaded, its absolute path or "built-in 'distillmos'", logged at INFO.
     """
+
+    def __init__(self, export: str | Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(export, *args, **kwargs)
+        self.source = source_of(export)
+        log.info(loaded_line(export))
+
+    def __repr__(self) -> str:
+        """What was loaded: its source, the predictor's and backbone's classes, dimensions and device."""
+        kind = f"{type(self.predictor).__name__}({type(self.predictor.backbone).__name__})"
+        return (
+            f"Scorer(source={self.source!r}, kind={kind!r}, dimensions={self.dimensions!r}, "
+            f"device={str(self.device)!r})"
+        )
+
+    def score_files(
+        self,
+        paths: str | os.PathLike | Iterable[str | os.PathLike],
+        num_workers: int = 0,
+        ordered: bool = True,
+        frames: dict[int, np.ndarray] | None = None,
+    ) -> FileScores:
+        """`ExportScorer.score_files`'s results as they come; `to_pandas()` gathers them into a DataFrame."""
+        results = super().score_files(paths, num_workers, ordered, frames)
+        return FileScores(results, self.dimensions, self.distribution)
 
     def score(self, audio: Any, sample_rate: int | None = None) -> Any:
         """Score a clip, a list (or tuple) of clips, a (clips, samples) batch, or a folder's files.
@@ -74,7 +238,8 @@ class Scorer(ExportScorer):
         needed where the input holds an array, refused where it holds paths only (their rates
         are their headers'). Returns one float per clip, or a dict {dimension: score} per clip
         when the model has several score dimensions, or None for a clip without vocal activity
-        under `vocal_only`; a list for a list or batch, a dict for a folder or pattern. An
+        under `vocal_only`; a list for a list or batch, a dict for a folder or pattern (a
+        `FolderScores`, whose `to_pandas()` is its DataFrame). An
         unreadable file raises `sqa.data.audio.AudioError` (a ValueError) naming it.
         `score_with_spread` adds the spread of a listener's rating, where the export has one.
         """
@@ -83,7 +248,8 @@ class Scorer(ExportScorer):
             row[0] if len(row) == 1 or row[0] is None else dict(zip(self.dimensions, row, strict=True))
             for row, _ in rows
         ]
-        return shaped(inputs, out)
+        scores = shaped(inputs, out)
+        return FolderScores(scores, self.dimensions) if inputs.keyed else scores
 
     def score_with_spread(self, audio: Any, sample_rate: int | None = None) -> Any:
         """Each clip's `SpreadScore`: overall score, spread of a listener's rating, its 90 % interval.
@@ -102,7 +268,8 @@ class Scorer(ExportScorer):
                 continue
             low, high = interval(row[0], spread, INTERVAL_LEVELS["90"], self.distribution)
             out.append(SpreadScore(row[0], spread, (float(low), float(high))))
-        return shaped(inputs, out)
+        spreads = shaped(inputs, out)
+        return FolderScores(spreads, self.dimensions[:1]) if inputs.keyed else spreads
 
     def _scored(
         self, audio: Any, sample_rate: int | None
