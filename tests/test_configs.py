@@ -23,6 +23,9 @@ from sqa.core.resolvers import default_precision
 from sqa.exports.targets import PREDICTOR_CLASSES
 from sqa.models.predictor import Prediction
 from sqa.training.datamodule import MOSDataModule
+from tests.data.test_webmushra import write_audio as write_webmushra_audio
+from tests.data.test_webmushra import write_config as write_webmushra_config
+from tests.data.test_webmushra import write_results as write_webmushra_results
 from tests.models.test_ssl_sources import FAIRSEQ2_TINY, FAIRSEQ_TINY, TRANSFORMERS_TINY
 
 from .conftest import REPO
@@ -214,12 +217,17 @@ def corpora(synthetic_root, tmp_path_factory) -> dict[str, list[str]]:
     # The MUSHRA-style corpus rates the synthetic corpus's audio, found under <root>/audio.
     (root / "mushra").mkdir()
     (root / "mushra" / "audio").symlink_to(synthetic_root)
+    # A webMUSHRA folder: configs/, its audio and results/<testId>/mushra.csv.
+    study = root / "webMUSHRA"
+    write_webmushra_audio(study)
+    study_config, study_results = write_webmushra_config(study), write_webmushra_results(study)
     return {
         "csv": [f"data.corpus.path={root / 'manifest.csv'}"],
         "singmos_pro": [f"data.corpus.root={synthetic_root}"],
         "singmos_vmc24": [f"data.corpus.root={root}"],
         "synthetic": [f"data.corpus.root={synthetic_root}"],
         "synthetic_mushra": [f"data.corpus.root={root / 'mushra'}"],
+        "webmushra": [f"data.corpus.results={study_results}", f"data.corpus.config={study_config}"],
         # Generated on first use: its smallest size with a carved validation clip per system.
         "small_table": [f"data.corpus.root={root / 'small-table'}", "data.corpus.clips=30"],
         # Generated on first use, as small as the layout allows (a test clip per test system).

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from sqa.core import signals
 from tests.conftest import REPO
 
 
@@ -89,3 +90,29 @@ def test_the_entry_points_of_run_main_end_on_sigterm_with_143(command, tmp_path)
     )
     assert result.returncode == 143
     assert result.stderr.strip().splitlines() == [f"{command}: stopped by SIGTERM"]
+
+
+def test_sigterm_just_after_a_runs_set_aside_puts_the_previous_run_back_for_the_next_claim(tmp_path):
+    from sqa.core import ownership
+    from sqa.core.atomic import atomic_write_text
+    from sqa.core.run_folder import claimed
+
+    run_dir = tmp_path / "run"
+    with claimed(run_dir, resume=False, overwrite=False):
+        atomic_write_text(run_dir / "metrics.json", "the previous run's\n")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with signals.stop_on_signals("train.py"), claimed(run_dir, resume=False, overwrite=True):
+                # The previous run's outputs are set aside now, not yet discarded.
+                assert not (run_dir / "metrics.json").exists()
+                os.kill(os.getpid(), signal.SIGTERM)
+        except SystemExit as stopped:
+            os._exit(stopped.code)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 143
+    assert (run_dir / "metrics.json").read_text() == "the previous run's\n"
+    assert "metrics.json" in ownership.owned(run_dir)
+    with claimed(run_dir, resume=False, overwrite=True):
+        pass
