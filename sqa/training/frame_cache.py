@@ -11,9 +11,15 @@ batch together is exact.
 
 A `FrameStore` shares caches between modules: the default run's candidates
 (`sqa.training.candidates`) train several models on the same clips, two of them over the same
-frozen pretrained network, and test and validate each again. Modules whose backbones have the same
-fingerprint (class and every parameter and buffer) get one cache, so the network passes each clip
-once for all of them.
+frozen pretrained network, and test and validate each again; `sqa-bench` scores several exports
+and an ensemble's members through one store. Modules whose backbones have the same fingerprint
+get one cache, so the network passes each clip once for all of them. The fingerprint is
+everything that changes a backbone's frames: every parameter and buffer, and its forward
+configuration (`forward_configuration`): the class and public attributes of every module in its
+tree, its config dataclass, flags such as wav2vec2's `normalize` and the training mode included.
+Attributes whose names begin with `_` are left out on purpose: they are a module's bookkeeping
+(PyTorch's registries and hooks, Distill-MOS's kept fronts), which changes as it runs without
+changing a frame, and would keep two equal backbones from ever sharing (docs/caching.md).
 
 Filling the cache is the slow part of such a run (minutes on a CPU, before the first validation),
 so it says so when it starts and how far it is every `PROGRESS_SECONDS`.
@@ -21,9 +27,14 @@ so it says so when it starts and how far it is every `PROGRESS_SECONDS`.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
+import json
 import logging
+import numbers
 import time
+import types
 from typing import Any
 
 import torch
@@ -38,9 +49,57 @@ log = logging.getLogger(__name__)
 PROGRESS_SECONDS = 10.0
 
 
+def configuration_value(value: Any) -> Any:
+    """`value` as JSON: scalars, enum members and functions as themselves, containers item by item.
+
+    Dataclasses (a module's `config`) are containers too. Anything else (a tensor that is no
+    buffer, a library's config object, a partial) stands for its type alone: what it changes shows
+    in the modules built from it, and its value is not read.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__qualname__}.{value.name}"
+    # An activation kept as a function (nn.TransformerEncoderLayer's) changes the frames.
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        return f"{getattr(value, '__module__', None)}.{value.__qualname__}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            field.name: configuration_value(getattr(value, field.name)) for field in dataclasses.fields(value)
+        }
+    if isinstance(value, dict):
+        return {str(key): configuration_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [configuration_value(item) for item in value]
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+def forward_configuration(module: nn.Module) -> dict[str, dict[str, Any]]:
+    """Per module of the tree (by name): its class and public attributes, e.g. config, normalize, training.
+
+    Names beginning with `_` are bookkeeping, not configuration: PyTorch's parameter and hook
+    registries, and state a module keeps while it runs (Distill-MOS's kept fronts and their byte
+    count), which would otherwise make two equal backbones differ once one of them has run.
+    """
+    return {
+        name: {
+            "class": f"{type(sub).__module__}.{type(sub).__qualname__}",
+            **{
+                key: configuration_value(value) for key, value in vars(sub).items() if not key.startswith("_")
+            },
+        }
+        for name, sub in module.named_modules()
+    }
+
+
 def fingerprint(module: nn.Module) -> bytes:
-    """A digest of a module's class and every parameter and buffer (by name, dtype, shape and value)."""
-    digest = hashlib.blake2b(type(module).__qualname__.encode(), digest_size=16)
+    """A digest of what a module's output depends on: its forward configuration, parameters and buffers."""
+    configuration = json.dumps(forward_configuration(module), sort_keys=True)
+    digest = hashlib.blake2b(configuration.encode(), digest_size=16)
     # Buffers that are not saved (a filterbank made from the settings) shape the frames too.
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
@@ -121,13 +180,13 @@ class FrameCache:
 
 
 class FrameStore:
-    """Frame caches by backbone fingerprint: modules whose backbones are equal share one cache."""
+    """Frame caches by backbone fingerprint: modules whose backbones give the same frames share one cache."""
 
     def __init__(self) -> None:
         self.caches: dict[bytes, FrameCache] = {}
 
     def cache_for(self, backbone: nn.Module, max_bytes: int) -> FrameCache:
-        """The cache of `backbone` as its weights are now (one of up to `max_bytes` made if none yet)."""
+        """The cache of `backbone` as it is now, weights and configuration (made of `max_bytes` if none)."""
         return self.caches.setdefault(fingerprint(backbone), FrameCache(max_bytes))
 
 
@@ -182,7 +241,7 @@ class FrameSource:
         step freeze_backbone_steps still sees the starting backbone, as does a module with no optimizer.
         A later trainer starts at step 0 again: the cache itself keeps that from serving stale frames
         (an own cache is emptied at every step the backbone learns in, a shared one is found anew
-        by the backbone's weights).
+        by the backbone's fingerprint).
         """
         if self.optimizer_factory is None:
             return True
