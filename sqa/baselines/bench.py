@@ -46,6 +46,7 @@ from sqa.baselines.bench_config import (
     BenchConfigError,
     BenchCorpus,
     BenchPredictor,
+    RecipeBounds,
     read_config,
 )
 from sqa.baselines.bench_outputs import Scored, write_outputs
@@ -57,6 +58,7 @@ from sqa.core.run_lock import Options, RunDirError
 from sqa.data.audio import AudioError
 from sqa.data.corpus import ROLES, Corpus, CorpusError
 from sqa.data.validate import CorpusProblems, Problem, format_report
+from sqa.exports.bounds import MAX_ARCH_LIST, MAX_BOOTSTRAP, MAX_CONFIG_BYTES, MAX_INTEGER_DIGITS
 from sqa.exports.config import read_export_config
 from sqa.exports.errors import ExportError
 from sqa.exports.format import load_export
@@ -67,6 +69,14 @@ from sqa.training.frame_cache import FrameStore
 OPTIONS = Options("--out", None, "--overwrite")
 KIND_CONSTANT, KIND_IN, KIND_CROSS, KIND_ZERO_SHOT = "constant", "in-corpus", "cross-corpus", "zero-shot"
 SKIP = " (--on-error skip scores the rest)"
+# A recipe is held to the bounds of an export's config.yaml: its size, its integers' digits, its
+# lists' entries (corpora, predictors) and the bootstrap's resamples.
+RECIPE_BOUNDS = RecipeBounds(
+    file_bytes=MAX_CONFIG_BYTES,
+    integer_digits=MAX_INTEGER_DIGITS,
+    entries=MAX_ARCH_LIST,
+    bootstrap=MAX_BOOTSTRAP,
+)
 
 
 class BenchError(RuntimeError):
@@ -222,6 +232,24 @@ def constant_row(corpus: Corpus, config: BenchConfig) -> tuple[list[dict[str, An
     return rows, results
 
 
+def unread_corpus(config: BenchConfig, i: int, err: CorpusError) -> str:
+    """Why corpus `i` could not be read: `err`, or, for a manifest outside the recipe's folder, only the rule.
+
+    A recipe may come from anyone: a file it names outside its folder (`/etc/passwd`, `../x.csv`)
+    is named, but nothing of it (the columns `err` lists, a cell) is quoted.
+    """
+    entry = config.corpora[i]
+    manifest = entry.options.manifest if entry.options.corpus == "csv" else None
+    folder = config.path.parent.resolve()
+    if manifest is None or Path(manifest).resolve().is_relative_to(folder):
+        return f"{config.path}: corpora[{i}] ({entry.name}): {err}"
+    return (
+        f"{config.path}: corpora[{i}].manifest: {manifest} is no manifest sqa-bench reads (a CSV table "
+        f"with the columns wav_path, score and system_id); it lies outside the recipe's folder {folder}, "
+        "so none of its content is shown: copy it beside the recipe to see what is wrong"
+    )
+
+
 def bench(config: BenchConfig, args: argparse.Namespace) -> list[Scored]:
     """Every row of the table: each corpus's constant, then every predictor on it."""
     corpora: dict[str, Corpus] = {}
@@ -229,7 +257,7 @@ def bench(config: BenchConfig, args: argparse.Namespace) -> list[Scored]:
         try:
             corpus = tested_corpus(read_corpus(entry.options), entry.test)
         except CorpusError as err:
-            raise BenchError(f"{config.path}: corpora[{i}] ({entry.name}): {err}") from None
+            raise BenchError(unread_corpus(config, i, err)) from None
         if not corpus.test_sets():
             raise BenchError(
                 f"{config.path}: corpora[{i}].test: corpus {entry.name} has no {entry.test} clips"
@@ -302,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sqa-bench: --num-workers must be 0 or more, got {args.num_workers}", file=sys.stderr)
         return 2
     try:
-        config = read_config(args.config)
+        config = read_config(args.config, RECIPE_BOUNDS)
     except BenchConfigError as err:
         print(f"sqa-bench: {err}", file=sys.stderr)
         return 2

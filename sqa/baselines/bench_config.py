@@ -18,6 +18,9 @@ A plain YAML file (no Hydra: it names files, not objects to build):
     seed: 0                             # the bootstrap's seed
 
 Every problem is a `BenchConfigError` naming the file and the key (`corpora[1].manifest`).
+`sqa-bench` holds a recipe to an export's bounds (`RecipeBounds`, `sqa.baselines.bench.RECIPE_BOUNDS`):
+its size, the digits of its integers, the entries of `corpora` and `predictors`, and `bootstrap`;
+like an export's config.yaml it may hold no YAML alias (nested ones expand exponentially).
 """
 
 from __future__ import annotations
@@ -62,6 +65,45 @@ class BenchConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class RecipeBounds:
+    """The most a recipe may hold: bytes, digits of an integer, entries of a list, bootstrap resamples."""
+
+    file_bytes: int
+    integer_digits: int
+    entries: int
+    bootstrap: int
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` without aliases, and without integers of more than `digits` digits (None: any)."""
+
+    def __init__(self, text: str, path: Path, digits: int | None) -> None:
+        super().__init__(text)
+        self.path = path
+        self.digits = digits
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        """The next node; an alias is refused, naming its line."""
+        if self.check_event(yaml.AliasEvent):
+            line = self.peek_event().start_mark.line + 1
+            raise BenchConfigError(f"{self.path}: line {line}: a recipe holds no YAML alias (*name)")
+        return super().compose_node(parent, index)
+
+    def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
+        """An integer of at most `digits` digits, counted before converting (as an export's)."""
+        digits = sum(c.isalnum() for c in node.value)
+        if self.digits is not None and digits > self.digits:
+            raise BenchConfigError(
+                f"{self.path}: line {node.start_mark.line + 1}: an integer of {digits} digits; "
+                f"a recipe's integers have at most {self.digits}"
+            )
+        return self.construct_yaml_int(node)
+
+
+_RecipeLoader.add_constructor("tag:yaml.org,2002:int", _RecipeLoader.construct_bounded_int)
+
+
+@dataclass(frozen=True)
 class BenchCorpus:
     """A corpus of the table: its name, sqa-baseline's options that read it, the split tested."""
 
@@ -101,10 +143,12 @@ def _fail(path: Path, key: str, problem: str) -> BenchConfigError:
     return BenchConfigError(f"{path}: {key}: {problem}")
 
 
-def _integer(value: Any, path: Path, key: str, low: int) -> int:
-    """`value` as an integer of at least `low`, else the error naming `key`."""
+def _integer(value: Any, path: Path, key: str, low: int, high: int | None = None) -> int:
+    """`value` as an integer of at least `low` (and at most `high`), else the error naming `key`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise _fail(path, key, f"must be an integer of at least {low}, got {value!r}")
+    if high is not None and value > high:
+        raise _fail(path, key, f"must be an integer of at most {high}, got {value}")
     return value
 
 
@@ -222,12 +266,39 @@ def _predictor(entry: Any, path: Path, key: str) -> BenchPredictor:
     )
 
 
-def _entries(config: Mapping[str, Any], path: Path, key: str) -> list[Any]:
-    """The non-empty list under `key`."""
+def _entries(config: Mapping[str, Any], path: Path, key: str, most: int | None) -> list[Any]:
+    """The non-empty list under `key`, of at most `most` entries (None: any number)."""
     value = config.get(key)
     if not isinstance(value, list) or not value:
         raise _fail(path, key, f"must be a non-empty list, got {value!r}")
+    if most is not None and len(value) > most:
+        raise _fail(path, key, f"has {len(value)} entries; at most {most}")
     return value
+
+
+def _recipe(path: Path, bounds: RecipeBounds | None) -> Any:
+    """The YAML data of the recipe at `path`, within `bounds` (its size checked before it is read)."""
+    try:
+        size = path.stat().st_size
+    except (OSError, ValueError):
+        size = 0  # read_text says why it cannot be read
+    if bounds is not None and size > bounds.file_bytes:
+        raise BenchConfigError(f"{path}: {size} bytes; a recipe is at most {bounds.file_bytes}")
+    try:
+        text = read_text(path)
+    except ReadError as err:
+        raise BenchConfigError(str(err)) from None
+    try:
+        # Built inside the try: the loader refuses a non-printable character as it is made.
+        loader = _RecipeLoader(text, path, None if bounds is None else bounds.integer_digits)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as err:
+        raise BenchConfigError(f"{path}: not a YAML file ({' '.join(str(err).split())})") from None
+    except RecursionError:
+        raise BenchConfigError(f"{path}: nested too deeply") from None
 
 
 def _unique(names: list[str], path: Path, key: str) -> None:
@@ -239,21 +310,23 @@ def _unique(names: list[str], path: Path, key: str) -> None:
             )
 
 
-def read_config(path: str | Path) -> BenchConfig:
-    """The config at `path`, checked whole (files named in it included) before anything is scored."""
+def read_config(path: str | Path, bounds: RecipeBounds | None = None) -> BenchConfig:
+    """The config at `path`, checked whole (files named in it included) before anything is scored.
+
+    Held to `bounds` where given (sqa-bench gives an export's); None checks no size, only kinds.
+    """
     path = Path(path)
-    try:
-        config = yaml.safe_load(read_text(path))
-    except ReadError as err:
-        raise BenchConfigError(str(err)) from None
-    except yaml.YAMLError as err:
-        raise BenchConfigError(f"{path}: not a YAML file ({' '.join(str(err).split())})") from None
+    config = _recipe(path, bounds)
     if not isinstance(config, Mapping):
         raise BenchConfigError(f"{path}: expected a mapping with corpora and predictors at the top")
     config = _mapping(config, path, "", TOP_KEYS)
-    corpora = [_corpus(e, path, f"corpora[{i}]") for i, e in enumerate(_entries(config, path, "corpora"))]
+    most = None if bounds is None else bounds.entries
+    corpora = [
+        _corpus(e, path, f"corpora[{i}]") for i, e in enumerate(_entries(config, path, "corpora", most))
+    ]
     predictors = [
-        _predictor(e, path, f"predictors[{i}]") for i, e in enumerate(_entries(config, path, "predictors"))
+        _predictor(e, path, f"predictors[{i}]")
+        for i, e in enumerate(_entries(config, path, "predictors", most))
     ]
     _unique([c.name for c in corpora], path, "corpora")
     _unique([p.name for p in predictors], path, "predictors")
@@ -271,6 +344,12 @@ def read_config(path: str | Path) -> BenchConfig:
         path=path,
         corpora=corpora,
         predictors=predictors,
-        bootstrap=_integer(config.get("bootstrap", DEFAULT_BOOTSTRAP), path, "bootstrap", 0),
+        bootstrap=_integer(
+            config.get("bootstrap", DEFAULT_BOOTSTRAP),
+            path,
+            "bootstrap",
+            0,
+            None if bounds is None else bounds.bootstrap,
+        ),
         seed=_integer(config.get("seed", 0), path, "seed", 0),
     )
