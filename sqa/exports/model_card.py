@@ -178,8 +178,8 @@ def render(
         "```",
         "",
         'In Python (`audio`: a file\'s path, scored as `model.score("clip.wav")`, or a float numpy array'
-        " or torch tensor, `(samples,)`, `(channels, samples)` or `(samples, channels)`, at any"
-        " `sample_rate`; a list of them gives a list in order"
+        " or torch tensor, `(samples,)` or `(samples, channels)` for one clip, at any `sample_rate`;"
+        " a `(clips, samples)` batch or a list of them gives a list in order"
         + ("; `score` is a dict by score dimension" if len(dimensions) > 1 else "")
         + "):",
         "",

@@ -159,6 +159,7 @@ def _load_scorer(args: argparse.Namespace) -> Scorer | str:
     """The export of `args` loaded for scoring, its notes printed as one line each; or why it failed."""
     # Imported only now, so that --help and argument errors come back without loading torch.
     from sqa.exports.format import ExportError
+    from sqa.scoring.named import is_named, loaded_line
     from sqa.scoring.scorer import Scorer
     from sqa.scoring.scorer_warnings import DomainWarning, LearningWarning
 
@@ -180,6 +181,9 @@ def _load_scorer(args: argparse.Namespace) -> Scorer | str:
             )
     except (ExportError, ValueError, MissingExtraError) as err:
         return str(err)
+    if is_named(args.checkpoint):
+        # A built-in name is never a folder of the same name (docs/scoring.md): say which scores.
+        _fail([loaded_line(args.checkpoint)], 0)
     if scorer.learning_warning is not None:
         _fail([f"warning: {scorer.learning_warning}"], 0)
     if scorer.domain_note is not None:

@@ -109,3 +109,24 @@ def test_did_you_mean_only_where_the_word_is_neither_a_path_nor_close_to_a_name(
     # An existing path spelled like a typo is the user's export.
     shutil.copytree(default_export, tmp_path / "distilmos")
     assert sqa.load("distilmos").source == str(tmp_path / "distilmos")
+
+
+@needs_distillmos
+@pytest.mark.parametrize("shadow", [False, True])
+def test_sqa_score_says_it_scores_with_the_built_in_and_how_to_reach_a_folder_of_that_name(
+    shadow, default_export, synthetic_root, monkeypatch, tmp_path, capsys
+):
+    if shadow:
+        shutil.copytree(default_export, tmp_path / "distillmos")
+    monkeypatch.chdir(tmp_path)
+    clip = sorted((synthetic_root / "wav").iterdir())[0]
+    assert score_cli.main(["--checkpoint", "distillmos", "--output", str(tmp_path / "s.csv"), str(clip)]) == 0
+    line = f"sqa-score: loaded the built-in predictor 'distillmos' ({named.NAMED_PREDICTORS['distillmos']})"
+    if shadow:
+        line += "; the 'distillmos' in the working directory is not it: load it as './distillmos'"
+    assert capsys.readouterr().err.splitlines() == [line]
+    # A path loads the user's export, and says nothing of the built-in.
+    if shadow:
+        out = str(tmp_path / "own.csv")
+        assert score_cli.main(["--checkpoint", "./distillmos", "--output", out, str(clip)]) == 0
+        assert "built-in" not in capsys.readouterr().err
