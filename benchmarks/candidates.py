@@ -3,7 +3,7 @@ and against the default run of another sqa checkout.
 
     .venv/bin/python benchmarks/candidates.py [--clips 100] [--rounds 1] [--out runs/bench-candidates]
         [--use '[logmel_pitch,distillmos,calibrated]' ...] [--baseline DIR] [--no-alone]
-        [--manifest data/real/sisec18.csv --score-range 0 100]
+        [--manifest data/real/sisec18.csv --score-range 0 100] [--load 2]
 
 The runs are the same `train.py` command line on the same table: by default the small user-style
 table (`data=small_table data.corpus.clips=N`, 0.76 of it training clips after the carved test and
@@ -18,13 +18,17 @@ it is what a change of the default run saves. Each run is timed end to end as a 
 (Python start, corpus check, training, tests, export), in turn for `--rounds` rounds; the figures
 are ratios of the medians, measured in one session so that the machine's load cancels out. For each
 run of several candidates it also prints the median seconds each candidate took (its run_info.json),
-which shows where the time goes.
+which shows where the time goes. `--load N` keeps N other processes busy beside every timed run,
+as on a shared lab server; each run gets OpenMP's settings as a user's shell gives them (the
+benchmark's own `GOMP_SPINCOUNT` and `OMP_WAIT_POLICY` are not passed on), so a checkout that sets
+its own spin (`sqa.core.openmp`) is timed with it and one that does not without.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,8 +41,18 @@ ALONE = ("logmel alone", "distillmos alone")
 BASELINE = "baseline default"
 
 
-def timed(overrides: list[str], run_dir: Path, checkout: Path = REPO) -> float:
-    """Seconds of one `train.py` run of `checkout` with `overrides` into `run_dir` (replaced if there)."""
+def hogs(count: int) -> list[subprocess.Popen]:
+    """`count` processes that each keep one core busy until killed: another job on a shared machine."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def timed(overrides: list[str], run_dir: Path, checkout: Path = REPO, load: int = 0) -> float:
+    """Seconds of one `train.py` run of `checkout` with `overrides` into `run_dir` (replaced if there).
+
+    `load` busy processes run beside it. The run gets OpenMP's settings as a user's shell gives
+    them: none of this benchmark's own `GOMP_SPINCOUNT` or `OMP_WAIT_POLICY`.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     command = [
         sys.executable,
         str(checkout / "train.py"),
@@ -46,9 +60,17 @@ def timed(overrides: list[str], run_dir: Path, checkout: Path = REPO) -> float:
         "overwrite=true",
         *overrides,
     ]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=checkout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    busy = hogs(load)
+    try:
+        start = time.perf_counter()
+        subprocess.run(
+            command, check=True, cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        return time.perf_counter() - start
+    finally:
+        for hog in busy:
+            hog.kill()
+            hog.wait()
 
 
 def candidate_seconds(run_dir: Path) -> dict[str, float]:
@@ -68,6 +90,7 @@ def main() -> None:
     parser.add_argument("--manifest", type=Path, help="a CSV manifest instead of the small table")
     parser.add_argument("--score-range", type=float, nargs=2, metavar=("LOW", "HIGH"))
     parser.add_argument("--no-alone", action="store_true", help="leave out the runs of one model alone")
+    parser.add_argument("--load", type=int, default=0, help="busy processes beside every timed run")
     args = parser.parse_args()
     if args.manifest:
         data = ["data=csv", f"data.corpus.path={args.manifest.resolve()}"]
@@ -93,7 +116,7 @@ def main() -> None:
     for r in range(args.rounds):
         for number, (name, overrides) in enumerate(runs.items()):
             checkout = args.baseline.resolve() if name == BASELINE else REPO
-            seconds[name].append(timed([*data, *overrides], out / f"{number}-{r}", checkout))
+            seconds[name].append(timed([*data, *overrides], out / f"{number}-{r}", checkout, args.load))
             if name not in ALONE:
                 parts[name].append(candidate_seconds(out / f"{number}-{r}"))
     median = {name: statistics.median(times) for name, times in seconds.items()}
