@@ -35,7 +35,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
             try:
                 torch.save(checkpoint, SimpleNamespace(write=write, flush=fh.flush))
-            except RuntimeError:
+            except (RuntimeError, OSError):
+                # torch passes the refusal on as a RuntimeError, or as the OSError without the file.
                 if refused:
                     err = refused[0]
                     raise OSError(err.errno, err.strerror, str(path)) from None
