@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import pickle
 
 import pytest
 import torch
@@ -59,3 +60,17 @@ def test_a_checkpoint_in_a_recorded_run_folder_is_recorded_at_once_and_elsewhere
     other = tmp_path / "other"
     AtomicCheckpointIO().save_checkpoint({"global_step": 3}, other / "checkpoints" / "last.ckpt")
     assert not ownership.has_record(other)
+
+
+class _Runs:
+    """Pickles as a call of `len`: code a checkpoint file must never get to run when it is read."""
+
+    def __reduce__(self):
+        return (len, ("seven!!",))
+
+
+def test_a_checkpoint_that_pickles_a_call_is_refused_not_run(tmp_path):
+    path = tmp_path / "last.ckpt"
+    torch.save({"global_step": _Runs()}, path)
+    with pytest.raises(pickle.UnpicklingError):
+        checkpoint_step(path)
