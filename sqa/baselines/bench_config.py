@@ -13,7 +13,7 @@ A plain YAML file (no Hydra: it names files, not objects to build):
     predictors:
       - distillmos                      # zero-shot: distillmos or dnsmos
       - {zero_shot: dnsmos, output: sig}
-      - {export: runs/x/export, name: x, trained_on: ward-quality}
+      - {export: runs/x/export, name: x, trained_on: ward-quality}   # checked against its record
     bootstrap: 1000                     # resamples of the 95 % intervals, 0: none
     seed: 0                             # the bootstrap's seed
 
@@ -116,8 +116,8 @@ class BenchCorpus:
 class BenchPredictor:
     """A predictor of the table: a zero-shot baseline (`zero_shot`, `output`) or an `export` folder.
 
-    `trained_on` names the config's corpus an export was trained on where the user says so,
-    overriding the corpus its export records.
+    `trained_on` names the config's corpus an export was trained on where the user says so; it
+    marks no row: sqa-bench checks it against the corpus the export records, which marks them.
     """
 
     name: str

@@ -1,7 +1,7 @@
 """sqa-bench's outputs: bench.json, bench.csv, bench_predictions.csv and run_info.json.
 
-Every row of the table (`Scored`: its corpus, predictor, kind, results, per-clip rows, scale map
-and training mean) is written whole into the folder the command claimed.
+Every row of the table (`Scored`: its corpus, predictor, kind, results, per-clip rows, scale map,
+training mean and notes) is written whole into the folder the command claimed.
 """
 
 from __future__ import annotations
@@ -18,21 +18,25 @@ from sqa.core.atomic import json_text, write_output
 from sqa.core.provenance import package_versions
 from sqa.reports import tables
 
+# What bench.json keeps of each row (its per-clip rows go to bench_predictions.csv).
+RECORD_KEYS = ("corpus", "predictor", "kind", "train_mean", "scale_map", "notes", "results")
 PREDICTION_COLUMNS = ("predictor", "corpus", "sample_id", "system_id", "test_set", "mos", "raw", "pred")
 PACKAGES = ("torch", "numpy", "scipy", "lightning", "distillmos", "speechmos", "onnxruntime")
 
 
-# One row of the table: corpus, predictor, kind, results, rows (per clip), scale_map, train_mean.
+# One row of the table: corpus, predictor, kind, results, rows (per clip), scale_map, train_mean and
+# notes (where its clips are not the corpus's test split as read: clips an export was trained on
+# left out, a table without splits split as its exports' records split it).
 Scored = dict[str, Any]
 
 
 def csv_rows(scored: list[Scored]) -> tuple[list[str], list[dict[str, Any]]]:
-    """bench.csv: columns and one line per row, every metric of the average with its interval."""
+    """bench.csv: columns and one line per row, every metric of the average with its interval, then notes."""
     columns = ["corpus", "predictor", "kind", "clips", "systems"]
     for level in metrics.LEVELS:
         for name in metrics.METRIC_NAMES:
             columns += [f"{level}_{name}", f"{level}_{name}_lo", f"{level}_{name}_hi"]
-    columns.append("undefined")
+    columns += ["undefined", "notes"]
     lines = []
     for row in scored:
         average = row["results"][metrics.AVERAGE_KEY]
@@ -51,6 +55,7 @@ def csv_rows(scored: list[Scored]) -> tuple[list[str], list[dict[str, Any]]]:
             for level, by in reasons.items()
             for reason, names in by.items()
         )
+        line["notes"] = "; ".join(row["notes"])
         lines.append(line)
     return columns, lines
 
@@ -76,10 +81,7 @@ def write_outputs(
         "config": str(config.path.resolve()),
         "bootstrap": config.bootstrap,
         "seed": config.seed,
-        "rows": [
-            {k: row[k] for k in ("corpus", "predictor", "kind", "train_mean", "scale_map", "results")}
-            for row in scored
-        ],
+        "rows": [{k: row[k] for k in RECORD_KEYS} for row in scored],
     }
 
     def put(name: str, text: str, replace: bool = overwrite) -> None:
