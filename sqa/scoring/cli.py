@@ -3,7 +3,7 @@
     sqa-score --checkpoint <export dir | run dir | model.pt> [--output scores.csv|scores.json] INPUT...
 
 INPUT is an audio file, a folder (searched recursively for audio files), a CSV manifest with a
-`wav_path` column (relative paths resolve against the CSV's folder; its other columns are passed
+`wav_path` (or `path`) column (relative paths resolve against the CSV's folder; its other columns are passed
 through to the output, renamed `manifest_<name>` where they clash with an output column) or a
 .txt list of paths. Output columns: `path, score` (the overall MOS), `spread, lo90, hi90` for a
 model with a spread (that of a listener's rating, and its 90 % interval), `score_<dim>` for each
@@ -11,9 +11,10 @@ other score dimension of the model, `reason` where a clip has a null score (with
 vocal activity: a warning, not a failure), then the manifest columns. The output is checked before anything is
 scored and written atomically at the end; an existing file is replaced only with `--overwrite`,
 an input never. Every input that cannot be scored is reported on stderr and the exit code is 1;
-the rest is still scored and written. With `--by-system`, clips whose system cannot be told
-(no system_id, no <sys>-<utt> name) leave the systems table unwritten, said in one line, exit
-code 1; the clips' scores are written. Exit code 2: bad arguments, output path or export.
+the rest is still scored and written. With `--by-system [--resamples N]`, the systems ranked by
+mean score with bootstrap intervals and each compared with the next (`sqa.scoring.systems`) go to
+<output>.systems.csv|json and stderr; a clip whose system cannot be told stops it before anything
+is loaded, in one line, exit code 2. Exit code 2: bad arguments, output path or export.
 
     sqa-score --checkpoint E --timeline DIR [--window-seconds 1] [--hop-seconds 0.5] INPUT...
 
@@ -39,8 +40,9 @@ from typing import TYPE_CHECKING
 from sqa.core.extras import MissingExtraError
 from sqa.core.signals import stop_on_signals
 from sqa.scoring.cli_arguments import argument_parser, argument_problems, default_workers
-from sqa.scoring.inputs import Inputs, expand_inputs
-from sqa.scoring.outputs import check_output, clip_rows, emit, system_of, system_rows, systems_output
+from sqa.scoring.inputs import expand_inputs
+from sqa.scoring.outputs import check_output, clip_rows, emit, system_rows, systems_output
+from sqa.scoring.systems import DEFAULT_RESAMPLES, Layout, clip_layout, rank_systems, unknown_systems
 from sqa.scoring.timeline import check_timeline_folder, safe_stems
 
 if TYPE_CHECKING:
@@ -86,11 +88,14 @@ def _main(argv: list[str] | None) -> int:
         return _score_pairs(args)
     inputs = expand_inputs(args.inputs)
     output = Path(args.output) if args.output else None
-    # Without a system for every clip, the clips are still scored and written; only the
-    # systems table is skipped, said in one line at the end (exit code 1).
-    skipped = _systems_skipped(inputs, output) if args.by_system else None
-    by_system = args.by_system and skipped is None
-    outputs = [] if output is None else [output, systems_output(output)] if by_system else [output]
+    layout = None
+    if args.by_system:
+        # Told from the paths alone, so that a clip without a system stops the run before minutes of scoring.
+        layout = clip_layout(inputs.paths, inputs.tops, inputs.columns)
+        unknown = unknown_systems(inputs.paths, layout.systems)
+        if unknown is not None:
+            return _fail([f"--by-system: {unknown}; nothing was scored"], 2)
+    outputs = [] if output is None else [output, systems_output(output)] if layout else [output]
     named = [*args.inputs, *inputs.paths]
     problems = [p for p in (check_output(o, args.overwrite, named) for o in outputs) if p is not None]
     stems = safe_stems(inputs.paths)
@@ -128,16 +133,15 @@ def _main(argv: list[str] | None) -> int:
         if bar is not None:
             bar.close()
     done = [r for r in results if r is not None]
-    rows = clip_rows(done, inputs, scorer.dimensions[1:], by_system, scorer.distribution)
+    systems = layout.systems if layout is not None else None
+    rows = clip_rows(done, inputs, scorer.dimensions[1:], systems, scorer.distribution)
     messages = [*inputs.problems, *(r.error for r in done if r.error is not None)]
     messages += [f"warning: {r.path}: {r.warning}" for r in done if r.warning is not None]
     unwritten = 0
     if rows:
         lost = [emit(rows, output, args.overwrite)]
-        if by_system:
-            lost.append(
-                emit(system_rows(rows, scorer.dimensions[1:]), systems_output(output), args.overwrite)
-            )
+        if layout is not None:
+            lost.append(_write_ranking(done, layout, rows, scorer.dimensions[1:], output, args))
         messages += [m for m in lost if m is not None]
         unwritten = sum(m is not None for m in lost)
     elif output is not None:
@@ -145,14 +149,32 @@ def _main(argv: list[str] | None) -> int:
     failed = len(inputs.problems) + sum(r.error is not None for r in done)
     if failed:
         messages.append(f"{failed} input(s) could not be scored; {len(rows)} clip(s) scored")
-    if skipped is not None:
-        messages.append(skipped)
     if args.timeline is not None:
         scored = [(stems[r.index], r.path, frames[r.index]) for r in done if r.score is not None]
         lost = _write_timelines(scorer, args, scored)
         messages += lost
         unwritten += len(lost)
-    return _fail(messages, 1 if failed or unwritten or skipped else 0)
+    return _fail(messages, 1 if failed or unwritten else 0)
+
+
+def _write_ranking(
+    done: list[ScoreResult],
+    layout: Layout,
+    rows: list[dict],
+    dimensions: Sequence[str],
+    output: Path,
+    args: argparse.Namespace,
+) -> str | None:
+    """Rank the readable clips' systems, print the ranking and write the systems table; None, or why not."""
+    readable = [r for r in done if r.error is None]
+    ranking = rank_systems(
+        [r.score for r in readable],
+        [layout.systems[r.index] for r in readable],
+        [layout.items[r.index] for r in readable],
+        args.resamples or DEFAULT_RESAMPLES,
+    )
+    _fail(ranking.lines(), 0)
+    return emit(system_rows(rows, dimensions, ranking), systems_output(output), args.overwrite)
 
 
 def _load_scorer(args: argparse.Namespace) -> Scorer | str:
@@ -272,17 +294,6 @@ def _score_pairs(args: argparse.Namespace) -> int:
     if failed:
         messages.append(f"{failed} problem(s) in {args.pairs}; {len(rows)} pair(s) scored")
     return _fail([*warned, *messages], 1 if messages else 0)
-
-
-def _systems_skipped(inputs: Inputs, output: Path) -> str | None:
-    """Why `--by-system` cannot write its systems table (a clip without a system), or None."""
-    unknown = [p for p, c in zip(inputs.paths, inputs.columns, strict=True) if system_of(p, c) is None]
-    if not unknown:
-        return None
-    return (
-        f"--by-system: {systems_output(output)} not written: cannot tell the system of {len(unknown)} "
-        f"clip(s), e.g. {unknown[0]}; name them <sys>-<utt> or give a manifest with a system_id column"
-    )
 
 
 if __name__ == "__main__":

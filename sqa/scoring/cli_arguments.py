@@ -10,6 +10,7 @@ import math
 import os
 
 from sqa.data.audio import MAX_AUDIO_SAMPLES, chunk_seconds_problem
+from sqa.scoring.systems import DEFAULT_RESAMPLES, MAX_RESAMPLES
 
 
 def default_workers() -> int:
@@ -82,9 +83,18 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--by-system",
         action="store_true",
-        help="also write per-system means to <output>.systems.csv|json (system: the manifest's "
-        "system_id, else <sys> of a <sys>-<utt> file name; if a clip has neither, only the clips' "
-        "scores are written and the exit code is 1)",
+        help="also rank the systems by mean score, each with a 95 %% bootstrap interval and compared "
+        "with the next (paired by item where they render the same items), in <output>.systems.csv|json "
+        "and on stderr; system: the manifest's system_id (or system), else the folder under the folder "
+        "given (audio/<system>/...), else <sys> of a <sys>-<utt> file name; a clip without one stops "
+        "sqa-score before scoring (exit code 2) (docs/scoring.md#systems)",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        metavar="N",
+        help=f"bootstrap resamples of --by-system's intervals, 1 to {MAX_RESAMPLES} (default: "
+        f"{DEFAULT_RESAMPLES})",
     )
     parser.add_argument(
         "--max-samples",
@@ -128,6 +138,10 @@ def argument_problems(args: argparse.Namespace) -> list[str]:
         problems.append(f"--chunk-seconds {problem}")
     if args.by_system and not args.output:
         problems.append("--by-system writes a second table beside --output: give --output")
+    if args.resamples is not None and not args.by_system:
+        problems.append("--resamples sets the intervals of --by-system: give --by-system")
+    elif args.resamples is not None and not 1 <= args.resamples <= MAX_RESAMPLES:
+        problems.append(f"--resamples must be 1 to {MAX_RESAMPLES}, got {args.resamples}")
     if args.pairs is None and not args.inputs:
         problems.append("give INPUTs to score, or --pairs CSV")
     if args.pairs is not None and (args.inputs or args.by_system or args.timeline):

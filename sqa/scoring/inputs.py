@@ -36,6 +36,13 @@ GLOB_CHARACTERS = frozenset("*?[")
 MAX_WALK_ENTRIES = 1_000_000
 # A folder walk is a pattern's: every file at any depth, hidden ones included (as pathlib's rglob).
 FOLDER_PARTS = ("**", "*")
+# A manifest's audio path and system columns, each under sqa-score's name or the training reader's
+# (`sqa.data.readers.columns`): a row holding both spellings must give them the same value.
+PATH_COLUMNS = ("wav_path", "path")
+SYSTEM_COLUMNS = ("system_id", "system")
+# The columns naming what a clip renders (its song or excerpt), for pairing systems by item: the
+# training reader's song_id and its spellings (COLUMN_SPELLINGS, not imported: it loads scipy).
+ITEM_COLUMNS = ("song_id", "song", "song_name", "item", "item_id")
 
 
 class SkippedInputWarning(UserWarning):
@@ -53,14 +60,19 @@ class Listing:
 
 @dataclass
 class Inputs:
-    """Audio paths named by the inputs, each with its manifest columns, and what could not be read."""
+    """Audio paths named by the inputs, each with its manifest columns, and what could not be read.
+
+    `tops`: per path, the folder its walk started from (a folder given, or a glob pattern's part
+    before its first wildcard), None for a path named itself (a file, a list or manifest entry).
+    """
 
     paths: list[str] = field(default_factory=list)
     columns: list[dict[str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    tops: list[str | None] = field(default_factory=list)
 
-    def add(self, path: Path | str, columns: dict[str, str] | None = None) -> None:
-        """Add one audio path with its manifest columns; a name no file here can have is a problem.
+    def add(self, path: Path | str, columns: dict[str, str] | None = None, top: str | None = None) -> None:
+        """Add one audio path with its manifest columns and walk's top; a name no file can have is a problem.
 
         So is a FIFO, device or socket: opening one to read its header could block forever.
         """
@@ -75,6 +87,7 @@ class Inputs:
             return
         self.paths.append(str(path))
         self.columns.append(columns or {})
+        self.tops.append(top)
 
 
 def special_file(path: Path) -> str | None:
@@ -125,19 +138,37 @@ def _read_manifest(path: Path, inputs: Inputs) -> None:
     except (csv.Error, OSError) as err:
         inputs.problems.append(f"{path}: cannot read the CSV manifest ({err})")
         return
-    if "wav_path" not in columns:
+    named = [c for c in PATH_COLUMNS if c in columns]
+    if not named:
         inputs.problems.append(
-            f"{path}: the CSV manifest has no wav_path column (columns: {', '.join(columns)})"
+            f"{path}: the CSV manifest has no wav_path or path column (columns: {', '.join(columns)})"
         )
     elif not rows:
         inputs.problems.append(f"{path}: the manifest holds no rows")
     else:
         for line, row in rows:
-            if not (row.get("wav_path") or "").strip():
-                inputs.problems.append(f"{path}, line {line}: empty wav_path")
+            clash = _clash(row, PATH_COLUMNS) or _clash(row, SYSTEM_COLUMNS)
+            if clash is not None:
+                inputs.problems.append(f"{path}, line {line}: {clash}")
                 continue
-            extra = {k: v for k, v in row.items() if k != "wav_path" and k is not None}
-            inputs.add(_resolve_against(path.parent, row["wav_path"].strip()), extra)
+            audio = next((row[c].strip() for c in named if (row.get(c) or "").strip()), "")
+            if not audio:
+                inputs.problems.append(f"{path}, line {line}: empty {named[0]}")
+                continue
+            extra = {k: v for k, v in row.items() if k not in PATH_COLUMNS and k is not None}
+            inputs.add(_resolve_against(path.parent, audio), extra)
+
+
+def _clash(row: dict[str, str], spellings: Sequence[str]) -> str | None:
+    """Why a manifest row's cells under two spellings of one column (`wav_path`, `path`) disagree, or None.
+
+    An empty cell gives no value, so it never disagrees.
+    """
+    values = {c: row[c].strip() for c in spellings if (row.get(c) or "").strip()}
+    if len(set(values.values())) < 2:
+        return None
+    given = " and ".join(f"{c} {v!r}" for c, v in values.items())
+    return f"{given} differ; give one of the columns, or the same value in both"
 
 
 def _read_list(path: Path, inputs: Inputs) -> None:
@@ -353,7 +384,11 @@ def audio_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
 
 
 def expand_inputs(items: Sequence[str]) -> Inputs:
-    """Audio paths named by files, folders, glob patterns, CSV manifests (wav_path column) and .txt lists."""
+    """Audio paths named by files, folders, glob patterns, CSV manifests (wav_path or path) and .txt lists.
+
+    A folder's or pattern's files keep where their walk started (`Inputs.tops`), which
+    `sqa.scoring.systems` reads a folder per system from.
+    """
     inputs = Inputs()
     for item in items:
         path = Path(item)
@@ -362,8 +397,9 @@ def expand_inputs(items: Sequence[str]) -> Inputs:
             inputs.problems.extend(listing.skipped)
             if listing.problem is not None:
                 inputs.problems.append(listing.problem)
+            top = item if path.is_dir() else _pattern_parts(item)[0]
             for p in listing.files:
-                inputs.add(p)
+                inputs.add(p, top=top)
         elif not path.exists():
             inputs.problems.append(f"{path}: does not exist")
         elif special_file(path):

@@ -1,4 +1,4 @@
-"""What `sqa-score` writes: one row per clip (and per system), as CSV or JSON, checked before scoring."""
+"""What `sqa-score` writes: one row per clip (and per system, ranked), as CSV or JSON, checked first."""
 
 from __future__ import annotations
 
@@ -15,14 +15,17 @@ from sqa.core import ownership
 from sqa.core.artefacts import spreadsheet_safe
 from sqa.core.atomic import atomic_write_text, json_text, output_refusal
 from sqa.core.spread import INTERVAL_LEVELS, interval
-from sqa.scoring.inputs import Inputs
+from sqa.scoring.inputs import SYSTEM_COLUMNS, Inputs
 
 if TYPE_CHECKING:
     from sqa.scoring.results import ScoreResult
+    from sqa.scoring.systems import Ranking
 
 OUTPUT_SUFFIXES = (".csv", ".json")
 # After `score`, for an export with a spread: that of a listener's rating and its 90 % interval.
 SPREAD_COLUMNS = ("spread", "lo90", "hi90")
+# After a system's means under `--by-system`: its comparison with the system ranked below it.
+NEXT_COLUMNS = ("next_diff", "next_lo", "next_hi", "next_p", "next_significant", "next_pairing")
 
 
 def check_output(output: Path, overwrite: bool, inputs: Sequence[str]) -> str | None:
@@ -44,17 +47,8 @@ def check_output(output: Path, overwrite: bool, inputs: Sequence[str]) -> str | 
 
 
 def systems_output(output: Path) -> Path:
-    """Where `--by-system` writes per-system means: scores.csv -> scores.systems.csv."""
+    """Where `--by-system` writes its ranking of systems: scores.csv -> scores.systems.csv."""
     return output.with_name(f"{output.stem}.systems{output.suffix}")
-
-
-def system_of(path: str, columns: dict[str, str]) -> str | None:
-    """A clip's system: its manifest's system_id, else the `<sys>` of a `<sys>-<utt>` file name."""
-    if columns.get("system_id"):
-        return columns["system_id"]
-    parts = Path(path).stem.split("-")
-    # SingMOS-Pro names clips sys0001-utt0001, VMC'24 voicemos2024-track2-sys0001-utt0001.
-    return parts[-2] if len(parts) >= 2 and parts[-2] else None
 
 
 def table_text(rows: list[dict[str, Any]], output: Path | None) -> str:
@@ -151,12 +145,13 @@ def clip_rows(
     results: Sequence[ScoreResult],
     inputs: Inputs,
     dimensions: Sequence[str],
-    by_system: bool,
+    systems: Sequence[str | None] | None,
     distribution: str | None = None,
 ) -> list[dict[str, Any]]:
     """One row per readable clip, in input order: path, score, [spread, lo90, hi90], score_<dim>, ...
 
-    ... then [reason], [system_id] and the manifest columns. `distribution` (an export with a spread, see
+    ... then [reason], [system_id] (each input's of `systems`, under `--by-system`; the manifest's
+    system columns then left out) and the manifest columns. `distribution` (an export with a spread, see
     `Scorer.distribution`) adds the spread of a listener's rating and its 90 % interval, as
     predictions.csv has them (`sqa.core.spread.interval`). A clip without a score (no vocal
     activity) has null scores (an empty CSV cell, JSON null); where there is one, a `reason`
@@ -167,7 +162,7 @@ def clip_rows(
     reserved = ["path", "score", *spreads, *(f"score_{d}" for d in dimensions)]
     if unscored:
         reserved.append("reason")
-    if by_system:
+    if systems is not None:
         reserved.append("system_id")
     rows = []
     for r in results:
@@ -182,10 +177,10 @@ def clip_rows(
         row.update({f"score_{d}": r.dimension_scores[d] for d in dimensions})
         if unscored:
             row["reason"] = r.warning if r.score is None else ""
-        if by_system:
-            row["system_id"] = system_of(r.path, inputs.columns[r.index])
+        if systems is not None:
+            row["system_id"] = systems[r.index]
         for key, value in inputs.columns[r.index].items():
-            if by_system and key == "system_id":
+            if systems is not None and key in SYSTEM_COLUMNS:
                 continue
             row[f"manifest_{key}" if key in reserved else key] = value
         rows.append(row)
@@ -193,22 +188,33 @@ def clip_rows(
     return [{k: row.get(k, "") for k in names} for row in rows]
 
 
-def system_rows(rows: list[dict[str, Any]], dimensions: Sequence[str]) -> list[dict[str, Any]]:
-    """Per-system means of every score column over that system's scored clips (n), sorted by system.
+def system_rows(
+    rows: list[dict[str, Any]], dimensions: Sequence[str], ranking: Ranking
+) -> list[dict[str, Any]]:
+    """One row per system of `ranking`, best first: system_id, n, score, lo, hi, score_<dim>, next_*.
 
-    Clips without a score (no vocal activity) are left out; a system without a scored clip has null means.
+    score is the mean over the system's scored clips (n; clips without a score, for no vocal
+    activity, are left out) and lo, hi its 95 % bootstrap interval; score_<dim> the means of the
+    clip `rows` (with system_id). next_diff, next_lo, next_hi, next_p, next_significant and
+    next_pairing compare it with the system ranked below it (`sqa.scoring.systems.Comparison`);
+    null for the last, for a system without a scored clip and where an interval needs more clips.
     """
-    columns = ["score", *(f"score_{d}" for d in dimensions)]
-    groups: dict[str, list[dict[str, Any]]] = {}
+    columns = [f"score_{d}" for d in dimensions]
+    scored: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(row["system_id"], [])
         if row["score"] is not None:
-            groups[row["system_id"]].append(row)
-    return [
-        {
-            "system_id": system,
-            "n": len(members),
-            **{c: sum(m[c] for m in members) / len(members) if members else None for c in columns},
-        }
-        for system, members in sorted(groups.items())
-    ]
+            scored.setdefault(row["system_id"], []).append(row)
+    below = {c.above: c for c in ranking.comparisons}
+    table = []
+    for s in ranking.systems:
+        members = scored.get(s.system_id, [])
+        row = {"system_id": s.system_id, "n": s.n, "score": s.score, "lo": s.lo, "hi": s.hi}
+        row.update({d: sum(m[d] for m in members) / len(members) if members else None for d in columns})
+        row.update(dict.fromkeys(NEXT_COLUMNS))
+        c = below.get(s.system_id)
+        if c is not None:
+            significant = None if c.lo is None else c.significant
+            row.update(next_diff=c.diff, next_lo=c.lo, next_hi=c.hi, next_p=c.p)
+            row.update(next_significant=significant, next_pairing=c.pairing)
+        table.append(row)
+    return table

@@ -28,7 +28,7 @@ from sqa.scoring.device import resolve_device
 from sqa.scoring.domains import MEAN_DOMAIN, default_domain_note, resolve_domain
 from sqa.scoring.engine import ExportScorer
 from sqa.scoring.named import loaded_line, source_of
-from sqa.scoring.outputs import system_of, system_rows
+from sqa.scoring.outputs import NEXT_COLUMNS, system_rows
 from sqa.scoring.preferences import Preference, check_sigma, preference_of
 from sqa.scoring.results import ScoreResult, SpreadScore
 from sqa.scoring.scorer_warnings import (
@@ -39,6 +39,7 @@ from sqa.scoring.scorer_warnings import (
     PreferenceWarning,
     chunk_warning,
 )
+from sqa.scoring.systems import clip_layout, common_folder, rank_systems, unknown_systems
 from sqa.scoring.timeline import Timeline, clip_timeline
 
 if TYPE_CHECKING:
@@ -85,21 +86,26 @@ def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns).astype(floats)
 
 
-def _systems_frame(rows: list[dict[str, Any]], dimensions: Sequence[str]) -> pd.DataFrame:
-    """Per-system means of clip `rows` (path, score, score_<dim>), as `sqa-score --by-system` writes them.
+def _systems_frame(rows: list[dict[str, Any]], dimensions: Sequence[str], walked: bool) -> pd.DataFrame:
+    """The systems of clip `rows` (path, score, score_<dim>) ranked, as `sqa-score --by-system` writes them.
 
-    A system is the `<sys>` of a `<sys>-<utt>` file name; a clip without one is a ValueError naming it.
+    A system is told from the paths (`sqa.scoring.systems.clip_layout`): those of one folder's
+    or pattern's walk (`walked`) as found under their deepest common folder, for that folder
+    stands for the one given; other paths as files named one by one. A clip without a system is
+    a ValueError naming it.
     """
-    systems = [system_of(row["path"], {}) for row in rows]
-    unknown = [row["path"] for row, system in zip(rows, systems, strict=True) if system is None]
-    if unknown:
-        raise ValueError(
-            f"by_system: cannot tell the system of {len(unknown)} clip(s), e.g. {unknown[0]}; "
-            "name them <sys>-<utt>"
-        )
-    rows = [{**row, "system_id": system} for row, system in zip(rows, systems, strict=True)]
-    columns = ["system_id", "n", "score", *(f"score_{d}" for d in dimensions[1:])]
-    return _frame(system_rows(rows, dimensions[1:]), columns)
+    paths = [row["path"] for row in rows]
+    top = common_folder(paths) if walked and paths else None
+    layout = clip_layout(paths, [top] * len(paths))
+    unknown = unknown_systems(paths, layout.systems)
+    if unknown is not None:
+        raise ValueError(f"by_system: {unknown}")
+    ranking = rank_systems([row["score"] for row in rows], layout.systems, layout.items)
+    rows = [{**row, "system_id": system} for row, system in zip(rows, layout.systems, strict=True)]
+    columns = ["system_id", "n", "score", "lo", "hi", *(f"score_{d}" for d in dimensions[1:]), *NEXT_COLUMNS]
+    frame = _frame(system_rows(rows, dimensions[1:], ranking), columns)
+    # Its other numbers, NaN where null (`_frame` converts the score columns).
+    return frame.astype(dict.fromkeys(["lo", "hi", "next_diff", "next_lo", "next_hi", "next_p"], "float64"))
 
 
 def _value_columns(value: Any, dimensions: Sequence[str]) -> dict[str, Any]:
@@ -124,11 +130,11 @@ class FolderScores(dict[str, Any]):
     def to_pandas(self, *, by_system: bool = False) -> pd.DataFrame:
         """One row per clip in path order: path, score, [spread, lo90, hi90], score_<dim> (None: NaN).
 
-        `by_system`: one row per system instead (system_id, n, score, score_<dim>; see `FileScores`).
+        `by_system`: one row per system instead, ranked (system_id, n, score, lo, hi, ...; see `FileScores`).
         """
         rows = [{"path": path, **_value_columns(value, self.dimensions)} for path, value in self.items()]
         if by_system:
-            return _systems_frame(rows, self.dimensions)
+            return _systems_frame(rows, self.dimensions, walked=True)
         return _frame(rows, list(rows[0]) if rows else ["path", "score"])
 
 
@@ -171,8 +177,9 @@ class FileScores(Iterator[ScoreResult]):
 
         Columns: path, score, [spread, lo90, hi90 for an export with a spread], score_<dim> for
         each other dimension, warning, error; a file without a score has NaN scores. `by_system`:
-        per-system means of the readable files instead, the table `sqa-score --by-system` writes
-        (system_id, n, score, score_<dim>; the system is `<sys>` of a `<sys>-<utt>` file name).
+        the systems of the readable files instead, ranked best first, the table `sqa-score
+        --by-system` writes (system_id, n, score with its 95 % bootstrap interval lo, hi,
+        score_<dim>, and the comparison with the next system, next_*; see `_systems_frame`).
         It takes the results itself, so it is called before any is iterated (else a ValueError).
         Needs pandas (the `train` extra; a MissingExtraError says so).
         """
@@ -185,7 +192,9 @@ class FileScores(Iterator[ScoreResult]):
         results = sorted(self, key=lambda r: r.index)
         rows = [self._row(r) for r in results]
         if by_system:
-            return _systems_frame([row for row in rows if row["error"] is None], self.dimensions)
+            return _systems_frame(
+                [row for row in rows if row["error"] is None], self.dimensions, walked=False
+            )
         return _frame(rows, self._columns())
 
 
