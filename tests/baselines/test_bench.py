@@ -8,10 +8,10 @@ compared on equal scores in a second; test_distillmos.py compares Distill-MOS wi
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,7 @@ from sqa.baselines.cli import BASELINES, UNMAPPED, BaselineModel
 from sqa.baselines.files import FileScores
 from sqa.core import artefacts
 from sqa.data.corpus import ROLES, Clip, Corpus
+from sqa.data.readers import read_csv_manifest
 from sqa.reports import tables
 from sqa.training.frame_cache import FrameStore
 from tests.training.test_selection import write_per_system_corpus
@@ -177,30 +178,6 @@ def test_exports_are_marked_in_corpus_on_their_recorded_corpus_only(bench_run):
     assert kinds[("tones", "constant")] == "constant"
 
 
-def test_trained_on_overrides_the_recorded_corpus(bench_run, tmp_path):
-    config = write_config(
-        tmp_path,
-        f"""
-corpora:
-  - {{name: tones, manifest: {bench_run["manifest"]}}}
-  - {{name: other, manifest: {bench_run["manifest"]}, test: all}}
-predictors:
-  - {{export: {bench_run["run_dir"] / "export"}, name: tiny, trained_on: other}}
-""",
-    )
-    parsed = read_config(config)
-    predictor = parsed.predictors[0]
-    trained = bench.recorded_source(predictor.export)
-    assert trained == bench_run["manifest"].resolve()
-    # By the record, the export was trained on both (one manifest); `trained_on` says otherwise.
-    by_record = replace(predictor, trained_on=None)
-    assert [bench.export_kind(by_record, trained, c) for c in parsed.corpora] == ["in-corpus"] * 2
-    assert [bench.export_kind(predictor, trained, c) for c in parsed.corpora] == [
-        "cross-corpus",
-        "in-corpus",
-    ]
-
-
 def test_the_constant_is_the_training_mean_for_every_clip(bench_run):
     clips = clips_of(bench_run, "tones", "constant")
     assert [float(c["pred"]) for c in clips] == [TRAIN_MEAN] * 9
@@ -262,8 +239,12 @@ def test_a_recipe_testing_on_valid_scores_the_valid_clips_only(fake_distillmos, 
 
 
 def test_an_export_on_another_scale_is_mapped_by_the_line_fitted_on_the_training_clips(bench_run):
-    # The export's own scores of every clip, from the corpus tested whole.
-    raw = {c["sample_id"]: float(c["raw"]) for c in clips_of(bench_run, "whole", "tiny")}
+    # The export's own scores of the training clips, scored as the bench scores them (its rows
+    # leave those clips out: the export was trained on them).
+    training = bench.tested_corpus(read_csv_manifest(bench_run["manifest"]), "train")
+    args = argparse.Namespace(num_workers=0, on_error="raise")
+    rows, _ = bench.export_rows(bench_run["run_dir"] / "export", training, args, "tiny")
+    raw = {r["sample_id"]: float(r["raw"]) for r in rows}
     with bench_run["manifest"].open(encoding="utf-8") as fh:
         train = [r for r in csv.DictReader(fh) if r["split"] == "train"]
     b, a = np.polyfit([raw[r["sample_id"]] for r in train], [20 * float(r["score"]) for r in train], 1)

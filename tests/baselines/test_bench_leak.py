@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from sqa import metrics
-from sqa.baselines import bench
+from sqa.baselines import bench, bench_training
 from sqa.baselines.bench_config import read_config
 from sqa.baselines.cli import BASELINES, BaselineModel
 from sqa.data.corpus import Clip
@@ -329,7 +329,7 @@ def test_a_clip_is_the_recorded_one_by_sample_id_and_audio(tmp_path):
         """A test clip of the file `name`."""
         return Clip(sample_id, tmp_path / name, 3.0, "s", "d", "test")
 
-    record = bench.Training("x", None, {"a": clip("a", "a.wav")})
+    record = bench_training.Training("x", None, {"a": clip("a", "a.wav")})
     assert record.twin(clip("a", "a.wav")) is not None
     assert record.twin(clip("a", "copy.wav")) is not None  # the same bytes elsewhere
     assert record.twin(clip("a", "b.wav")) is None  # another recording of the same name
