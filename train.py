@@ -29,7 +29,9 @@ from sqa.core.run_lock import RunDirError
 from sqa.core.signals import stop_on_signals
 from sqa.data.corpus import CorpusError
 from sqa.exports.config import ExportError
+from sqa.training.plan import CONF_DIR, compose_train
 from sqa.training.run import NoCheckpointError, run
+from sqa.training.typos import command_overrides, refusal
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
@@ -62,5 +64,16 @@ def next_step(run_dir: str) -> str:
     return "no checkpoint was written yet: run the same command again"
 
 
+def refuse_typos(argv: list[str]) -> None:
+    """End with status 2 and one line where the command line `argv` names a setting that does not exist."""
+    overrides = command_overrides(argv)
+    reason = None if overrides is None else refusal(overrides, compose_train, CONF_DIR)
+    if reason is not None:
+        # Before Hydra composes the configuration: its own error advises a `+` that fails later.
+        print(f"train.py: {reason}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
+    refuse_typos(sys.argv[1:])
     main()

@@ -87,6 +87,9 @@ OUTPUTS = (
 )
 REWRITTEN = ("config.yaml", "run_info.json", "data_problems.txt", "valid_split.csv", "test_split.csv")
 LOG_NAME = "train.log"
+# What a run writes into a folder before it trains (a candidate's folder: its configuration, record
+# and splits), all of which the next run writes again; data_problems.txt, a report, is not.
+PREPARED = ("config.yaml", "run_info.json", "valid_split.csv", "test_split.csv", LOG_NAME)
 # Every name a run, eval.py or sqa-baseline may create directly in its directory: what a run
 # directory written before sqa kept records may hold of sqa's.
 RUN_NAMES = (
@@ -203,17 +206,53 @@ def claimed(
     The block calls `discard_previous` once its configuration has been checked whole (a training
     run: when training starts); a block that ends before, however it ends, or a kill and the
     next claim, restores it. The folders the claim created are removed again if the block wrote
-    nothing into them (`remove_unused`). `options` names the command's settings in the messages.
+    nothing into them (`remove_unused`), and so are the output folders that a block which fails
+    makes and fills with `PREPARED` files only (`remove_prepared`). `options` names the command's
+    settings in the messages.
     """
     made = missing_folders(run_dir)
     with lock(run_dir, options):
         prepare(run_dir, resume, overwrite, inputs=inputs, options=options)
+        before = ownership.entries(run_dir)
         try:
             yield
+        except BaseException:
+            remove_prepared(run_dir, before)
+            raise
         finally:
             restore_previous(run_dir)
             # A command that wrote nothing leaves no folder it made only to claim it.
             remove_unused(made, (LOCK_NAME, ownership.MANIFEST))
+
+
+def remove_prepared(run_dir: str | Path, before: Collection[str]) -> None:
+    """Remove the output folders of `run_dir` not in `before` that hold only `PREPARED` files, at any depth.
+
+    A run of candidates that fails before it trains leaves `candidates/<name>/` with a configuration
+    and a record each: an output folder, which would make the corrected command refuse the
+    directory as a previous run's. A folder holding anything else (a checkpoint, a logger's files,
+    a file of the user's, a link) is kept whole.
+    """
+    run_dir = Path(run_dir)
+    for name in sorted(ownership.entries(run_dir) - set(before)):
+        path = run_dir / name
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in OUTPUTS) and _holds_only(path, PREPARED):
+            shutil.rmtree(path)
+
+
+def _holds_only(folder: Path, names: Collection[str]) -> bool:
+    """Whether `folder` is a folder, not a link, holding only files of `names`, records and such folders."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    for entry in folder.iterdir():
+        if entry.is_symlink():
+            return False
+        if entry.is_dir():
+            if not _holds_only(entry, names):
+                return False
+        elif entry.name not in (*names, LOCK_NAME, ownership.MANIFEST):
+            return False
+    return True
 
 
 def missing_folders(run_dir: str | Path) -> list[Path]:

@@ -20,7 +20,10 @@ freedom, the clip variance counting as known (it rests on the resamples, not on 
 Resampling three seeds instead would see 10 distinct draws and understate their variance by a
 third; the t distribution's few degrees of freedom allow for how little three seeds say of it.
 Both variances hold the seed-by-clip interaction, so their sum errs on the conservative side.
-"significant" when the interval excludes 0 (p < 0.05).
+"significant" when the interval excludes 0 (p < 0.05). A side whose runs all score alike gives
+no estimate of the degrees of freedom (Welch–Satterthwaite would read its variance of 0 as exact
+and give millions): the row's df is n/a and t with min(n_A, n_B) - 1, the fewest Welch's can
+have, is used instead.
 
 One run on a side: seed-to-seed variance cannot be estimated, and the output says in one line
 that it is not included. The interval is the percentile 95 % interval of the resampled
@@ -50,7 +53,6 @@ from sqa.core.atomic import json_text, write_output
 from sqa.reports.aligned_runs import SAME_CLIPS, align, read_predictions
 from sqa.reports.compare_arguments import parse_args
 from sqa.reports.significance import summarise, welch
-from sqa.reports.tables import table_keys
 
 # Every public name of this module, those now defined in aligned_runs, significance and
 # compare_arguments included: each stays `sqa.reports.compare.<name>`.
@@ -84,6 +86,14 @@ TIES_NOTE = (
     "alike, common with few systems). p counts them on both sides, so where they are many p is high, "
     "up to 1, beside an interval that is not [0, 0]: on those points the runs cannot be told apart."
 )
+DF_NOTE = (
+    "df n/a: a side's runs all score alike there (no seed-to-seed spread), which leaves Welch's "
+    "degrees of freedom without an estimate; the interval and p use t with min(n_A, n_B) - 1, the "
+    "fewest Welch's can have (the --json entry's df_undefined says which side)."
+)
+# pair_acc over one pair of points with different true scores is 0, 1/2 or 1 whatever the
+# predictor: as empty as a correlation of two points. It needs this many such pairs.
+MIN_PAIRS = 2
 SEED_NOTE = (
     "Seed-to-seed variance is not included (one run on a side): the interval and p cover the test "
     "clips' resampling only. To include it, give several seeds a side: sqa-compare A1 A2 A3 -- B1 B2 B3"
@@ -93,6 +103,16 @@ SEED_NOTE = (
 def run_labels(side: str, count: int) -> list[str]:
     """Names of a side's runs in reasons: `A` for a single run, else `A1`, `A2`, ..."""
     return [side] if count == 1 else [f"{side}{i}" for i in range(1, count + 1)]
+
+
+def _few_pairs(true: np.ndarray, unit: str) -> str | None:
+    """Why pair_acc is undefined on true scores `true` (n,): under `MIN_PAIRS` untied pairs; else None."""
+    _, counts = np.unique(true, return_counts=True)
+    pairs = (len(true) ** 2 - int(np.sum(counts**2))) // 2
+    if pairs >= MIN_PAIRS:
+        return None
+    plural = "" if pairs == 1 else "s"
+    return f"{pairs} pair{plural} of {unit}s with different true scores (needs at least {MIN_PAIRS})"
 
 
 def _level_pairs(
@@ -133,12 +153,14 @@ def compare_groups(
     and resamples (those defining the difference); with several runs a side (the module
     docstring) also se, seed_se, clip_se and df, else ties (resamples where the difference is
     exactly 0); a_runs and b_runs (each run's value) where a side has several runs. Where the
-    metric is undefined for any run the entry has `undefined` (the reason, naming the run) and no
-    difference, interval or p; the average leaves such sets out and then lists the sets it is
-    over under `averaged_over`. Sets named `reference` and `anchor` (`metrics.ROLES`) get their
-    own entries and are never averaged, as in metrics.json. With fewer points than
-    `metrics.MIN_INTERVAL_POINTS` the entry has the difference but `no_interval` (the reason)
-    instead of an interval and p.
+    metric is undefined for any run (pair_acc also on fewer than `MIN_PAIRS` pairs of points with
+    different true scores) the entry has `undefined` (the reason, naming the run), NaN for that
+    run's value and no difference, interval or p; the average leaves such sets out and then lists
+    the sets it is over under `averaged_over`. Sets named `reference` and `anchor`
+    (`metrics.ROLES`) get their own entries and are never averaged, as in metrics.json. With fewer
+    points than `metrics.MIN_INTERVAL_POINTS` the entry has the difference but `no_interval` (the
+    reason) instead of an interval and p. Where a side's runs all score alike, df is None and
+    `df_undefined` says why (`significance.welch`).
     """
     labels = {"a": run_labels("A", len(runs_a)), "b": run_labels("B", len(runs_b))}
     preds = dict(zip([*labels["a"], *labels["b"]], [*runs_a, *runs_b], strict=True))
@@ -167,8 +189,13 @@ def compare_groups(
                     **metrics.resampled_metrics(p, tt, shared, (metric,)),
                     "n": len(tt),
                 }
-                reason = metrics.undefined_reasons(p, tt, metrics.UNITS[level], (metric,)).get(metric)
+                unit = metrics.UNITS[level]
+                reason = metrics.undefined_reasons(p, tt, unit, (metric,)).get(metric)
+                if reason is None and metric == "pair_acc":
+                    reason = _few_pairs(tt, unit)
                 if reason is not None:
+                    # Undefined is null, never the 0 or 1 a single pair gives.
+                    observed[label][name][level][metric] = math.nan
                     reasons.setdefault(name, {}).setdefault(level, f"{label}: {reason}")
     # The average is over the sets where the metric is defined for every run, the same for all,
     # and leaves a listening test's reference and anchor sets out, as metrics.json's does.
@@ -253,48 +280,69 @@ def format_comparison(
     """A line per test set and level: A, B, B − A, its interval, p, then ties, or df and SE parts (`seeds`).
 
     The sides are labelled by `names` (`side_names`). The average has no line where it averages
-    one set (`tables.table_keys`). Where any resample tied, `TIES_NOTE` below the table says what
-    that does to p.
+    one set (`_table_rows`). Where any resample tied, `TIES_NOTE` below the table says what that
+    does to p; where a row's degrees of freedom are n/a, `DF_NOTE` says why.
     """
     lower_is_better = metric in metrics.ERROR_METRICS
     tail = f"{'df':>5}  {'seed SE':>7}  {'clip SE':>7}" if seeds else "ties"
+    rows = _table_rows(result)
+    # As wide as the longest set name (`reference` is nine letters): the columns stay aligned.
+    wn = max(8, *(len(name) for name, _, _ in rows)) if rows else 8
     wa, wb = (max(7, len(n)) for n in names)
     first, second = names
     sides = f"{first:>{wa}} {second:>{wb}} {'B-A':>7}"
-    lines = [f"{'set':<8} {'level':<5} {sides}  {'95 % interval':<18} {'p':>6}  {tail}"]
-    tied = False
-    for name in table_keys(result):
-        for level, r in result[name].items():
-            a, b = (
-                f"{v:>{w}.3f}" if metrics.defined(v) else f"{'n/a':>{w}}"
-                for v, w in ((r["a"], wa), (r["b"], wb))
-            )
-            if "undefined" in r:
-                lines.append(f"{name:<8} {level:<5} {a} {b} {'n/a':>7}  undefined: {r['undefined']}")
-                continue
-            verdict = ""
-            if r["significant"]:
-                better = second if (r["diff"] < 0) == lower_is_better else first
-                verdict = f"  significant ({better} better)"
-            if "averaged_over" in r:
-                verdict += f"  (over {', '.join(r['averaged_over'])})"
-            head = f"{name:<8} {level:<5} {a} {b} {r['diff']:>+7.3f}  "
-            if "no_interval" in r:
-                lines.append(f"{head}no interval: {r['no_interval']}{verdict}")
-                continue
-            interval = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]"
-            if seeds:
+    lines = [f"{'set':<{wn}} {'level':<5} {sides}  {'95 % interval':<18} {'p':>6}  {tail}"]
+    tied = flat = False
+    for name, level, r in rows:
+        a, b = (
+            f"{v:>{w}.3f}" if metrics.defined(v) else f"{'n/a':>{w}}" for v, w in ((r["a"], wa), (r["b"], wb))
+        )
+        if "undefined" in r:
+            lines.append(f"{name:<{wn}} {level:<5} {a} {b} {'n/a':>7}  undefined: {r['undefined']}")
+            continue
+        verdict = ""
+        if r["significant"]:
+            better = second if (r["diff"] < 0) == lower_is_better else first
+            verdict = f"  significant ({better} better)"
+        if "averaged_over" in r:
+            verdict += f"  (over {', '.join(r['averaged_over'])})"
+        head = f"{name:<{wn}} {level:<5} {a} {b} {r['diff']:>+7.3f}  "
+        if "no_interval" in r:
+            lines.append(f"{head}no interval: {r['no_interval']}{verdict}")
+            continue
+        interval = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]"
+        if seeds:
+            if r["df"] is None:
+                df, flat = f"{'n/a':>5}", True
+            else:
                 # Many degrees of freedom (the clip variance dominating) need no decimals.
                 df = f"{r['df']:>5.1f}" if r["df"] < 100 else f"{r['df']:>5.0f}"
-                parts = f"{df}  {r['seed_se']:>7.3f}  {r['clip_se']:>7.3f}"
-            else:
-                parts = f"{100 * r['ties'] / r['resamples']:.0f} %" if r["resamples"] else "n/a"
-                parts = f"{parts:>4}"
-                tied = tied or r["ties"] > 0
-            lines.append(f"{head}{interval:<18} {_p_text(r):>6}  {parts}{verdict}")
+            parts = f"{df}  {r['seed_se']:>7.3f}  {r['clip_se']:>7.3f}"
+        else:
+            parts = f"{100 * r['ties'] / r['resamples']:.0f} %" if r["resamples"] else "n/a"
+            parts = f"{parts:>4}"
+            tied = tied or r["ties"] > 0
+        lines.append(f"{head}{interval:<18} {_p_text(r):>6}  {parts}{verdict}")
     if tied:
         lines += ["", TIES_NOTE]
+    if flat:
+        lines += ["", DF_NOTE]
     return "\n".join(lines)
+
+
+def _table_rows(result: dict[str, dict[str, dict[str, Any]]]) -> list[tuple[str, str, dict[str, Any]]]:
+    """The (set, level, entry) rows of a comparison's table: the sets', then the average's over several.
+
+    An average over one set (one test set beside a listening test's reference and anchors, or the
+    only set where the metric is defined at that level) would repeat that set's row: it is left out.
+    """
+    headline = [name for name in result if name != metrics.AVERAGE_KEY and name not in metrics.ROLES]
+    return [
+        (name, level, r)
+        for name, block in result.items()
+        for level, r in block.items()
+        if name != metrics.AVERAGE_KEY or len(r.get("averaged_over", headline)) > 1
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

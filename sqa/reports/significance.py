@@ -14,6 +14,10 @@ from scipy import stats
 
 from sqa import metrics
 
+# Run values closer than this (relative to their size, at least 1) are the same value: runs whose
+# predictions differ by float rounding only have no seed-to-seed spread.
+SPREAD_TOLERANCE = 1e-12
+
 
 def summarise(observed: float, diffs: np.ndarray) -> dict[str, Any]:
     """Observed difference, 95 % interval, two-sided p and significance of resampled `diffs` (R,).
@@ -42,16 +46,31 @@ def welch(
     `runs_a`, `runs_b`: each run's value (two or more a side); `diffs` (R,): B − A on each clip
     resample (NaN where undefined). Returns diff, ci, p, significant, resamples, se and its parts
     seed_se and clip_se, and df; the interval and p are NaN where fewer than two resamples
-    define the difference.
+    define the difference. Where a side's runs all score alike (`has_spread`), df is None and
+    `df_undefined` says why and which degrees of freedom the interval and p use instead.
     """
     valid = diffs[~np.isnan(diffs)]
     sides = (runs_a, runs_b)
     seed_parts = [float(np.var(runs, ddof=1)) / len(runs) for runs in sides]
     clip_var = float(np.var(valid, ddof=1)) if valid.size > 1 else math.nan
     var = sum(seed_parts) + clip_var
-    # Welch–Satterthwaite; the clip variance, known from the resamples, adds nothing below.
-    spread = sum(v**2 / (len(runs) - 1) for v, runs in zip(seed_parts, sides, strict=True))
-    df = var**2 / spread if spread > 0 else math.inf
+    flat = [(name, runs) for name, runs in zip("AB", sides, strict=True) if not has_spread(runs)]
+    undefined = None
+    if flat:
+        # Welch–Satterthwaite reads a side's sample variance of 0 as exact: the df then follows the
+        # other side alone and runs to millions where the clip variance dominates. A few runs that
+        # score alike (the ranks of a few systems can) say little of the seed-to-seed spread, so
+        # the least df Welch's can take stands in: min(n_A, n_B) - 1.
+        df = float(min(len(runs_a), len(runs_b)) - 1)
+        said = " and ".join(f"{name}'s {len(runs)} runs all score {runs[0]:.3f}" for name, runs in flat)
+        undefined = (
+            f"{said}: no seed-to-seed spread to estimate Welch's degrees of freedom from; the "
+            f"interval and p use t with {df:.0f} (min(n_A, n_B) - 1, the fewest Welch's can have)"
+        )
+    else:
+        # Welch–Satterthwaite; the clip variance, known from the resamples, adds nothing below.
+        spread = sum(v**2 / (len(runs) - 1) for v, runs in zip(seed_parts, sides, strict=True))
+        df = var**2 / spread
     if var > 0:
         half = float(stats.t.ppf(0.975, df)) * math.sqrt(var)
         p = float(2 * stats.t.sf(abs(observed) / math.sqrt(var), df))
@@ -70,5 +89,12 @@ def welch(
         "se": math.sqrt(var),
         "seed_se": math.sqrt(sum(seed_parts)),
         "clip_se": math.sqrt(clip_var),
-        "df": df,
+        "df": df if undefined is None else None,
+        **({} if undefined is None else {"df_undefined": undefined}),
     }
+
+
+def has_spread(runs: Sequence[float]) -> bool:
+    """Whether a side's run values differ beyond float rounding (identical runs, or ranks alike, do not)."""
+    values = np.asarray(runs, dtype=np.float64)
+    return bool(np.ptp(values) > SPREAD_TOLERANCE * max(1.0, float(np.max(np.abs(values)))))
