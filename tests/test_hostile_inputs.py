@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from sqa.core import run_folder
+from sqa.core import artefacts, run_folder
 from sqa.core.artefacts import spreadsheet_safe
 from sqa.data.audio import MAX_AUDIO_SAMPLES, AudioError, load_audio
 from sqa.data.corpus import CorpusError
@@ -393,12 +393,13 @@ def test_sqa_table_on_runs_with_different_test_sets_is_one_line(tmp_path, capsys
     write_run(tmp_path / "runs" / "a", 0.0)
     block = write_run(tmp_path / "runs" / "b", 0.1)
     block.pop("test3")
-    (tmp_path / "runs" / "b" / "metrics.json").write_text(json.dumps(block))
+    artefacts.write_metrics(tmp_path / "runs" / "b", block)
     assert results.main(["--cell", f"x={tmp_path / 'runs'}/*"]) == 1
     assert "b/metrics.json: test sets" in capsys.readouterr().err
 
 
 def write_predictions(path: Path, extra_line: str = "") -> Path:
+    # Kept by hand: the base of a damaged file, its broken last line appended as no writer would.
     lines = ["sample_id,system_id,test_set,mos,pred"]
     lines += [f"u{i},s{i % 3},test1,{1 + i % 4},{1.5 + i % 3}" for i in range(9)]
     path.write_text("\n".join(lines) + "\n" + extra_line, encoding="utf-8")

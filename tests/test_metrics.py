@@ -8,8 +8,8 @@ import pytest
 from scipy import stats
 
 from sqa import metrics
-from sqa.core import resampling
-from sqa.core.atomic import atomic_write_json, json_text
+from sqa.core import artefacts, resampling
+from sqa.core.atomic import json_text
 from sqa.reports import tables
 from sqa.training.selection import selection_score
 
@@ -414,8 +414,8 @@ def test_average_interval_resamples_the_sets_its_value_averages():
 
 def test_metrics_json_is_strict_and_tables_alike_after_reading_back(tmp_path):
     results = metrics.evaluate_sets(*sets_of_systems({"t1": 1, "t2": 2, "t9": 9}), bootstrap=100)
+    artefacts.write_metrics(tmp_path, results)
     path = tmp_path / "metrics.json"
-    atomic_write_json(path, results)
     text = path.read_text()
     assert "NaN" not in text and "Infinity" not in text
 

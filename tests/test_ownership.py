@@ -32,6 +32,7 @@ from sqa.scoring import cli as score
 from sqa.scoring import outputs
 from tests.conftest import REPO
 from tests.exports.test_import import FAIRSEQ_TINY_BASE, SingMOSv1, upstream_file
+from tests.training.test_main_era import MAIN_ERA
 
 USERS = {
     "thesis.tex": "\\chapter{Results}\n",
@@ -246,6 +247,8 @@ def set_aside_folders(run_dir: Path) -> list[Path]:
 
 def previous_run(run_dir: Path) -> dict[str, bytes | None]:
     """A finished run as sqa writes it (recorded as its own by its claim); returns its snapshot."""
+    # Kept by hand: placeholder contents under a run's names, recorded by sqa's own claim; set-aside and
+    # restore move entries whatever they hold (a trained run: test_a_run_started_over_replaces_...).
     with lock(run_dir):
         prepare(run_dir, resume=False, overwrite=False)
         write_files(
@@ -381,20 +384,21 @@ def test_an_export_written_before_records_is_replaced_and_a_look_alike_is_not(tm
 
 
 def test_a_run_directory_written_before_records_is_started_over_only_by_its_record(tmp_path):
+    # A run directory as sqa wrote it before it kept records: the main-era run of tests/assets.
     run_dir = tmp_path / "run"
-    previous_run(run_dir)
-    (run_dir / ownership.MANIFEST).unlink()
+    shutil.copytree(MAIN_ERA, run_dir)
+    (run_dir / "run_info.json").unlink()
     bare = snapshot(run_dir)
     # Without a run's run_info.json (seed and packages), files named like a run's are not sqa's.
     with pytest.raises(RunDirError, match="which sqa did not write"), lock(run_dir):
         prepare(run_dir, resume=False, overwrite=True)
     assert snapshot(run_dir) == bare
-    (run_dir / "run_info.json").write_text('{"seed": 0, "packages": {"sqa": "0.1.0"}}')
+    shutil.copy(MAIN_ERA / "run_info.json", run_dir / "run_info.json")
     with lock(run_dir):
         prepare(run_dir, resume=False, overwrite=True)
     (aside,) = set_aside_folders(run_dir)
     assert sorted(os.listdir(aside)) == sorted(
-        name for name in bare if "/" not in name and name != "train.log"
+        [*(name for name in bare if "/" not in name and name != "train.log"), "run_info.json"]
     )
 
 

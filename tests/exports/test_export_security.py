@@ -284,11 +284,9 @@ def test_run_directory_with_a_linked_export_is_refused(export, tmp_path, marker)
     assert_refused(run, marker, "export: is a symbolic link")
 
 
-def test_run_directory_and_weights_file_forms_load(export, tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.yaml").write_text("seed: 0\n")  # the training config a run directory holds
-    export.rename(run / "export")
+def test_run_directory_and_weights_file_forms_load(tiny_run):
+    # A run directory as a training run leaves it: the tiny run of tests/conftest.py.
+    _, run = tiny_run
     a = load_export(run)[0]
     b = load_export(run / "export" / "model.pt")[0]
     wav, lengths = torch.randn(1, 8000), torch.tensor([8000])

@@ -14,6 +14,8 @@ from sqa.exports.format import export_predictor, load_export
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 
+# Kept by hand: the renderer's inputs with values a run rarely writes (undefined metrics, an older
+# run's records); a trained run's card: tests/training/test_run_outputs.py and test_learning_check.py.
 CONFIG = {
     "sample_rate": 16000,
     "model": {"_target_": "sqa.models.predictor.MOSPredictor", "backbone": {"_target_": "x.LogMelBackbone"}},

@@ -8,11 +8,41 @@ from pathlib import Path
 
 import pytest
 
+from sqa import metrics
+from sqa.exports.format import export_predictor
 from sqa.exports.residual import check_sigma, residual_sigma
+from sqa.models.backbone import LogMelBackbone
+from sqa.models.interface import Predictor
+from sqa.models.predictor import MOSPredictor
+from sqa.reports import learning
+
+
+def run_export(
+    folder: Path,
+    valid_rmse: float | None = None,
+    test_rmse: float | None = None,
+    model: Predictor | None = None,
+) -> Path:
+    """An export of `model` (None: a small log-mel one) into `folder`, as a run writes it.
+
+    Its test results are off every label by `test_rmse` (None: untested); its learning check
+    (run_info.json) records the validation RMSE `valid_rmse` (None: no learning check, as an import
+    or an earlier run's export has none).
+    """
+    labels, sets = [2.0, 4.0], ["test", "test"]
+    tested = None
+    if test_rmse is not None:
+        tested = metrics.evaluate_sets([x + test_rmse for x in labels], labels, ["a", "b"], sets)
+    info = None
+    if valid_rmse is not None:
+        info = {"learning_check": learning.check(3.0, (valid_rmse, labels), tested or {}, labels, sets)}
+    model = model or MOSPredictor(LogMelBackbone(n_mels=16, channels=8))
+    return export_predictor(model, folder, 16000, ["d"], metrics=tested, run_info=info)
 
 
 def export_with(tmp_path: Path, valid_rmse: object = None, test_rmse: object = None) -> Path:
     """An export folder whose run_info.json and metrics.json hold the given RMSEs (None: left out)."""
+    # Kept by hand: records no run writes (bad values, other shapes), forged input for the reader.
     folder = tmp_path / "export"
     folder.mkdir()
     (folder / "config.yaml").write_text("{}\n")
@@ -26,20 +56,20 @@ def export_with(tmp_path: Path, valid_rmse: object = None, test_rmse: object = N
 
 
 def test_the_validation_rmse_comes_before_the_test_rmse(tmp_path):
-    assert residual_sigma(export_with(tmp_path, valid_rmse=0.41, test_rmse=0.73)) == (0.41, None)
+    assert residual_sigma(run_export(tmp_path / "export", valid_rmse=0.41, test_rmse=0.75)) == (0.41, None)
 
 
 def test_without_a_validation_rmse_the_test_rmse_is_used_and_said(tmp_path):
-    sigma, note = residual_sigma(export_with(tmp_path, test_rmse=0.73))
-    assert sigma == 0.73
+    sigma, note = residual_sigma(run_export(tmp_path / "export", test_rmse=0.75))
+    assert sigma == 0.75
     assert note == (
         "this export records no validation RMSE (run_info.json learning_check.valid.rmse; older runs "
-        "and imports lack it): preference probabilities use its test RMSE 0.73 instead"
+        "and imports lack it): preference probabilities use its test RMSE 0.75 instead"
     )
 
 
 def test_without_either_rmse_there_is_no_sigma_and_a_reason(tmp_path):
-    assert residual_sigma(export_with(tmp_path)) == (
+    assert residual_sigma(run_export(tmp_path / "export")) == (
         None,
         "this export records neither a validation RMSE (run_info.json) nor a test RMSE (metrics.json)",
     )

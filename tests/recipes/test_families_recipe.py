@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import csv
 import importlib.util
-import json
 import math
 from pathlib import Path
 
 import pytest
 
 from sqa import metrics
+from sqa.core import artefacts
+from sqa.core.atomic import atomic_write_json
+from sqa.data.corpus import ROLES
+from sqa.reports import learning
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = importlib.util.spec_from_file_location("families_run", REPO / "recipes" / "families" / "run.py")
@@ -19,6 +21,7 @@ SPEC.loader.exec_module(run)
 
 
 def write_log(run_dir: Path, lines: list[str]) -> None:
+    # Kept by hand: the arithmetic needs known timestamps; a run's own train.log is read below.
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "train.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -38,6 +41,13 @@ def test_seconds_per_step_is_fit_start_to_training_stopped_over_the_steps(tmp_pa
     assert run.seconds_per_step(tmp_path) == pytest.approx(60.5 / 100)
 
 
+def test_seconds_per_step_reads_the_train_log_a_run_writes(tiny_run):
+    _, run_dir = tiny_run
+    seconds = run.seconds_per_step(run_dir)
+    # The tiny run's 24 steps take seconds, not minutes, in all.
+    assert seconds is not None and 0 < seconds * 24 < 120
+
+
 def test_seconds_per_step_is_none_for_a_log_without_a_finished_fit(tmp_path):
     write_log(tmp_path, ["[2026-01-01 10:00:05,000][sqa.training.callbacks][INFO] - Model summary:"])
     assert run.seconds_per_step(tmp_path) is None
@@ -51,12 +61,15 @@ def test_constant_row_is_the_training_mean_through_the_runs_metrics(tmp_path):
         (f"{s}{i}", s, "test1", float(10 * k + i)) for k, (s, n) in enumerate(sizes.items()) for i in range(n)
     ]
     rows.append(("r1", "R", "reference", 100.0))
-    with (tmp_path / "predictions.csv").open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["sample_id", "system_id", "test_set", "mos", "pred"])
-        writer.writerows([(*row, 50.0) for row in rows])
-    check = {"train_mean": mean, "test": {"constant_rmse": 1.0}}
-    (tmp_path / "run_info.json").write_text(json.dumps({"learning_check": check}), encoding="utf-8")
+    # predictions.csv and run_info.json's learning check as a run writes them, of a model scoring 50.
+    columns = ("sample_id", "system_id", "test_set", "mos")
+    artefacts.write_predictions(
+        tmp_path, [{**dict(zip(columns, row, strict=True)), "pred": 50.0} for row in rows]
+    )
+    labels, sets = [r[3] for r in rows], [r[2] for r in rows]
+    tested = metrics.evaluate_sets([50.0] * len(rows), labels, [r[1] for r in rows], sets, apart=ROLES)
+    check = learning.check(mean, None, tested, labels, sets, apart=ROLES)
+    atomic_write_json(tmp_path / "run_info.json", {"learning_check": check})
     figures = run.constant(tmp_path, bootstrap=0, seed=0)
     expected = metrics.evaluate_sets(
         [mean] * len(rows),
@@ -69,7 +82,8 @@ def test_constant_row_is_the_training_mean_through_the_runs_metrics(tmp_path):
     assert figures["sys_rmse"] == pytest.approx(expected["sys"]["rmse"])
     # One score for every clip ranks nothing, at either level.
     assert figures["utt_srcc"] is None and figures["sys_srcc"] is None and figures["sys_srcc_ci"] is None
-    assert figures["learning_check_constant_rmse"] == 1.0
+    # The learning check's constant RMSE: the same training mean over the same sets, references apart.
+    assert figures["learning_check_constant_rmse"] == pytest.approx(expected["utt"]["rmse"])
 
 
 def record(family: str, seed: int | None, value: float, **extra: object) -> dict:

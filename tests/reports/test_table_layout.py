@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from sqa import metrics
-from sqa.core.atomic import atomic_write_json
+from sqa.core import artefacts
 from sqa.exports import model_card
 from sqa.reports import results, tables
 from tests.reports.test_results import write_run
@@ -66,7 +66,7 @@ def test_one_test_set_has_no_avg_in_sqa_table_the_run_table_or_the_model_card(tm
     block = one_set_results(bootstrap=20)
     assert tables.table_keys(block) == ["default"]
     (tmp_path / "r" / "0").mkdir(parents=True)
-    atomic_write_json(tmp_path / "r" / "0" / "metrics.json", block)
+    artefacts.write_metrics(tmp_path / "r" / "0", block)
     assert results.main(["--cell", f"ONE={tmp_path}/r/*"]) == 0
     header, rows = results.build_table([("ONE", f"{tmp_path}/r/*")])
     assert capsys.readouterr().out == tables.plain_table(header, rows) + "\n"
@@ -108,7 +108,7 @@ def test_references_left_out_of_the_average_do_not_make_a_second_set():
 def test_cells_with_different_test_sets_are_refused_naming_both(tmp_path, capsys):
     write_run(tmp_path / "three" / "0", 0.0)
     (tmp_path / "one" / "0").mkdir(parents=True)
-    atomic_write_json(tmp_path / "one" / "0" / "metrics.json", one_set_results())
+    artefacts.write_metrics(tmp_path / "one" / "0", one_set_results())
     cells = ["--cell", f"THREE={tmp_path}/three/*", "--cell", f"ONE={tmp_path}/one/*"]
     for mode in ([], ["--paper"]):
         assert results.main([*mode, *cells]) == 1

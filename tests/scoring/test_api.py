@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import csv
-import json
 import re
-import shutil
 import subprocess
 import sys
 import warnings
@@ -17,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 import sqa
-from sqa.exports.format import export_predictor
+from sqa.exports.format import export_predictor, load_export
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
 from sqa.reports import learning
@@ -208,15 +206,14 @@ def test_loading_an_export_says_its_learning_check_only_when_it_did_not_beat_the
     default_export, tmp_path, rmse, low, said
 ):
     # At the constant's RMSE the levels are no better (an SRCC interval above 0: it still ranks);
-    # below it, with an SRCC interval above 0, better.
-    check = {
-        "train_mean": 3.0,
-        "test": {"clips": 8, "rmse": rmse, "constant_rmse": 1.0, "srcc": 0.6, "srcc_ci": [low, 0.8]},
-        "valid": None,
-    }
-    export = tmp_path / "export"
-    shutil.copytree(default_export, export)
-    (export / "run_info.json").write_text(json.dumps({"learning_check": check}), encoding="utf-8")
+    # below it, with an SRCC interval above 0, better. The check as a run records it: a training mean
+    # of 3.0 misses each of the 8 test labels by 1.0 (the constant's RMSE), the model's test average
+    # has RMSE `rmse` and an SRCC interval [low, 0.8].
+    tested = {"avg": {"utt": {"rmse": rmse, "srcc": 0.6}, "ci": {"utt": {"srcc": [low, 0.8]}}}}
+    check = learning.check(3.0, None, tested, [2.0, 4.0] * 4, ["test"] * 8)
+    assert check["test"]["constant_rmse"] == 1.0
+    model = load_export(default_export)[0]
+    export = export_predictor(model, tmp_path / "export", 16000, ["d"], run_info={"learning_check": check})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         scorer = sqa.load(export)

@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import re
-import shutil
 import warnings
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import sqa
 from sqa.core.artefacts import read_predictions
 from sqa.core.spread import probability
 from sqa.data.synthetic.mos import generate
+from sqa.exports.format import load_export
 from sqa.exports.residual import VALID_RMSE_SOURCE
 from sqa.metrics import pair_acc
 from sqa.reports.preferences import (
@@ -37,6 +37,7 @@ from sqa.scoring.results import SpreadScore
 from sqa.scoring.scorer import PreferenceWarning
 from sqa.training.evaluation import evaluate
 from sqa.training.run import run
+from tests.exports.test_residual import run_export
 from tests.scoring.test_scoring import sung_phrase
 from tests.training.test_eval import compose_eval
 from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
@@ -398,10 +399,9 @@ def test_a_trained_models_same_song_preferences_are_calibrated(small_songs_root,
 def test_prefer_uses_the_validation_rmse_and_says_when_it_falls_back(default_export, tmp_path):
     good = sung_phrase(2.0)
     noisy = good + 0.2 * np.random.default_rng(0).normal(size=good.size).astype(np.float32)
-    export = tmp_path / "export"
-    shutil.copytree(default_export, export)
-    (export / "run_info.json").write_text(json.dumps({"learning_check": {"valid": {"rmse": 0.5}}}))
-    model = sqa.load(export)
+    # The model exported as a run writes it: its learning check's validation RMSE 0.5.
+    predictor = load_export(default_export)[0]
+    model = sqa.load(run_export(tmp_path / "export", valid_rmse=0.5, model=predictor))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         result = model.prefer(good, noisy, 16000)
@@ -411,24 +411,23 @@ def test_prefer_uses_the_validation_rmse_and_says_when_it_falls_back(default_exp
         probability(result.difference, 1.0)
     )
     # Without a validation RMSE: the test RMSE, said once; without either, no probability.
-    (export / "run_info.json").unlink()
-    (export / "metrics.json").write_text(json.dumps({"avg": {"utt": {"rmse": 0.8}}}))
-    falling_back = sqa.load(export)
-    with pytest.warns(PreferenceWarning, match="test RMSE 0.8") as said:
+    # Exported without a learning check (an import, an earlier run), tested off every label by 0.75.
+    falling_back = sqa.load(run_export(tmp_path / "tested", test_rmse=0.75, model=predictor))
+    with pytest.warns(PreferenceWarning, match="test RMSE 0.75") as said:
         fallback = falling_back.prefer(good, noisy, 16000)
         falling_back.prefer(noisy, good, 16000)
     # Once per loaded export, not once per preference; with a sigma there is no way out to add.
     assert [str(w.message) for w in said] == [
         "this export records no validation RMSE (run_info.json learning_check.valid.rmse; older runs and "
-        "imports lack it): preference probabilities use its test RMSE 0.8 instead"
+        "imports lack it): preference probabilities use its test RMSE 0.75 instead"
     ]
-    assert fallback.p_a_better == pytest.approx(probability(fallback.difference, 0.8))
+    assert fallback.p_a_better == pytest.approx(probability(fallback.difference, 0.75))
     # A sigma given by hand is checked before anything is scored.
     with pytest.raises(ValueError, match="sigma must be a positive number, got -1.0"):
         falling_back.prefer(good, noisy, 16000, sigma=-1.0)
-    (export / "metrics.json").unlink()
+    untested = run_export(tmp_path / "untested", model=predictor)
     with pytest.warns(PreferenceWarning, match="neither a validation RMSE"):
-        assert sqa.load(export).prefer(good, noisy, 16000).p_a_better is None
+        assert sqa.load(untested).prefer(good, noisy, 16000).p_a_better is None
 
 
 def test_pairs_option_writes_a_preference_per_pair_and_names_bad_rows(default_export, tmp_path, capsys):

@@ -22,7 +22,8 @@ from hydra import compose, initialize_config_dir
 from sqa.core import ownership
 from sqa.data.corpus import DEFAULT_DOMAIN, Clip, Corpus, CorpusError
 from sqa.data.pitch import F0Extractor
-from sqa.data.readers import recorded_corpus
+from sqa.data.readers import read_csv_manifest, recorded_corpus
+from sqa.data.valid_split import read_valid_split, write_valid_split
 from sqa.exports.format import ExportError, export_predictor
 from sqa.models.backbone import LogMelBackbone
 from sqa.models.predictor import MOSPredictor
@@ -232,6 +233,12 @@ def untrained() -> MOSPredictor:
     )
 
 
+def carved_split(manifest: Path, path: Path) -> Path:
+    """`path` listing the test clips of `manifest`, written as a run writes the test split it carved."""
+    write_valid_split(read_csv_manifest(manifest).split("test"), path)
+    return path
+
+
 def copy_corpus(manifest: Path, folder: Path) -> Path:
     """A copy of the corpus folder of `manifest` at `folder`; the copy's manifest."""
     shutil.copytree(manifest.parent, folder)
@@ -411,8 +418,8 @@ def test_a_carved_test_split_applies_only_to_a_corpus_without_test_clips(
         for r in rows:
             split = "train" if r["split"] == "test" else r["split"]
             writer.writerow({**r, "wav_path": str(manifest.parent / r["wav_path"]), "split": split})
-    split = tmp_path / "test_split.csv"
-    split.write_text("sample_id\n" + "\n".join(test_ids) + "\n")
+    split = carved_split(manifest, tmp_path / "test_split.csv")
+    assert read_valid_split(split) == sorted(test_ids)
     export = labelled_export(untrained, manifest, tmp_path / "export", ["d"])
     expected = evaluate(compose_eval([f"export={export}"]), tmp_path / "expected")
     named = [f"export={export}", "data=csv", f"data.corpus.path={untested}"]
@@ -422,6 +429,7 @@ def test_a_carved_test_split_applies_only_to_a_corpus_without_test_clips(
         evaluate(compose_eval([*named, f"data.test_split_csv={split}"]), tmp_path / "named"), expected
     )
     unknown = tmp_path / "unknown_split.csv"
+    # Kept by hand: a split naming a clip the corpus lacks, which no run writes.
     unknown.write_text("sample_id\nnot-a-clip\n")
     message = f"{unknown}: 1 listed test clip(s) are not training clips of this corpus (first: 'not-a-clip')"
     with pytest.raises(CorpusError, match=f"^{re.escape(message)}$"):
@@ -505,7 +513,7 @@ def test_a_table_without_a_split_is_evaluated_whole_and_every_suggested_fix_work
     test_ids = [r["sample_id"] for r in rows if r["split"] == "test"]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "test_split.csv").write_text("sample_id\n" + "\n".join(test_ids) + "\n")
+    carved_split(corpus_manifest, run_dir / "test_split.csv")
 
     def table(name: str, split: dict | None) -> Path:
         """The corpus as `name`.csv, its audio by absolute paths; `split` renames splits (None: no column)."""

@@ -7,7 +7,6 @@ import importlib.util
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from sqa.data.audio import load_audio
 from sqa.data.synthetic import load_synthetic
@@ -67,17 +66,24 @@ def load_stage_modules():
     ("model", "expected"),
     [
         ({"domain_dim": None, "pitch": None}, ["backbone", "head"]),
-        ({"domain_dim": 128, "pitch": None}, ["backbone", "head", "domain"]),
+        ({"domain_dim": 4, "pitch": None}, ["backbone", "head", "domain"]),
         ({"domain_dim": None, "pitch": "midi"}, ["backbone", "head", "pitch"]),
         (
-            {"domain_dim": 128, "pitch": "histogram", "judge_dim": 16},
+            {"domain_dim": 4, "pitch": "histogram", "num_judges": 3, "judge_dim": 16},
             ["backbone", "head", "domain", "pitch", "judge"],
         ),
     ],
 )
 def test_mdf_stage2_carries_over_every_stage1_branch(tmp_path, model, expected):
-    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml({"model": model}))
-    assert load_stage_modules()(tmp_path) == expected
+    from sqa.exports.format import export_predictor
+    from sqa.models.backbone import LogMelBackbone
+    from sqa.models.predictor import MOSPredictor
+
+    # The stage-1 export as sqa writes it, of a predictor with these branches.
+    stage1 = MOSPredictor(LogMelBackbone(n_mels=16, channels=8), num_domains=2, pitch_dim=8, **model)
+    export = export_predictor(stage1, tmp_path / "stage1", 16000, ["a", "b"])
+    assert load_stage_modules()(export) == expected
+    assert set(expected) <= {name for name, _ in stage1.named_children()}
 
 
 def test_mdf_stage2_modules_exist_in_the_predictor(tmp_path):

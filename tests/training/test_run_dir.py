@@ -68,6 +68,7 @@ def other_run():
     """
     fds: list[int] = []
 
+    # Kept by hand: another process's lock (`lock` is shared within this one) and owner line.
     def hold(run_dir: Path, owner: str = "PID 4242 on host-b\n") -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT)
@@ -126,6 +127,7 @@ def compose_train(overrides: list[str]):
 
 
 # What a start that failed before training leaves (not a previous run), and what a finished run adds.
+# Kept by hand: placeholder contents under a run's names; the checks read names and sqa's record only.
 FAILED_START = {
     "config.yaml": "seed: 0\n",
     "run_info.json": "{}",
@@ -605,6 +607,7 @@ def test_a_run_stopped_by_a_config_error_leaves_no_folder_it_made(tmp_path, synt
     (tmp_path / "outputs" / "2025-01-01" / "11-00-00").mkdir(parents=True)
     claim(run_dir)
     (run_dir / ".hydra").mkdir()
+    # Kept by hand: Hydra's file, not sqa's.
     (run_dir / ".hydra" / "config.yaml").write_text("seed: 0\n")
     (run_dir / LOG_NAME).write_text("")
     with pytest.raises(Exception, match="batch_size"):

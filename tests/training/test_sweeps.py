@@ -16,10 +16,13 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from sqa.core import artefacts
+from sqa.core.atomic import atomic_write_json
+from sqa.data.corpus import LabelCounts
 from sqa.training.datamodule import MOSDataModule
 from sqa.training.run import run
 from sqa.training.run_dir import SweepSummary
-from sqa.training.run_outputs import describe_objective
+from sqa.training.run_outputs import describe_objective, objective_record
+from sqa.training.selection import choose_rule
 from tests.conftest import REPO
 from tests.training.test_selection import compose_train, tiny_run_overrides, write_per_system_corpus
 
@@ -73,13 +76,17 @@ def test_the_objective_is_named_with_its_sign():
     )
 
 
+# A trial's selection rule: validation utterance-level RMSE (an error measure: its objective is negated).
+RMSE_RULE = choose_rule({"v": LabelCounts(40, 9, 20, 9, clips_per_system=4)}, metric="rmse", level="utt")
+
+
 def fake_trial(sweep_dir: Path, job: int, value: float, overrides: list[str]) -> Path:
-    """A trial directory as a validation-only run and Hydra leave it."""
+    """A trial directory as a validation-only run and Hydra leave it, its objective recorded as `value`."""
     trial = sweep_dir / str(job)
     (trial / ".hydra").mkdir(parents=True)
+    # Kept by hand: .hydra/overrides.yaml is Hydra's file, not sqa's.
     OmegaConf.save(OmegaConf.create(overrides), trial / ".hydra" / "overrides.yaml")
-    record = {"value": value, "quantity": "validation utterance-level RMSE", "negated": True}
-    (trial / "run_info.json").write_text(json.dumps({"seed": 0, "objective": record}))
+    atomic_write_json(trial / "run_info.json", {"seed": 0, "objective": objective_record(RMSE_RULE, value)})
     return trial
 
 

@@ -255,6 +255,7 @@ def test_existing_export_stops_a_resumed_run_before_training(synthetic_root, tmp
     (tmp_path / "export").mkdir()
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    # Kept by hand: the refusal reads only that export/ exists, before any checkpoint is opened.
     # Recorded as the run that wrote them would have: resume=true continues only sqa's own run.
     ownership.record_created(tmp_path, before=[])
     cfg = compose_train([f"data.corpus.root={synthetic_root}", "resume=true"])
