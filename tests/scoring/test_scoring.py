@@ -197,7 +197,7 @@ def test_all_inputs_failing_leaves_an_existing_output_untouched(default_export, 
 def test_every_unscorable_input_is_reported(default_export, tmp_path, capsys):
     (good,) = write_clips(tmp_path / "wavs", [8000])
     (tmp_path / "empty").mkdir()
-    (tmp_path / "nowav.csv").write_text("path,score\nx.wav,3\n")
+    (tmp_path / "nowav.csv").write_text("file,score\nx.wav,3\n")
     (tmp_path / "latin1.csv").write_bytes("wav_path,singer\nwavs/a.wav,Jos\xe9\n".encode("latin-1"))
     (tmp_path / "bom.csv").write_bytes("\ufeffwav_path,score\nwavs/sys0-utt000.wav,4.5\n".encode())
     (tmp_path / "blank.txt").write_text("\n\n")
@@ -206,7 +206,7 @@ def test_every_unscorable_input_is_reported(default_export, tmp_path, capsys):
     assert run_score(default_export, "--output", out, *[tmp_path / i for i in inputs]) == 1
     err = capsys.readouterr().err
     assert "empty: the folder holds no audio files" in err
-    assert "nowav.csv: the CSV manifest has no wav_path column (columns: path, score)" in err
+    assert "nowav.csv: the CSV manifest has no wav_path or path column (columns: file, score)" in err
     assert "latin1.csv: not UTF-8 text" in err and "blank.txt: the list names no files" in err
     assert "missing.wav: does not exist" in err and "5 input(s) could not be scored; 2 clip(s) scored" in err
     assert "\r" not in err  # no progress bar when stderr is not a terminal
@@ -278,32 +278,32 @@ def test_by_system_means_and_manifest_columns(default_export, tmp_path):
     assert rows[0]["manifest_score"] == "4.0" and rows[1]["singer"] == "y" and rows[2]["singer"] == ""
     with (tmp_path / "s.systems.csv").open() as fh:
         systems = {r["system_id"]: r for r in csv.DictReader(fh)}
-    assert list(systems) == ["A", "sys0", "sys1", "sys2"]
+    assert sorted(systems) == ["A", "sys0", "sys1", "sys2"]
+    # Ranked by mean score, best first.
+    means = [float(r["score"]) for r in systems.values()]
+    assert means == sorted(means, reverse=True)
     expected = np.mean([float(r["score"]) for r in rows if r["system_id"] == "sys2"])
     assert systems["sys2"]["n"] == "2" and float(systems["sys2"]["score"]) == pytest.approx(
         expected, abs=1e-9
     )
 
 
-def test_by_system_without_a_system_for_every_clip_writes_the_clips_and_says_why_not_the_systems(
+def test_by_system_without_a_system_for_every_clip_stops_before_scoring_and_writes_nothing(
     default_export, tmp_path, capsys
 ):
+    # Two clips side by side in one folder: neither a folder of their own nor a <sys>-<utt> name.
     sf.write(tmp_path / "nosystem.wav", np.full(8000, 0.1), 16000)
     sf.write(tmp_path / "sys1-utt1.wav", np.full(9000, 0.1), 16000)
     out = tmp_path / "s.csv"
     args = ["--output", out, "--by-system", tmp_path / "nosystem.wav", tmp_path / "sys1-utt1.wav"]
-    assert run_score(default_export, *args) == 1
+    assert run_score(default_export, *args) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line == (
-        f"sqa-score: --by-system: {tmp_path / 's.systems.csv'} not written: cannot tell the system of 1 "
-        f"clip(s), e.g. {tmp_path / 'nosystem.wav'}; name them <sys>-<utt> or give a manifest with a "
-        "system_id column"
+        f"sqa-score: --by-system: cannot tell the system of 1 clip(s), e.g. {tmp_path / 'nosystem.wav'}; "
+        "put each system's clips in a folder of its own (audio/<system>/...) and give the folder above "
+        "them, name them <sys>-<utt>, or give a manifest with a system_id column; nothing was scored"
     )
-    with out.open() as fh:
-        rows = list(csv.DictReader(fh))
-    # Every clip's score, as without --by-system (no half-empty system_id column).
-    assert [r["path"] for r in rows] == [str(tmp_path / "nosystem.wav"), str(tmp_path / "sys1-utt1.wav")]
-    assert list(rows[0]) == ["path", "score"] and not (tmp_path / "s.systems.csv").exists()
+    assert not out.exists() and not (tmp_path / "s.systems.csv").exists()
 
 
 def sung_phrase(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:
@@ -550,7 +550,7 @@ def test_inputs_of_manifests_resolve_against_the_manifests_folder(tmp_path, monk
 
 
 def test_unreadable_manifests_are_reported_one_line_each(tmp_path):
-    (tmp_path / "nowav.csv").write_text("path,score\nx.wav,3\n")
+    (tmp_path / "nowav.csv").write_text("file,score\nx.wav,3\n")
     (tmp_path / "header.csv").write_text("wav_path,score\n")
     (tmp_path / "latin1.csv").write_bytes("wav_path,singer\na.wav,Jos\xe9\n".encode("latin-1"))
     (tmp_path / "huge.csv").write_text("wav_path\n" + "x" * 200_000 + "\n")
@@ -563,7 +563,8 @@ def test_unreadable_manifests_are_reported_one_line_each(tmp_path):
     nowav, header, latin1, huge, blank, short = inputs.problems
     assert short == f"{tmp_path / 'short.csv'}, line 2: empty wav_path"
     assert (
-        nowav == f"{tmp_path / 'nowav.csv'}: the CSV manifest has no wav_path column (columns: path, score)"
+        nowav
+        == f"{tmp_path / 'nowav.csv'}: the CSV manifest has no wav_path or path column (columns: file, score)"
     )
     assert header == f"{tmp_path / 'header.csv'}: the manifest holds no rows"
     assert latin1.startswith(f"{tmp_path / 'latin1.csv'}: not UTF-8 text (")
@@ -573,7 +574,7 @@ def test_unreadable_manifests_are_reported_one_line_each(tmp_path):
     assert huge.startswith(
         f"{tmp_path / 'huge.csv'}: cannot read the CSV manifest (field larger than field limit"
     )
-    assert blank == f"{tmp_path / 'blank.csv'}: the CSV manifest has no wav_path column (columns: )"
+    assert blank == f"{tmp_path / 'blank.csv'}: the CSV manifest has no wav_path or path column (columns: )"
 
 
 def test_inputs_of_lists_resolve_against_the_lists_folder(tmp_path, monkeypatch):
