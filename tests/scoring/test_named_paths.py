@@ -101,8 +101,9 @@ def test_did_you_mean_only_where_the_word_is_neither_a_path_nor_close_to_a_name(
     default_export, monkeypatch, tmp_path
 ):
     monkeypatch.chdir(tmp_path)
-    # Another model's name, a path with a separator, a word far from any name: the usual not-found.
-    for word in ("dnsmos", "runs/distilmos", "./distilmos", "my-model"):
+    # Another model's name, a path with a separator or a leading dot (a hidden folder), a word far
+    # from any name: the usual not-found.
+    for word in ("dnsmos", "runs/distilmos", "./distilmos", ".distilmos", "my-model"):
         with pytest.raises(ExportError, match="not found") as err:
             sqa.load(word)
         assert "did you mean" not in str(err.value)
