@@ -154,13 +154,31 @@ def spreadsheet_safe(value: Any) -> Any:
 
     Numbers, and text that reads as a number (`-0.5`), are kept: only formulas are neutralised.
     """
-    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
-        return value
+    return "'" + value if isinstance(value, str) and _formula(value) else value
+
+
+def _formula(text: str) -> bool:
+    """Whether a spreadsheet would run `text` as a formula: it starts like one and is no number."""
+    if not text.startswith(FORMULA_STARTS):
+        return False
     try:
-        float(value)
+        float(text)
     except ValueError:
-        return "'" + value
-    return value
+        return True
+    return False
+
+
+def quoted_cell(text: str) -> str:
+    """`spreadsheet_safe` for a cell that is read back: `unquoted_cell` gives `text` again.
+
+    A text that would be read as quoted (`'` before a formula, `'=x`) gets one more `'`.
+    """
+    return "'" + text if _formula(text.lstrip("'")) else text
+
+
+def unquoted_cell(text: str) -> str:
+    """The text `quoted_cell` wrote `text` for: a leading `'` before a (quoted) formula removed."""
+    return text[1:] if text.startswith("'") and _formula(text.lstrip("'")) else text
 
 
 def _number(text: str, column: str) -> float:

@@ -5,6 +5,12 @@ A run writes the splits it carved to valid_split.csv and test_split.csv; a later
 seen on both sides), "system" a share of the systems with all their clips (system-disjoint),
 "song" a share of the songs with all their clips (song-disjoint: what a test on other songs
 meets), and "auto" is "song" where every training clip names its song, else "clip".
+
+A split CSV quotes a cell that a spreadsheet would run as a formula (`=SYS1()`, `+cmd1`) with a
+leading `'`, as predictions.csv does; text that reads as a number (`-1`) is kept. The reader
+removes exactly that quote (`sqa.core.artefacts.unquoted_cell`), so the sample IDs read back as
+they were. A file written before the quoting holds none, and reads as it did, unless a sample
+ID itself begins with `'` before a formula (`'=x`): that one now reads without its `'`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sqa.core.artefacts import quoted_cell, unquoted_cell
 from sqa.core.atomic import atomic_write_text
 from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.readers import read_text
@@ -108,17 +115,17 @@ def carve_test(corpus: Corpus, share: float, seed: int, by: str = "clip") -> Cor
 
 
 def write_valid_split(clips: Sequence[Clip], path: str | Path) -> None:
-    """Write clips' sample_id, system_id and domain to a CSV that `read_valid_split` reads."""
+    """Write clips' sample_id, system_id and domain, formulas quoted, to a CSV `read_valid_split` reads."""
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
     writer.writerow(VALID_SPLIT_COLUMNS)
     for c in sorted(clips, key=lambda c: c.sample_id):
-        writer.writerow([c.sample_id, c.system_id, c.domain])
+        writer.writerow([quoted_cell(str(cell)) for cell in (c.sample_id, c.system_id, c.domain)])
     atomic_write_text(path, buffer.getvalue())
 
 
 def read_valid_split(path: str | Path) -> list[str]:
-    """Sample IDs listed in a split CSV (a `sample_id` column; other columns ignored)."""
+    """Sample IDs listed in a split CSV (a `sample_id` column, formulas unquoted; other columns ignored)."""
     path = Path(path)
     # UTF-8 with or without a byte-order mark, as every metadata file; another encoding is an
     # error naming the byte and line.
@@ -126,7 +133,7 @@ def read_valid_split(path: str | Path) -> list[str]:
     if "sample_id" not in (reader.fieldnames or []):
         raise CorpusError(f"{path}: no 'sample_id' column; found {reader.fieldnames}")
     try:
-        ids = [row["sample_id"] for row in reader]
+        ids = [unquoted_cell(row["sample_id"]) for row in reader]
     except csv.Error as err:
         raise CorpusError(f"{path}: not a CSV file ({err})") from None
     if not ids:
