@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import enum
+import json
 from pathlib import Path
 
 import torch
@@ -111,3 +113,50 @@ def test_no_backbone_changes_its_key_by_running(tmp_path: Path):
         before = fingerprint(backbone)
         backbone(wav, lengths)
         assert fingerprint(backbone) == before, name
+
+
+class _Mode(enum.Enum):
+    FAST = 1
+    SLOW = 2
+
+
+def _relu(x):
+    return x
+
+
+def test_each_kind_of_setting_counts_by_its_value_and_only_equal_settings_are_equal():
+    from sqa.training.frame_cache import configuration_value as value
+
+    # Every pair differs in one setting; each side must give another key.
+    pairs = [
+        (None, False),
+        (True, 1),
+        ("a", "b"),
+        (2, 3),
+        (0.5, 0.25),
+        (_Mode.FAST, _Mode.SLOW),
+        (torch.relu, torch.tanh),
+        (_relu, torch.nn.functional.relu),
+        ({"a": 1}, {"a": 2}),
+        ({"a": 1}, {"b": 1}),
+        ([1, 2], [1, 3]),
+        ((1, 2), (2, 1)),
+        (torch.nn.Identity(), object()),
+    ]
+    for a, b in pairs:
+        assert json.dumps(value(a)) != json.dumps(value(b)), (a, b)
+    # Equal settings give equal keys: a copy, a tuple as its list, a dataclass as its fields.
+    assert value({"a": [1, (2, 3)]}) == value({"a": [1, [2, 3]]}) == {"a": [1, [2, 3]]}
+    assert value(_Mode.FAST) == "_Mode.FAST"
+    assert value(_relu) == f"{__name__}._relu"
+    assert value(torch.nn.Identity()) == "<torch.nn.modules.linear.Identity>"
+
+
+def test_the_order_attributes_were_set_in_does_not_change_the_key():
+    first, second = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    second.load_state_dict(first.state_dict())
+    first.alpha, first.beta = 1, 2
+    second.beta, second.alpha = 2, 1
+    assert fingerprint(first) == fingerprint(second)
+    second.alpha = 3
+    assert fingerprint(first) != fingerprint(second)
