@@ -598,10 +598,10 @@ def test_csv_split_column_wins_over_default_split_and_test_sets(tmp_path):
 def test_csv_extra_scores_ratings_and_score_errors(tmp_path):
     (tmp_path / "m.csv").write_text(
         "wav_path,score,system_id,sample_id,listener_id,score_pitch,score_breath\n"
-        "x.wav,4,A,x,l1,5,\nx.wav,2,A,x,,2,\nx.wav,3,A,x,l2\n"
+        "x.wav,4,A,x,l1,5,\nx.wav,2,A,x,,2,\nx.wav,3,A,x,l2,,\n"
     )
     clip = read_csv_manifest(tmp_path / "m.csv").clips[0]
-    # pitch: the two rows that have one (the third row is short); breath: no value, no score.
+    # pitch: the two rows that have one (the third row's cell is empty); breath: no value, no score.
     assert clip.extra_scores == {"pitch": 3.5}
     assert clip.ratings == {"l1": 4.0, "l2": 3.0} and clip.mos == pytest.approx(3.0)
     # Cells that are not numbers are problems of their clips, for the corpus's one report.
