@@ -21,9 +21,9 @@ Resampling three seeds instead would see 10 distinct draws and understate their 
 third; the t distribution's few degrees of freedom allow for how little three seeds say of it.
 Both variances hold the seed-by-clip interaction, so their sum errs on the conservative side.
 "significant" when the interval excludes 0 (p < 0.05). A side whose runs all score alike gives
-no estimate of the degrees of freedom (Welch–Satterthwaite would read its variance of 0 as exact
-and give millions): the row's df is n/a and t with min(n_A, n_B) - 1, the fewest Welch's can
-have, is used instead.
+no spread to estimate: Welch–Satterthwaite takes its variance of 0 as exact (right for the
+constant predictor, equal by construction), and its degrees of freedom follow the other side
+alone, often by the millions; the row shows df n/a and the note below the table says why.
 
 One run on a side: seed-to-seed variance cannot be estimated, and the output says in one line
 that it is not included. The interval is the percentile 95 % interval of the resampled
@@ -87,9 +87,9 @@ TIES_NOTE = (
     "up to 1, beside an interval that is not [0, 0]: on those points the runs cannot be told apart."
 )
 DF_NOTE = (
-    "df n/a: a side's runs all score alike there (no seed-to-seed spread), which leaves Welch's "
-    "degrees of freedom without an estimate; the interval and p use t with min(n_A, n_B) - 1, the "
-    "fewest Welch's can have (the --json entry's df_undefined says which side)."
+    "df n/a: a side's runs all score alike there (no seed-to-seed spread, taken as exact, as for "
+    "the constant predictor), so Welch's degrees of freedom follow the other side alone, often "
+    "by the millions; the interval and p use them (the --json entry's df_undefined says which side)."
 )
 # pair_acc over one pair of points with different true scores is 0, 1/2 or 1 whatever the
 # predictor: as empty as a correlation of two points. It needs this many such pairs.

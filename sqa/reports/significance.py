@@ -47,7 +47,7 @@ def welch(
     resample (NaN where undefined). Returns diff, ci, p, significant, resamples, se and its parts
     seed_se and clip_se, and df; the interval and p are NaN where fewer than two resamples
     define the difference. Where a side's runs all score alike (`has_spread`), df is None and
-    `df_undefined` says why and which degrees of freedom the interval and p use instead.
+    `df_undefined` says why: Welch's degrees of freedom then follow the other side alone.
     """
     valid = diffs[~np.isnan(diffs)]
     sides = (runs_a, runs_b)
@@ -56,21 +56,22 @@ def welch(
     var = sum(seed_parts) + clip_var
     flat = [(name, runs) for name, runs in zip("AB", sides, strict=True) if not has_spread(runs)]
     undefined = None
+    # Welch–Satterthwaite; the clip variance, known from the resamples, adds nothing below. A side
+    # without spread adds nothing either: its variance of 0 is taken as exact, as for the constant
+    # predictor, whose runs are equal by construction (no spread on either side: a normal interval).
+    spread = sum(
+        v**2 / (len(runs) - 1) for v, runs in zip(seed_parts, sides, strict=True) if has_spread(runs)
+    )
+    df = var**2 / spread if spread > 0 else math.inf
     if flat:
-        # Welch–Satterthwaite reads a side's sample variance of 0 as exact: the df then follows the
-        # other side alone and runs to millions where the clip variance dominates. A few runs that
-        # score alike (the ranks of a few systems can) say little of the seed-to-seed spread, so
-        # the least df Welch's can take stands in: min(n_A, n_B) - 1.
-        df = float(min(len(runs_a), len(runs_b)) - 1)
+        # Then the df follows the other side alone and runs to millions where the clip variance
+        # dominates: a number that says nothing to a reader, so the row says why instead.
         said = " and ".join(f"{name}'s {len(runs)} runs all score {runs[0]:.3f}" for name, runs in flat)
+        other = "no side" if len(flat) == 2 else "the other side's runs alone"
         undefined = (
-            f"{said}: no seed-to-seed spread to estimate Welch's degrees of freedom from; the "
-            f"interval and p use t with {df:.0f} (min(n_A, n_B) - 1, the fewest Welch's can have)"
+            f"{said}: no seed-to-seed spread there, taken as exact, so Welch's degrees of freedom "
+            f"follow {other} (the interval and p use them; a normal interval where they are many)"
         )
-    else:
-        # Welch–Satterthwaite; the clip variance, known from the resamples, adds nothing below.
-        spread = sum(v**2 / (len(runs) - 1) for v, runs in zip(seed_parts, sides, strict=True))
-        df = var**2 / spread
     if var > 0:
         half = float(stats.t.ppf(0.975, df)) * math.sqrt(var)
         p = float(2 * stats.t.sf(abs(observed) / math.sqrt(var), df))

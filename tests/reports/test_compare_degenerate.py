@@ -17,20 +17,29 @@ from tests.reports.test_compare_seeds import offset_runs
 RNG_DIFFS = np.random.default_rng(4).normal(0.1, 0.05, 500)
 
 
-def test_a_side_without_spread_has_no_welch_df_and_the_fewest_welch_can_have_is_used():
+def test_a_side_without_spread_shows_no_df_and_keeps_welchs_interval_from_the_other_side():
     flat, spread = [0.7, 0.7, 0.7], [0.80, 0.82, 0.81, 0.85]
     r = welch(0.12, flat, spread, RNG_DIFFS)
     var = np.var(spread, ddof=1) / 4 + np.var(RNG_DIFFS, ddof=1)
-    # Welch–Satterthwaite would give (var)² / (s_B⁴ / 3): hundreds of degrees of freedom.
-    assert var**2 / ((np.var(spread, ddof=1) / 4) ** 2 / 3) > 100
+    # Welch–Satterthwaite with A's variance of 0 exact: (var)² / (s_B⁴ / 3), hundreds of degrees.
+    df = var**2 / ((np.var(spread, ddof=1) / 4) ** 2 / 3)
+    assert df > 100
     assert r["df"] is None and r["se"] == pytest.approx(math.sqrt(var))
     assert r["df_undefined"] == (
-        "A's 3 runs all score 0.700: no seed-to-seed spread to estimate Welch's degrees of freedom from; "
-        "the interval and p use t with 2 (min(n_A, n_B) - 1, the fewest Welch's can have)"
+        "A's 3 runs all score 0.700: no seed-to-seed spread there, taken as exact, so Welch's degrees of "
+        "freedom follow the other side's runs alone (the interval and p use them; a normal interval "
+        "where they are many)"
     )
-    half = stats.t.ppf(0.975, 2) * math.sqrt(var)
+    half = stats.t.ppf(0.975, df) * math.sqrt(var)
     assert r["ci"] == pytest.approx([0.12 - half, 0.12 + half])
-    assert r["p"] == pytest.approx(2 * stats.t.sf(0.12 / math.sqrt(var), 2))
+    assert r["p"] == pytest.approx(2 * stats.t.sf(0.12 / math.sqrt(var), df))
+    # No spread on either side: a normal interval.
+    both = welch(0.12, flat, [0.8, 0.8, 0.8], RNG_DIFFS)
+    assert both["df_undefined"].endswith(
+        "follow no side (the interval and p use them; a normal interval where they are many)"
+    )
+    sd = math.sqrt(np.var(RNG_DIFFS, ddof=1))
+    assert both["ci"] == pytest.approx([0.12 - stats.norm.ppf(0.975) * sd, 0.12 + stats.norm.ppf(0.975) * sd])
     # Values equal but for float rounding have no spread either; both sides are named.
     r = welch(0.12, [0.7, 0.7 + 1e-16, 0.7], [0.8, 0.8], RNG_DIFFS)
     assert r["df"] is None and r["df_undefined"].startswith("A's 3 runs all score 0.700 and B's 2 runs")

@@ -265,7 +265,7 @@ def test_three_seeds_against_three_seeds_of_one_config_are_not_significant(short
     # (measured: -0.378 against 0.597, p < 0.001), and says that seed variance is not included.
     values = [json.loads((d / "metrics.json").read_text())["avg"]["utt"]["srcc"] for d in short_runs]
     low, high = short_runs[int(np.argmin(values))], short_runs[int(np.argmax(values))]
-    assert compare.main([str(low), str(high), "--json", str(out)]) == 0
+    assert compare.main([str(low), str(high), "--json", str(out), "--overwrite"]) == 0
     assert json.loads(out.read_text())["results"]["avg"]["utt"]["significant"]
     assert capsys.readouterr().out.count(compare.SEED_NOTE) == 1
 
