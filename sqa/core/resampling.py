@@ -26,6 +26,17 @@ def interval(values: np.ndarray) -> list[float]:
     return [float(lo), float(hi)]
 
 
+def two_sided_p(values: np.ndarray) -> float:
+    """Two-sided bootstrap p of a difference from its resamples `values` (R,); NaN without any.
+
+    2·min(share ≤ 0, share ≥ 0), at most 1: sqa-compare's runs and sqa-score's systems alike.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return math.nan
+    return min(1.0, 2 * min(float(np.mean(values <= 0)), float(np.mean(values >= 0))))
+
+
 def row_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Pearson correlation of each row pair of `a` and `b` (R, m) → (R,); NaN for constant rows.
 

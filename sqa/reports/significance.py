@@ -13,6 +13,7 @@ import numpy as np
 from scipy import stats
 
 from sqa import metrics
+from sqa.core import resampling
 
 # Run values closer than this (relative to their size, at least 1) are the same value: runs whose
 # predictions differ by float rounding only have no seed-to-seed spread.
@@ -27,7 +28,7 @@ def summarise(observed: float, diffs: np.ndarray) -> dict[str, Any]:
     """
     valid = diffs[~np.isnan(diffs)]
     lo, hi = metrics.interval(valid)
-    p = min(1.0, 2 * min(np.mean(valid <= 0), np.mean(valid >= 0))) if valid.size else math.nan
+    p = resampling.two_sided_p(valid)
     return {
         "diff": observed,
         "ci": [lo, hi],

@@ -259,8 +259,7 @@ def _compare(
             return Comparison(above, below, observed, None, None, None, False, None)
         draws = _resampled_means(a, rng, resamples) - _resampled_means(b, rng, resamples)
     lo, hi = resampling.interval(draws)
-    # sqa.reports.significance.summarise's p, which scoring may not import (tests/test_layering.py).
-    p = min(1.0, 2 * min(float(np.mean(draws <= 0)), float(np.mean(draws >= 0))))
+    p = resampling.two_sided_p(draws)
     return Comparison(above, below, observed, lo, hi, p, bool(lo > 0 or hi < 0), items)
 
 
