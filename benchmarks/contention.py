@@ -14,7 +14,9 @@ because OpenMP reads its settings when torch loads:
 - `spin 10k`, `spin 100k`: GNU OpenMP's spin before sleeping shortened to `GOMP_SPINCOUNT`
   iterations (its default is 300,000; torch's wheels use GNU OpenMP);
 - `one thread`: `OMP_NUM_THREADS=1`;
-- `bf16`: `default` with the step under `torch.autocast("cpu", torch.bfloat16)`.
+- `bf16`: `default` with the step under `torch.autocast("cpu", torch.bfloat16)`;
+- `spin 10k, 1 a pass`: `spin 10k` (what `train.py` sets) with the transformer taking one segment
+  at a time, as it did before it took a step's segments together (`SEGMENTS_PER_PASS`).
 
 Each variant runs on the machine as it is (`idle`) and beside `--hogs` processes that each keep a
 core busy (`busy`), as another job on a shared server does; variants and loads alternate over
@@ -38,11 +40,14 @@ VARIANTS = {
     "spin 100k": {"GOMP_SPINCOUNT": "100000"},
     "one thread": {"OMP_NUM_THREADS": "1"},
     "bf16": {"SQA_BENCH_BF16": "1"},
+    "spin 10k, 1 a pass": {"GOMP_SPINCOUNT": "10000", "SQA_BENCH_PASS": "1"},
 }
 # What a child process runs: the steps, timed; the median seconds a step on stdout.
 CHILD = """
 import os, statistics, sys, time, torch
+from sqa.models import distillmos
 from sqa.models.distillmos import SEGMENT, DistillMosBackbone
+distillmos.SEGMENTS_PER_PASS = int(os.environ.get("SQA_BENCH_PASS", distillmos.SEGMENTS_PER_PASS))
 segments, steps = int(sys.argv[1]), int(sys.argv[2])
 torch.manual_seed(0)
 backbone = DistillMosBackbone(freeze_cnn=True)
@@ -66,7 +71,7 @@ def timed(variant: dict[str, str], segments: int, steps: int) -> float:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")
+        if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT", "SQA_BENCH_PASS")
     }
     env.update(variant)
     out = subprocess.run(

@@ -28,6 +28,7 @@ _KINDS: dict[str, Callable[[Any], bool]] = {
         v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v > 0)
     ),
     "true or false": lambda v: isinstance(v, bool),
+    "true, false or 'auto'": lambda v: isinstance(v, bool) or v == "auto",
     "an integer or null": lambda v: v is None or _integer(v),
     "a list of names or null": lambda v: v is None or _names(v),
     "a non-empty list of names": lambda v: _names(v) and len(v) > 0,
@@ -41,7 +42,7 @@ _ARGUMENTS = {
     "eval_batch_size": "a positive integer",
     "num_workers": "an integer >= 0",
     "max_train_seconds": "a positive number of seconds or null",
-    "preload": "true or false",
+    "preload": "true, false or 'auto'",
     "vocal_only": "true or false",
     "seed": "an integer",
     "split_seed": "an integer or null",

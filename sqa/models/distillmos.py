@@ -87,9 +87,11 @@ __all__ = [
 ]
 
 SAMPLE_RATE = 16000
-# Segments passed through the network at once on an accelerator. On a CPU one at a time was the
-# fastest (one thread: 0.51 s a segment alone, 0.67-0.73 s in passes of 2-8; two threads: no gain
-# from passes) and holds the least memory (the CNN's first layers take about 60 MB a segment).
+# Segments passed through the network at once. On a CPU the spectrogram CNN takes them one at a
+# time: it was the fastest there (one thread: 0.51 s a segment alone, 0.67-0.73 s in passes of
+# 2-8) and its first layers hold about 60 MB a segment. The transformer above it takes the pass
+# together (a few MB a segment): fewer, larger products, so fewer OpenMP barriers, which cost most
+# on a busy machine (benchmarks/README.md, "Distill-MOS fine-tuning step").
 SEGMENTS_PER_PASS = 16
 
 
@@ -247,10 +249,11 @@ class DistillMosBackbone(Exportable, nn.Module):
     def segment_frames(self, segments: torch.Tensor) -> torch.Tensor:
         """7.68 s segments (S, SEGMENT) -> the network's frames (S, 384, dim), each peak-normalised first."""
         outputs = []
-        size = 1 if segments.device.type == "cpu" else SEGMENTS_PER_PASS
+        front = 1 if segments.device.type == "cpu" else SEGMENTS_PER_PASS
         below = self.config.frozen_layers
-        for first in range(0, segments.shape[0], size):
-            x = self.front_frames(segments[first : first + size])
+        for first in range(0, segments.shape[0], SEGMENTS_PER_PASS):
+            part = segments[first : first + SEGMENTS_PER_PASS]
+            x = torch.cat([self.front_frames(part[k : k + front]) for k in range(0, part.shape[0], front)])
             if not below:
                 x = self._project(x)
             for layer in self.layers[below:]:

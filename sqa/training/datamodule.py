@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from sqa.core.prediction import OVERALL
 from sqa.data.arguments import check_arguments
+from sqa.data.audio import audio_info
 from sqa.data.batching import collate
 from sqa.data.corpus import SPLITS, Clip, Corpus, CorpusError, LabelCounts, count_labels
 from sqa.data.dataset import MIN_SAMPLES, ClipDataset
@@ -25,6 +26,22 @@ from sqa.data.valid_split import carve_test, carve_valid, read_valid_split, reso
 from sqa.data.validate import ON_SCREEN, CorpusProblems, format_report, scale_diagnosis, validate_corpus
 
 log = logging.getLogger(__name__)
+
+
+# `preload: auto` holds a corpus in memory where its clips, decoded (float32 at the training
+# rate), take at most this: a listening test of up to about two hours of audio.
+PRELOAD_AUTO_BYTES = 512 << 20
+
+
+def fits_in_memory(clips: Sequence[Clip], sample_rate: int, budget: int) -> bool:
+    """Whether `clips` decoded (float32 at `sample_rate`) take at most `budget` bytes, by their headers."""
+    total = 0
+    for clip in clips:
+        rate, frames, _ = audio_info(clip.path)
+        total += 4 * -(-frames * sample_rate // rate)
+        if total > budget:
+            return False
+    return True
 
 
 def available_cpus() -> int:
@@ -79,7 +96,7 @@ class MOSDataModule(L.LightningDataModule):
         num_workers: int = 0,
         max_train_seconds: float | None = 10.0,
         eval_max_seconds: float | None = None,
-        preload: bool = False,
+        preload: bool | str = False,
         seed: int = 0,
         f0_extractor: F0Extractor | None = None,
         train_domains: Sequence[str] | None = None,
@@ -139,7 +156,11 @@ class MOSDataModule(L.LightningDataModule):
         self.max_train_seconds = max_train_seconds
         # Validation and test clips keep their first eval_max_seconds (None: whole clips).
         self.eval_max_seconds = eval_max_seconds
-        self.preload = preload
+        self.preload = (
+            preload
+            if isinstance(preload, bool)
+            else fits_in_memory(corpus.clips, sample_rate, PRELOAD_AUTO_BYTES)
+        )
         # Every clip cut to its vocal span (sqa.data.vocal), as the export then scores it.
         self.vocal_only = vocal_only
         self.seed = seed
@@ -254,12 +275,12 @@ class MOSDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: ClipDataset, **sampling: Any) -> DataLoader:
         """A loader over `dataset` with `sampling` (sampler and batch_size, or batch_sampler)."""
+        # Held clips are served by this process: a worker would hold a copy of them only to crop
+        # them, and on a small machine the workers' processes cost more than they save
+        # (benchmarks/candidates.py: 2.3x as long on sisec18's 90 training clips on 2 cores).
+        workers = 0 if self.preload else self.num_workers
         return DataLoader(
-            dataset,
-            collate_fn=collate,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            **sampling,
+            dataset, collate_fn=collate, num_workers=workers, persistent_workers=workers > 0, **sampling
         )
 
     def _eval_loader(self, dataset: ClipDataset) -> DataLoader:

@@ -124,6 +124,28 @@ def test_frames_come_from_the_segment_under_them():
     torch.testing.assert_close(frames[0, 768:], tail[768 - last // 320 : count - last // 320])
 
 
+@pytest.mark.parametrize("count", [16, 17])
+def test_on_a_cpu_the_cnn_takes_one_segment_at_a_time_and_the_transformer_a_pass_of_up_to_16(count):
+    # The CNN's activations are large (one at a time); the transformer's products are faster
+    # together. 16 segments are one pass of the transformer, 17 two (16 and 1).
+    backbone = small_backbone().train()
+    torch.manual_seed(1)
+    segments = 0.3 * torch.randn(count, SEGMENT)
+    seen: dict[str, list[int]] = {"cnn": [], "layer": []}
+    hooks = [
+        backbone.cnn.register_forward_hook(lambda m, args, out: seen["cnn"].append(args[0].shape[0])),
+        backbone.layers[0].register_forward_hook(lambda m, args, out: seen["layer"].append(args[0].shape[0])),
+    ]
+    with torch.no_grad():
+        together = backbone.segment_frames(segments)
+    for hook in hooks:
+        hook.remove()
+    assert seen == {"cnn": [1] * count, "layer": [16] if count == 16 else [16, 1]}
+    with torch.no_grad():
+        alone = torch.cat([backbone.segment_frames(segment[None]) for segment in segments])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)
+
+
 def test_samples_past_a_clips_length_are_not_read():
     backbone = small_backbone().eval()
     clip = clips_of([2.0])[0]
