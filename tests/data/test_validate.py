@@ -233,7 +233,7 @@ def no_decoding(*args, **kwargs):
             "max_train_seconds must be a positive number of seconds or null, got -1",
         ),
         ("data.max_batch_seconds=0", "max_batch_seconds must be a positive number of seconds or null, got 0"),
-        ("data.preload=yes", "preload must be true or false, got 'yes'"),
+        ("data.preload=yes", "preload must be true, false or 'auto', got 'yes'"),
         ("data.on_error=ignore", "on_error must be 'raise' or 'skip', got 'ignore'"),
         ("data.train_domains=[nope]", r"train_domains \['nope'\] not in the corpus \['default'\]"),
         ("data.corpus.score_range=[5,1]", r"score_range must be \[low, high\] with low < high"),
