@@ -10,6 +10,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from sqa.data.readers import CORPUS_READERS
+from sqa.data.readers.recorded import WEBMUSHRA_READER
+from sqa.data.readers.webmushra import webmushra_root
 
 
 def corpus_name(cfg: DictConfig) -> str:
@@ -28,16 +30,26 @@ def recorded_data(
     """The corpus of this run as plain values for an export (None for a reader outside sqa's).
 
     Interpolations are resolved. No absolute path is recorded: the corpus folder (`root`; a CSV
-    manifest's folder unless a root is set) relative to `export_dir`, and a manifest's `path`
-    relative to that folder, so that the export and the corpus can move together, and a user
-    whose corpus lies elsewhere names its folder (`eval.py export=E data.corpus.root=DIR`).
+    manifest's folder unless a root is set; the folder webMUSHRA ran from) relative to
+    `export_dir`, and a manifest's `path` (webMUSHRA's `results` and `config`) relative to that
+    folder, so that the export and the corpus can move together, and a user whose corpus lies
+    elsewhere names its folder (`eval.py export=E data.corpus.root=DIR`).
     `test_split` names the export's copy of a carved test split (`test_split.csv`).
     """
     corpus = OmegaConf.to_container(cfg.data.corpus, resolve=True)
     if corpus.get("_target_") not in CORPUS_READERS:
         return None
     root = corpus.get("root")
-    if isinstance(corpus.get("path"), str):
+    if corpus["_target_"] == WEBMUSHRA_READER:
+        # The results CSV and the config YAML relative to the folder webMUSHRA ran from, recorded.
+        files = {
+            key: Path(root) / corpus[key] if root is not None else Path(corpus[key])
+            for key in ("results", "config")
+        }
+        root = Path(root) if root is not None else webmushra_root(files["config"])
+        for key, full in files.items():
+            corpus[key] = os.path.relpath(full.resolve(), root.resolve())
+    elif isinstance(corpus.get("path"), str):
         path = (Path(root) / corpus["path"] if root is not None else Path(corpus["path"])).resolve()
         root = path.parent if root is None else root
         corpus["path"] = os.path.relpath(path, Path(root).resolve())

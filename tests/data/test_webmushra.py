@@ -9,8 +9,10 @@ rows appended per session, and the generated anchor35 rated like any condition.
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import yaml
 
 from sqa.data.corpus import ROLE_ANCHOR, ROLE_REFERENCE, CorpusError
-from sqa.data.readers import read_webmushra
+from sqa.data.readers import read_webmushra, recorded_corpus
 from sqa.data.validate import validate_corpus
+from sqa.training.evaluation import evaluate
 from tests.conftest import REPO
+from tests.training.test_eval import assert_same, compose_eval
 
 TEST_ID = "singing_study"
 CONDITIONS = ("C1", "C2", "C3", "C4")
@@ -447,3 +452,41 @@ def test_a_study_trains_with_train_py_and_its_validation_and_test_are_carved_by_
     assert not trials["valid_split.csv"] & trials["test_split.csv"]
     assert set(TRIALS) - trials["valid_split.csv"] - trials["test_split.csv"]
     assert (run_dir / "export" / "model.pt").is_file()
+    # The export records the study: the folder webMUSHRA ran from, relative to the export, and
+    # the results and config in it. Moved together, the export tests again on its test trials.
+    recorded = yaml.safe_load((run_dir / "export" / "config.yaml").read_text())["data"]["corpus"]
+    root = results.parents[2]
+    assert recorded["_target_"] == "sqa.data.readers.read_webmushra"
+    assert recorded["results"] == str(results.relative_to(root))
+    assert recorded["config"] == str(config.relative_to(root))
+    assert (run_dir / "export" / recorded["root"]).resolve() == root.resolve()
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path, moved, ignore=shutil.ignore_patterns("moved"))
+    shutil.rmtree(root)
+    evaluate(compose_eval([f"export={moved / 'run' / 'export'}"]), moved / "eval")
+    # As written (undefined metrics null, with their reasons).
+    assert_same(
+        json.loads((moved / "eval" / "metrics.json").read_text()),
+        json.loads((run_dir / "metrics.json").read_text()),
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("results", "configs/study.yaml"), ("config", "results/singing_study/missing.yaml")]
+)
+def test_a_recorded_study_must_name_its_results_csv_and_config_yaml(study, key, value):
+    results, config = study
+    root = results.parents[2]
+    spec = {
+        "_target_": "sqa.data.readers.read_webmushra",
+        "results": str(results.relative_to(root)),
+        "config": str(config.relative_to(root)),
+        "root": ".",
+        key: value,
+    }
+    with pytest.raises(CorpusError, match=rf"recorded webMUSHRA {key} '.*{value}' is not a"):
+        recorded_corpus(spec, root / "config.yaml")
+    spec[key] = str((results if key == "results" else config).relative_to(root))
+    assert len(recorded_corpus(spec, root / "config.yaml").clips) == len(
+        read_webmushra(results, config).clips
+    )

@@ -18,6 +18,7 @@ GENERATING_READERS = frozenset(
         "sqa.data.small_table.load_small_table",
     }
 )
+WEBMUSHRA_READER = "sqa.data.readers.read_webmushra"
 # The readers a recorded corpus (an export's `data.corpus`) may name: nothing else is built. They
 # are named by the packages that re-export them, as conf/data/*.yaml names them.
 CORPUS_READERS = frozenset(
@@ -25,6 +26,7 @@ CORPUS_READERS = frozenset(
         "sqa.data.readers.read_singmos_pro",
         "sqa.data.readers.read_vmc24",
         "sqa.data.readers.read_csv_manifest",
+        "sqa.data.readers.read_webmushra",
         "sqa.data.synthetic.load_synthetic",
         "sqa.data.synthetic.load_synthetic_mushra",
         "sqa.data.small_table.load_small_table",
@@ -59,8 +61,17 @@ def recorded_corpus(spec: Mapping[str, Any], where: str | Path, root: str | Path
         kwargs["root"] = str(root)
     elif kwargs.get("root") is not None:
         kwargs["root"] = str(Path(where).parent / str(kwargs["root"]))
-    # What the readers read: a CSV manifest (`path`) or a corpus folder (`root`), nothing else.
-    if "path" in kwargs:
+    # What the readers read: a CSV manifest (`path`), webMUSHRA's results CSV and config YAML in
+    # its folder, or a corpus folder (`root`), nothing else.
+    if target == WEBMUSHRA_READER:
+        for key, suffixes in (("results", (".csv",)), ("config", (".yaml", ".yml"))):
+            full = Path(str(kwargs.get("root"))) / str(kwargs.get(key))
+            if kwargs.get("root") is None or full.suffix not in suffixes or not full.is_file():
+                kind = "/".join(suffixes)
+                raise CorpusError(
+                    f"{where}: the recorded webMUSHRA {key} {str(full)!r} is not a {kind} file{move}"
+                )
+    elif "path" in kwargs:
         path = Path(str(kwargs["path"]))
         full = Path(kwargs["root"]) / path if kwargs.get("root") is not None else path
         if not (path.suffix == ".csv" and full.is_file()):

@@ -113,7 +113,7 @@ def read_webmushra(
     results = base / results if base is not None else Path(results)
     config = base / config if base is not None else Path(config)
     pages, test_id = _read_config(config)
-    base = base if base is not None else _webmushra_root(config)
+    base = base if base is not None else webmushra_root(config)
     unknown = sorted(set(anchors) - {k for p in pages.values() for k in p.stimuli})
     if unknown:
         raise CorpusError(f"data.corpus.anchors names {unknown}, which no rated page of {config} has")
@@ -386,7 +386,7 @@ def _number(cell: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _webmushra_root(config: Path) -> Path:
+def webmushra_root(config: Path) -> Path:
     """The folder webMUSHRA runs from: the parent of the `configs` folder that holds `config`."""
     for folder in config.resolve().parents:
         if folder.name == "configs":
