@@ -19,6 +19,11 @@ another song's singers well and still miss the level its listeners rated at.
 Verdicts, from the two: `better` (both better), `ranks_only` (ranks better than chance, levels no
 better than the constant: use it to rank clips, not to predict absolute scores), `uncertain`
 (levels better, ranking not shown better than chance) and `no_better` (neither).
+
+Where the run has a pretrained peer (`candidates.peer`: `calibrated`, the zero-shot network only
+mapped to the scale), the ranking is also judged against it (`peer_record`): the paired bootstrap
+of the test utterance SRCC's difference on the same clips (`sqa.reports.compare.compare`), and
+the sentence says whether the model ranks better than the peer, worse, or neither shown.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from sqa import metrics
+from sqa.reports.compare import compare
 
 VERDICTS = ("better", "ranks_only", "uncertain", "no_better")
 
@@ -107,6 +113,65 @@ def check(
     return record
 
 
+def peer_record(
+    name: str,
+    model: Sequence[float],
+    peer: Sequence[float],
+    labels: Sequence[float],
+    systems: Sequence[str],
+    test_sets: Sequence[str],
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The pretrained peer `name`'s test utterance SRCC and the model's difference from it (plain values).
+
+    `model` and `peer` are their predictions of the clips with `labels`; the peer's SRCC and the
+    difference (model − peer) are the test average's, as the check's own SRCC (sets named
+    `reference` and `anchor` left out), with the paired bootstrap's 95 % interval and p; null
+    where the peer's SRCC is undefined (it scores every clip alike).
+    """
+    entry = compare(list(peer), list(model), list(labels), list(systems), list(test_sets), seed=seed)
+    average = entry[metrics.AVERAGE_KEY]["utt"]
+    interval = average.get("ci")
+    return {
+        "name": str(name),
+        "peer_srcc": _finite(average.get("a")),
+        "difference": _finite(average.get("diff")),
+        "difference_ci": [_finite(v) for v in interval] if interval else None,
+        "p": _finite(average.get("p")),
+    }
+
+
+def against_peer(record: Mapping[str, Any]) -> str:
+    """`better`, `worse`, `not_shown` or `unknown`: the SRCC difference's interval against the peer's."""
+    interval = _interval({"srcc_ci": _part(record, "peer").get("difference_ci")})
+    if interval is None or None in interval:
+        return "unknown"
+    low, high = interval
+    return "better" if low > 0 else "worse" if high < 0 else "not_shown"
+
+
+def _peer_clause(record: Mapping[str, Any]) -> str:
+    """The sentence's clause on the pretrained peer ("" without one)."""
+    peer = _part(record, "peer")
+    if not peer:
+        return ""
+    # The name is a candidate's, from the run's configuration: only its word characters are said.
+    name = "".join(c for c in str(peer.get("name", "")) if c.isalnum() or c in "_-.")[:40] or "peer"
+    interval = _interval({"srcc_ci": peer.get("difference_ci")})
+    ci = f" [{_number(interval[0])}, {_number(interval[1])}]" if interval else ""
+    numbers = (
+        f"SRCC {_number(_part(record, 'test').get('srcc'))} against {_number(peer.get('peer_srcc'))}, "
+        f"difference {_number(peer.get('difference'))}{ci}"
+    )
+    said = {
+        "better": f"it ranks clips better than the pretrained peer {name} ({numbers})",
+        "worse": f"it ranks clips worse than the pretrained peer {name} ({numbers}): prefer the peer to rank",
+        "not_shown": f"it is not shown to rank better or worse than the pretrained peer {name} ({numbers})",
+        "unknown": f"against the pretrained peer {name} its ranking is not judged ({numbers})",
+    }
+    return "; " + said[against_peer(record)]
+
+
 def _part(record: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     """The `test` or `valid` part of a record, {} where it is missing or not a mapping."""
     part = record.get(name)
@@ -166,7 +231,16 @@ def _number(value: object) -> str:
 
 
 def sentence(record: Mapping[str, Any]) -> str:
-    """The check's outcome in one sentence with its numbers (recomputed from them, never stored text)."""
+    """The check's outcome in one sentence with its numbers (recomputed from them, never stored text).
+
+    Where the record has a pretrained peer (`peer_record`), the sentence ends with the ranking against it.
+    """
+    said = _constant_sentence(record)
+    return said[:-1] + _peer_clause(record) + "." if _part(record, "peer") else said
+
+
+def _constant_sentence(record: Mapping[str, Any]) -> str:
+    """The sentence on the constant alone."""
     test, valid = _part(record, "test"), _part(record, "valid")
     mean = _number(record.get("train_mean"))
     numbers = f"test utterance RMSE {_number(test.get('rmse'))} against {_number(test.get('constant_rmse'))}"

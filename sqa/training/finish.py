@@ -68,17 +68,23 @@ def test(tried: Sequence[Tried]) -> None:
                 entry.tested = prepared.module
 
 
-def export(winner: Tried, tried: Sequence[Tried], skipped: dict[str, str], run_dir: Path) -> dict[str, Any]:
-    """Write every model's results and export; the winner's are the run's. Returns its run_info record."""
+def export(
+    winner: Tried, tried: Sequence[Tried], skipped: dict[str, str], run_dir: Path, peer: str | None = None
+) -> dict[str, Any]:
+    """Write every model's results and export; the winner's are the run's. Returns its run_info record.
+
+    `peer` names the candidate that every other is judged against as the pretrained peer (None: none).
+    """
     signals.stage("writing the results and the export")
     if winner.prepared.name is None:
         return finish(winner, run_dir)
+    peer_entry = next((e for e in tried if e.name == peer and e.tested is not None), None) if peer else None
     for entry in tried:
         if entry.fitted is not None:
             # Each candidate is exported in its folder: any of them can score, join an ensemble or be
             # evaluated on another corpus (eval.py export=<run dir>/candidates/<name>/export).
             with entry.timed():
-                finish(entry, entry.prepared.folder, result=False)
+                finish(entry, entry.prepared.folder, result=False, peer=peer_entry)
         log.info("candidate %s: %.0f s", entry.name, entry.seconds)
     rec = record(tried, winner, skipped)
     log.info("%s", describe(rec))
@@ -90,16 +96,21 @@ def export(winner: Tried, tried: Sequence[Tried], skipped: dict[str, str], run_d
     extra: dict[str, Any] = {"candidates": rec}
     if winner.members:
         extra["ensemble"] = member_record(winner, tried)
-    return finish(winner, run_dir, extra)
+    return finish(winner, run_dir, extra, peer=peer_entry)
 
 
 def finish(
-    entry: Tried, folder: Path, extra: dict[str, Any] | None = None, result: bool = True
+    entry: Tried,
+    folder: Path,
+    extra: dict[str, Any] | None = None,
+    result: bool = True,
+    peer: Tried | None = None,
 ) -> dict[str, Any]:
     """Write `entry`'s selection, curves, test outputs and learning check to `folder`; export it there.
 
     `extra` is added to run_info.json (and the export's card). `result` marks the run's own
     result: it alone gets a retrieval datastore and says the learning check as the run's last line.
+    The learning check also judges the ranking against `peer` (the pretrained peer; not itself).
     A sweep's trial (test_after_fit=false) writes its selection and curves only.
     """
     prepared, fitted, module = entry.prepared, entry.fitted, entry.tested
@@ -112,7 +123,7 @@ def finish(
         if not settings.test_after_fit:
             return _validated_only(fitted, info, folder, curves)
     info["scale_shift"] = scale_shift(datamodule)
-    info["learning_check"] = _learning_check(entry, curves.step)
+    info["learning_check"] = _learning_check(entry, curves.step, peer if peer is not entry else None)
     datastore = None
     if fitted is not None and result and (cfg.get("retrieval") or {}).get("datastore"):
         # The selected model's embeddings of the training clips, for kNN and fusion scoring.
@@ -209,15 +220,16 @@ def _validated_only(fitted: Fitted, info: dict[str, Any], folder: Path, curves: 
     return info
 
 
-def _learning_check(entry: Tried, selected_step: int | None) -> dict[str, Any]:
-    """`entry` against the constant training mean (`sqa.reports.learning`).
+def _learning_check(entry: Tried, selected_step: int | None, peer: Tried | None) -> dict[str, Any]:
+    """`entry` against the constant training mean and `peer`'s ranking (`sqa.reports.learning`).
 
     The validation RMSE is a fit's at its selected check, the ensemble's from its validation scoring.
     """
     datamodule = entry.prepared.datamodule
+    against = (peer.name, peer.tested) if peer is not None else None
     if entry.fitted is not None:
-        return learning_check(entry.tested, datamodule, entry.fitted.history, selected_step)
+        return learning_check(entry.tested, datamodule, entry.fitted.history, selected_step, against)
     valid_rmse, _ = validation_score(entry.valid or {}, "rmse", "utt")
     labels = [c.mos for c in datamodule.corpus.valid_as_test().clips]
     train_mean = float(np.mean([c.mos for c in datamodule.train_clips]))
-    return constant_check(entry.tested, train_mean, (valid_rmse, labels) if labels else None)
+    return constant_check(entry.tested, train_mean, (valid_rmse, labels) if labels else None, against)

@@ -75,6 +75,8 @@ class Plan:
     overrides: tuple[str, ...]
     ensemble: bool
     line: str | None
+    # The candidate every model is judged against as the pretrained peer (None: none of them).
+    peer: str | None = None
 
 
 def _alone(line: str | None = None) -> Plan:
@@ -121,12 +123,17 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None) -> Plan:
     if len({c.name for c in listed}) < len(listed):
         raise ValueError(f"candidates.use names a candidate twice: {list(use)}")
     names = ", ".join(c.name for c in listed)
+    peer = node.get("peer")
+    if peer is not None and not isinstance(peer, str):
+        raise ValueError(f"candidates.peer must be the name of a candidate or null, got {peer!r}")
     return Plan(
         tuple(listed),
         tuple(overrides),
         bool(node.get("ensemble")) and len(listed) > 1,
         f"candidates: {names} on the same splits; the best on validation is tested and exported "
         "(candidates=null trains the configuration alone)",
+        # A peer the list leaves out judges nothing.
+        peer if peer in {c.name for c in listed} else None,
     )
 
 

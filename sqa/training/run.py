@@ -105,7 +105,7 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None = None
     winner = candidates.select(tried, models.ensemble)
     finish.test(tried)
     if is_leader():
-        finish.export(winner, tried, skipped, run_dir)
+        finish.export(winner, tried, skipped, run_dir, models.peer)
     return result(winner)
 
 

@@ -255,12 +255,17 @@ def report_selection(
 
 
 def learning_check(
-    module: MOSModule, datamodule: MOSDataModule, history: plots.History, selected_step: int
+    module: MOSModule,
+    datamodule: MOSDataModule,
+    history: plots.History,
+    selected_step: int,
+    peer: tuple[str, MOSModule] | None = None,
 ) -> dict[str, Any]:
     """The selected model against the constant training-mean predictor (`sqa.reports.learning`).
 
     The model's validation RMSE is that of the validation check at `selected_step` (pooled over
     every validation set's clips); its test RMSE and SRCC interval those of the test average.
+    `peer` is (name, tested module) of the run's pretrained peer, whose ranking it is judged against.
     """
     train_mean = float(np.mean([c.mos for c in datamodule.train_clips]))
     valid_sets = datamodule.corpus.valid_sets()
@@ -273,18 +278,40 @@ def learning_check(
         squares += at_step[-1] ** 2 * len(clips)
         labels.extend(c.mos for c in clips)
     valid = (math.sqrt(squares / len(labels)), labels) if labels and math.isfinite(squares) else None
-    return constant_check(module, train_mean, valid)
+    return constant_check(module, train_mean, valid, peer)
 
 
 def constant_check(
-    module: MOSModule, train_mean: float, valid: tuple[float, list[float]] | None
+    module: MOSModule,
+    train_mean: float,
+    valid: tuple[float, list[float]] | None,
+    peer: tuple[str, MOSModule] | None = None,
 ) -> dict[str, Any]:
-    """A tested model against the constant `train_mean` (`sqa.reports.learning`).
+    """A tested model against the constant `train_mean`, and the ranking of a `peer` (`sqa.reports.learning`).
 
-    `valid` is (the model's validation RMSE, the validation labels), None where unknown.
+    `valid` is (the model's validation RMSE, the validation labels), None where unknown; `peer`
+    (name, tested module) the run's pretrained peer, tested on the same clips (None: none).
     """
-    _, true, _, sets = labelled(module.test_predictions, OVERALL)
-    return learning.check(train_mean, valid, module.test_results, true, sets, apart=ROLES)
+    pred, true, systems, sets = labelled(module.test_predictions, OVERALL)
+    record = learning.check(train_mean, valid, module.test_results, true, sets, apart=ROLES)
+    if peer is not None:
+        name, other = peer
+        true_key, pred_key = artefacts.score_columns(None)
+
+        def clip(row: dict[str, Any]) -> tuple[str, str]:
+            return row.get("test_set", ""), row["sample_id"]
+
+        theirs = {clip(r): r[pred_key] for r in other.test_predictions}
+        # The rows `labelled` keeps, in its order: those with a label.
+        rows = [r for r in module.test_predictions if not math.isnan(r[true_key])]
+        missing = [r["sample_id"] for r in rows if clip(r) not in theirs]
+        if missing:
+            raise ValueError(
+                f"the pretrained peer {name} was not tested on clip {missing[0]!r}, which the model was"
+            )
+        kept = [theirs[clip(r)] for r in rows]
+        record["peer"] = learning.peer_record(name, pred, kept, true, systems, sets)
+    return record
 
 
 def scale_shift(datamodule: MOSDataModule) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from sqa import metrics
 from sqa.reports import learning
@@ -192,3 +193,74 @@ def test_the_sentence_never_repeats_stored_text():
     assert "n/a" in text
     # An RMSE that is not a number never beats the constant's.
     assert learning.verdict(hostile) == "no_better"
+
+
+def peer_case(kind: str):
+    """(model, peer, labels): 60 clips; the model ranks them well, the peer at random (or the reverse)."""
+    rng = np.random.default_rng(4)
+    true = rng.uniform(1, 5, 60)
+    good = true + rng.normal(0, 0.3, 60)
+    noise = rng.uniform(1, 5, 60)
+    model, peer = {"better": (good, noise), "worse": (noise, good), "not_shown": (good, good + 0.01 * noise)}[
+        kind
+    ]
+    return model.tolist(), peer.tolist(), true.tolist()
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("better", "; it ranks clips better than the pretrained peer calibrated (SRCC "),
+        ("worse", "; it ranks clips worse than the pretrained peer calibrated (SRCC "),
+        ("not_shown", "; it is not shown to rank better or worse than the pretrained peer calibrated (SRCC "),
+    ],
+)
+def test_the_ranking_is_judged_against_the_pretrained_peer_on_each_side_of_its_interval(kind, said):
+    model, peer, true = peer_case(kind)
+    systems, sets = [f"s{i % 6}" for i in range(60)], ["t"] * 60
+    compared = learning.peer_record("calibrated", model, peer, true, systems, sets)
+    # The SRCCs are scipy's on the same clips; the difference is the model's minus the peer's.
+    ours = stats.spearmanr(model, true).statistic
+    assert compared["peer_srcc"] == pytest.approx(stats.spearmanr(peer, true).statistic)
+    assert compared["difference"] == pytest.approx(ours - compared["peer_srcc"])
+    low, high = compared["difference_ci"]
+    assert {"better": low > 0, "worse": high < 0, "not_shown": low <= 0 <= high}[kind]
+    checked = {**record(0.5, 0.88, [0.1, 0.7]), "peer": compared}
+    assert learning.against_peer(checked) == kind
+    text = learning.sentence(checked)
+    # One sentence: the constant's part, then the peer's clause with its numbers, one full stop.
+    assert said in text and text.endswith(".") and text.count(". ") == 0 and "\n" not in text
+    # The model's SRCC is the check's own (the test average's).
+    assert f"(SRCC 0.5 against {compared['peer_srcc']:.4g}, difference" in text
+    assert f"difference {compared['difference']:.4g} [{low:.4g}, {high:.4g}]" in text
+
+
+def test_a_peer_whose_ranking_is_undefined_is_not_judged_and_the_reference_set_is_left_out():
+    # The peer scores every clip alike (a constant): its SRCC is undefined, so is the difference.
+    true = [1.0, 2.0, 3.0, 4.0, 5.0, 2.5, 3.5, 4.5, 1.5, 5.0]
+    sets = ["t"] * 9 + ["reference"]
+    compared = learning.peer_record("flat", true, [3.0] * 10, true, [f"s{i}" for i in range(10)], sets)
+    assert compared["peer_srcc"] is None
+    assert compared["difference"] is None and compared["difference_ci"] is None
+    checked = {**record(0.5, 0.88, [0.1, 0.7]), "peer": compared}
+    assert learning.against_peer(checked) == "unknown"
+    assert (
+        "; against the pretrained peer flat its ranking is not judged (SRCC 0.5 against n/a"
+        in learning.sentence(checked)
+    )
+    # Without a peer the sentence is the constant's alone.
+    assert "peer" not in learning.sentence(record(0.5, 0.88, [0.1, 0.7]))
+
+
+@pytest.mark.parametrize(
+    ("interval", "kind"),
+    [
+        ([0.01, 0.3], "better"),
+        ([0.0, 0.3], "not_shown"),
+        ([-0.3, 0.0], "not_shown"),
+        ([-0.3, -0.01], "worse"),
+    ],
+)
+def test_a_difference_interval_touching_0_shows_neither_side(interval, kind):
+    checked = {**record(0.5, 0.88, [0.1, 0.7]), "peer": {"name": "calibrated", "difference_ci": interval}}
+    assert learning.against_peer(checked) == kind

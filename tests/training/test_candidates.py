@@ -94,10 +94,30 @@ def trained(tmp_path: Path, flat_valid: bool, *more: str, valid_shift: float = 0
 
 def test_the_candidate_that_learns_wins_where_validation_sounds_like_training(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="sqa")
-    run_dir, info = trained(tmp_path, False, "candidates.ensemble=true")
+    run_dir, info = trained(tmp_path, False, "candidates.ensemble=true", "candidates.peer=constant")
     record = info["candidates"]
     entries = {e["name"]: e for e in record["entries"]}
     assert record["winner"] == "learns"
+    # Every model but the peer itself is judged against the peer's ranking; the constant's SRCC is
+    # undefined (one score for every clip), so that judgement is "not judged", said in the last line.
+    assert info["learning_check"]["peer"] == {
+        "name": "constant",
+        "peer_srcc": None,
+        "difference": None,
+        "difference_ci": None,
+        "p": None,
+    }
+    peers = {
+        name: json.loads((run_dir / "candidates" / name / "run_info.json").read_text())["learning_check"].get(
+            "peer"
+        )
+        for name in ("constant", "learns")
+    }
+    assert peers["constant"] is None and peers["learns"]["name"] == "constant"
+    assert (
+        "; against the pretrained peer constant its ranking is not judged (SRCC "
+        in caplog.records[-1].getMessage()
+    )
     assert record["compared_on"] == "validation utt rmse (min)"
     # The constant scores 3.0 on labels 2 and 4: an RMSE of 1 exactly.
     assert entries["constant"]["valid"]["value"] == pytest.approx(1.0, abs=1e-4)
@@ -317,6 +337,14 @@ def test_a_candidate_that_is_not_a_list_of_overrides_not_defined_or_not_a_name_i
     cfg.candidates.use = ["../x"]
     with pytest.raises(ValueError, match=r"'\.\./x' is not a name"):
         plan(cfg, [])
+
+
+def test_the_peer_is_a_listed_candidate_and_a_peer_the_list_leaves_out_judges_nothing():
+    assert plan(compose(), []).peer == "calibrated"
+    assert plan(compose("candidates.use=[logmel_pitch,distillmos]"), []).peer is None
+    assert plan(compose("candidates.peer=null"), []).peer is None
+    with pytest.raises(ValueError, match=r"candidates.peer must be the name of a candidate or null, got 5"):
+        plan(compose("candidates.peer=5"), [])
 
 
 def test_the_listed_order_is_kept_and_a_model_can_be_added_from_the_command_line():
