@@ -16,6 +16,7 @@ import errno
 import json
 import math
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -27,12 +28,22 @@ from typing import Any, BinaryIO
 # what it writes as it writes it (`sqa.core.run_lock`), so a kill at any later instant leaves it
 # recorded as sqa's.
 WRITTEN: list[Callable[[Path], None]] = []
+# Called before a file is made or renamed into place, with its path and the entry about to be
+# renamed there (None: a temporary file, named before it is made): a run's claim notes it first
+# (`sqa.core.run_lock`), so that a kill between the two leaves the entry provably sqa's.
+INTENT: list[Callable[[Path, Path | None], None]] = []
 
 
 def _written(path: Path) -> None:
     """Tell the `WRITTEN` hooks that `path` is now in place."""
     for hook in WRITTEN:
         hook(path)
+
+
+def _intend(path: Path, source: Path | None = None) -> None:
+    """Tell the `INTENT` hooks that `source` is about to be renamed to `path` (None: made there)."""
+    for hook in INTENT:
+        hook(path, source)
 
 
 def default_mode(directory: bool = False) -> int:
@@ -51,13 +62,16 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None], exclusive:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    # Named at random before it is made, so that it can be noted as sqa's before it exists.
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}"
+    _intend(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
     try:
-        os.fchmod(fd, default_mode())
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        _intend(path, tmp)
         if exclusive:
             os.link(tmp, path)
             os.unlink(tmp)

@@ -31,6 +31,7 @@ MANIFEST = ".sqa-owned.json"
 # struct statx and the offset of its stx_btime (after mask, blksize, attributes, nlink, uid, gid,
 # mode, ino, size, blocks, attributes_mask and stx_atime).
 _AT_FDCWD, _STATX_BTIME, _STATX_SIZE, _STATX_BTIME_OFFSET = -100, 0x800, 256, 80
+_AT_SYMLINK_NOFOLLOW = 0x100
 # A manifest lists names, never contents: a megabyte holds tens of thousands of them.
 MAX_MANIFEST_BYTES = 1 << 20
 
@@ -67,13 +68,16 @@ def _libc_statx() -> Callable[..., int] | None:
 _STATX = _libc_statx()
 
 
-def born_ns(folder: str | Path) -> int | None:
-    """When `folder` was created, in ns since the epoch, from statx(2) (None where that is not known)."""
+def born_ns(folder: str | Path, follow: bool = True) -> int | None:
+    """When `folder` was created, in ns since the epoch, from statx(2) (None where that is not known).
+
+    `follow`: a link's target (as os.stat follows), else the link itself.
+    """
     if _STATX is None:
         return None
     buffer = ctypes.create_string_buffer(_STATX_SIZE)
-    # Followed as os.stat follows: the folder a link leads to.
-    if _STATX(_AT_FDCWD, os.fsencode(folder), 0, _STATX_BTIME, buffer) != 0:
+    flags = 0 if follow else _AT_SYMLINK_NOFOLLOW
+    if _STATX(_AT_FDCWD, os.fsencode(folder), flags, _STATX_BTIME, buffer) != 0:
         return None
     (mask,) = struct.unpack_from("I", buffer, 0)
     seconds, nanoseconds = struct.unpack_from("qI", buffer, _STATX_BTIME_OFFSET)
@@ -102,21 +106,80 @@ def folder_id(folder: str | Path) -> str | None:
     return f"{info.st_ino}" if born is None else f"{info.st_ino}-{born}"
 
 
-def _record(folder: Path) -> set[str] | None:
-    """The names of `folder`'s record, if it has one written for this very folder (else None)."""
+def entry_id(path: str | Path) -> str | None:
+    """The identity of the entry at `path`, not followed: inode and creation time, "ino-ns" (None: none).
+
+    A rename keeps it; another entry made under the name later has another, even with a freed
+    inode (its creation time differs).
+    """
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    born = born_ns(path, follow=False)
+    return f"{info.st_ino}" if born is None else f"{info.st_ino}-{born}"
+
+
+def _name(name: object) -> bool:
+    """Whether `name` can be an entry directly inside a folder."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+
+
+def _read_record(folder: Path) -> tuple[set[str], dict[str, str | None]] | None:
+    """(names, pending) of `folder`'s record, if it has one written for this very folder (else None).
+
+    `pending` maps a name sqa was about to create, move or rename into place to the identity
+    of that entry (`entry_id`), or to None for a temporary file named before it was made.
+    """
     data = _read(folder / MANIFEST)
     if data is None:
         return None
     try:
         record = json.loads(data.decode("utf-8"))
         names, written_for = record["entries"], record["folder"]
-    except (ValueError, KeyError, TypeError, RecursionError):
+        pending = record.get("pending", {})
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         # An unreadable record proves nothing: the folder counts as holding no file of sqa's.
         return None
     # An identity is a string: a bare inode number (a record of sqa before creation times) proves nothing.
     if not isinstance(written_for, str) or written_for != folder_id(folder) or not isinstance(names, list):
         return None
-    return {n for n in names if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n}
+    pending = pending if isinstance(pending, dict) else {}
+    return (
+        {n for n in names if _name(n)},
+        {n: i for n, i in pending.items() if _name(n) and (i is None or isinstance(i, str))},
+    )
+
+
+def _proven(folder: Path, pending: dict[str, str | None]) -> set[str]:
+    """The pending names whose entry is the one sqa meant: the same identity, or its temporary file.
+
+    A name pending without an identity is a temporary file's, named at random before sqa made it:
+    a regular file of that name is that file.
+    """
+    proven = set()
+    for name, identity in pending.items():
+        if identity is None:
+            try:
+                if stat.S_ISREG(os.lstat(folder / name).st_mode):
+                    proven.add(name)
+            except OSError:
+                continue
+        elif entry_id(folder / name) == identity:
+            proven.add(name)
+    return proven
+
+
+def _record(folder: Path) -> set[str] | None:
+    """The names sqa can prove its own in `folder`, if it has a record written for this folder (else None).
+
+    Those the record lists, and its pending names whose entries prove to be the ones sqa meant.
+    """
+    read = _read_record(folder)
+    if read is None:
+        return None
+    names, pending = read
+    return names | _proven(folder, pending)
 
 
 def owned(folder: str | Path) -> set[str]:
@@ -149,34 +212,45 @@ def check_recordable(folder: str | Path) -> None:
         raise OwnershipError(f"{folder}: {stray}; nothing was written")
 
 
-def _write(folder: Path, names: Iterable[str]) -> None:
-    """Replace `folder`'s record by the sorted `names`, stamped with the folder's identity.
+def _write(folder: Path, names: Iterable[str], pending: dict[str, str | None] | None = None) -> None:
+    """Replace `folder`'s record by the sorted `names` (and `pending`), stamped with the folder's identity.
 
     A stray record there (`stray_record`) is refused, not replaced: it may be a user's file.
     """
     check_recordable(folder)
-    record = {"written_by": "sqa", "folder": folder_id(folder), "entries": sorted(set(names))}
+    record: dict[str, object] = {
+        "written_by": "sqa",
+        "folder": folder_id(folder),
+        "entries": sorted(set(names)),
+    }
+    if pending:
+        record["pending"] = dict(sorted(pending.items()))
     atomic_write_text(folder / MANIFEST, json.dumps(record, indent=1) + "\n")
+
+
+def intend(folder: str | Path, name: str, identity: str | None = None) -> None:
+    """Note in `folder`'s record, before sqa makes, moves or renames an entry `name` there, that it is sqa's.
+
+    `identity` is that entry's (`entry_id`: what it keeps when renamed into place or moved
+    aside); None only for a temporary file named at random, before it is made. Killed at any
+    later instant, sqa can prove the entry its own by that identity, and never a file made under
+    the name by anyone else. The name leaves the record's plain names meanwhile. The next record
+    that sqa writes resolves the pending names (`record`, `record_created`).
+    """
+    folder = Path(folder)
+    names, pending = _read_record(folder) or (set(), {})
+    _write(folder, names - {name}, {**pending, name: identity})
 
 
 def record(folder: str | Path, names: Iterable[str]) -> None:
     """Record `names`, entries sqa has just created in `folder`, as sqa's (those present only)."""
     folder = Path(folder)
-    mine = owned(folder)
+    read = _read_record(folder)
+    mine = set() if read is None else read[0] | _proven(folder, read[1])
     new = {n for n in names if n not in mine and n != MANIFEST and os.path.lexists(folder / n)}
-    if new:
+    # Pending names are resolved too: those proven are recorded, the others dropped.
+    if new or (read is not None and read[1]):
         _write(folder, mine | new)
-
-
-def forget(folder: str | Path, names: Iterable[str]) -> None:
-    """Drop `names` from `folder`'s record: sqa is moving those entries away, so the names are free.
-
-    Whatever is made under them afterwards is sqa's only once recorded again.
-    """
-    folder = Path(folder)
-    mine = _record(folder)
-    if mine is not None and mine & set(names):
-        _write(folder, mine - set(names))
 
 
 def record_where_recorded(folder: str | Path, names: Iterable[str]) -> None:
@@ -195,12 +269,14 @@ def record_created(folder: str | Path, before: Iterable[str]) -> None:
     such a name is never taken for sqa's.
     """
     folder = Path(folder)
-    mine = _record(folder)
+    read = _read_record(folder)
+    mine = None if read is None else read[0] | _proven(folder, read[1])
     present = entries(folder) - {MANIFEST}
     new = present - set(before)
     if mine is None and not new:
         return
-    if mine != (mine or set()) & present | new:
+    # Pending names are resolved: those proven are recorded, the others dropped.
+    if mine != (mine or set()) & present | new or (read is not None and read[1]):
         _write(folder, (mine or set()) & present | new)
 
 

@@ -126,6 +126,32 @@ def _record_written(path: Path) -> None:
 atomic.WRITTEN.append(_record_written)
 
 
+def _record_intent(path: Path, source: Path | None) -> None:
+    """Note that sqa is about to make `path` (or rename `source` to it) in a folder this process claims.
+
+    Noted in the claimed folder's record under the name of its entry that holds `path`, by the
+    identity of what goes there (`ownership.intend`), unless that name is already sqa's: a kill
+    before the write's own record then leaves nothing that the next claim cannot prove sqa's.
+    """
+    if path.name == ownership.MANIFEST or path.name.startswith(f".{ownership.MANIFEST}."):
+        return
+    claimed = claim_holding(path.parent)
+    if claimed is None:
+        return
+    parent = path.parent.resolve()
+    top = claimed / Path(parent, path.name).relative_to(claimed).parts[0]
+    if top.name in ownership.owned(claimed):
+        return
+    if parent != claimed:
+        # A file inside a folder of the run: the folder is the entry to keep provable.
+        ownership.intend(claimed, top.name, ownership.entry_id(top))
+    else:
+        ownership.intend(claimed, top.name, None if source is None else ownership.entry_id(source))
+
+
+atomic.INTENT.append(_record_intent)
+
+
 def set_previous_aside(run_dir: str | Path, names: Collection[str]) -> None:
     """Move the entries `names` of `run_dir` aside under this process's claim (`sqa.core.set_aside`)."""
     claim = _held[Path(run_dir).resolve()]

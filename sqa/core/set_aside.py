@@ -45,14 +45,15 @@ def is_set_aside(name: str) -> bool:
 def set_aside(run_dir: str | Path, token: str, names: Collection[str]) -> None:
     """Move the entries `names` of `run_dir` into the set-aside folder of the claim holding `token`.
 
-    Each name leaves the record before its entry moves: from then on, an entry of that name in
-    `run_dir` is sqa's only if the claim records it, so a file made there after a kill is never
-    taken for the new run's and replaced when the previous run is put back.
+    Before its entry moves, each name stays sqa's by that entry's identity alone
+    (`ownership.intend`): killed before the move, the entry is still provably sqa's; after it,
+    a file made under the name by anyone else is another entry, never taken for the new run's
+    and replaced when the previous run is put back.
     """
     aside = aside_folder(run_dir, token)
     aside.mkdir()
     for name in sorted(names):
-        ownership.forget(run_dir, [name])
+        ownership.intend(run_dir, name, ownership.entry_id(Path(run_dir) / name))
         os.rename(Path(run_dir) / name, aside / name)
 
 
@@ -76,6 +77,8 @@ def restore(run_dir: str | Path, token: str | None) -> bool:
     for name in back:
         target = run_dir / name
         _remove(target)
+        # Noted before the move, by the entry's identity: killed after it, the entry is provably sqa's.
+        ownership.intend(run_dir, name, ownership.entry_id(aside / name))
         os.rename(aside / name, target)
     ownership.record(run_dir, back)
     if kept:

@@ -266,3 +266,42 @@ def test_sqas_own_record_and_no_record_at_all_are_not_stray(tmp_path):
     copy.mkdir()
     (copy / MANIFEST).write_bytes((moved / MANIFEST).read_bytes())
     assert ownership.stray_record(copy) is not None
+
+
+def test_a_pending_name_is_sqas_only_while_its_entry_is_the_one_noted(tmp_path):
+    # Noted by its identity before it was renamed into place: the same entry is sqa's, another
+    # made under the name (after the first was removed) is not, whatever its inode.
+    (tmp_path / ".out.json.ab12").write_text("sqa")
+    ownership.intend(tmp_path, "out.json", ownership.entry_id(tmp_path / ".out.json.ab12"))
+    os.rename(tmp_path / ".out.json.ab12", tmp_path / "out.json")
+    assert ownership.owned(tmp_path) == {"out.json"}
+    (tmp_path / "out.json").unlink()
+    (tmp_path / "out.json").write_text("the user's")
+    assert ownership.owned(tmp_path) == set()
+
+
+@pytest.mark.parametrize("kind", ["file", "folder", "link"])
+def test_a_temporary_name_noted_before_it_was_made_proves_a_regular_file_only(kind, tmp_path):
+    ownership.intend(tmp_path, ".x.csv.0a1b2c3d4e5f")
+    entry = tmp_path / ".x.csv.0a1b2c3d4e5f"
+    assert ownership.owned(tmp_path) == set()
+    {"file": lambda: entry.write_text("part"), "folder": entry.mkdir, "link": lambda: entry.symlink_to(REPO)}[
+        kind
+    ]()
+    assert ownership.owned(tmp_path) == ({entry.name} if kind == "file" else set())
+
+
+def test_a_moved_entry_keeps_its_identity_and_the_next_record_resolves_what_is_pending(tmp_path):
+    (tmp_path / "metrics.json").write_text("{}")
+    (tmp_path / "plots").mkdir()
+    ownership.record(tmp_path, ["metrics.json", "plots"])
+    # metrics.json leaves the plain names, pending by its identity; plots stays recorded.
+    ownership.intend(tmp_path, "metrics.json", ownership.entry_id(tmp_path / "metrics.json"))
+    record = json.loads((tmp_path / MANIFEST).read_text())
+    assert record["entries"] == ["plots"] and list(record["pending"]) == ["metrics.json"]
+    assert ownership.owned(tmp_path) == {"metrics.json", "plots"}
+    # Resolved: a proven pending name becomes a plain one, one whose entry is gone is dropped.
+    ownership.intend(tmp_path, ".gone.0011", None)
+    ownership.record_created(tmp_path, before=ownership.entries(tmp_path))
+    record = json.loads((tmp_path / MANIFEST).read_text())
+    assert record["entries"] == ["metrics.json", "plots"] and "pending" not in record
