@@ -277,7 +277,8 @@ class MOSDataModule(L.LightningDataModule):
         """A loader over `dataset` with `sampling` (sampler and batch_size, or batch_sampler)."""
         # Held clips are served by this process: a worker would hold a copy of them only to crop
         # them, and on a small machine the workers' processes cost more than they save
-        # (benchmarks/candidates.py: 2.3x as long on sisec18's 90 training clips on 2 cores).
+        # (sisec18's log-mel candidate on 2 cores read 90 clips from files in 4 workers for 2.2x as
+        # long: docs/results.md, "Half the time").
         workers = 0 if self.preload else self.num_workers
         return DataLoader(
             dataset, collate_fn=collate, num_workers=workers, persistent_workers=workers > 0, **sampling

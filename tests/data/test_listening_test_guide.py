@@ -8,6 +8,7 @@ study folder, in a shell, as a reader would run it with sqa's virtual environmen
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import re
@@ -104,8 +105,12 @@ def test_the_guides_commands_take_a_webmushra_study_to_a_predictor_a_comparison_
     # 2: Distill-MOS's row on the same test clips.
     bench = read_csv(study / "runs" / "bench" / "bench.csv")
     rows = {r["predictor"]: r for r in bench}
-    assert set(rows) == {"constant", "distillmos"}
+    assert set(rows) == {"constant", "distillmos", "study"}
     assert rows["distillmos"]["kind"] == "zero-shot"
+    # The trained predictor's row: in-corpus, on its test trials, as step 1 tested it.
+    assert rows["study"]["kind"] == "in-corpus"
+    printed = json.loads((run / "metrics.json").read_text(encoding="utf-8"))["avg"]["utt"]["srcc"]
+    assert float(rows["study"]["utt_srcc"]) == pytest.approx(printed, abs=5e-4)
 
     # 3: the study's systems ranked, each with its interval, beside the listeners' scores.
     scores = read_csv(study / "scores.csv")
