@@ -316,6 +316,7 @@ def test_every_recorded_reader_name_resolves_to_its_reader():
         "sqa.data.readers.read_csv_manifest": readers.read_csv_manifest,
         "sqa.data.readers.read_singmos_pro": readers.read_singmos_pro,
         "sqa.data.readers.read_vmc24": readers.read_vmc24,
+        "sqa.data.readers.read_webmushra": readers.read_webmushra,
         "sqa.data.synthetic.load_synthetic": synthetic.load_synthetic,
         "sqa.data.synthetic.load_synthetic_mushra": synthetic.load_synthetic_mushra,
         "sqa.data.small_table.load_small_table": small_table.load_small_table,
