@@ -335,7 +335,7 @@ DATA_DEFAULTS = {
     "num_workers": 4,
     "max_train_seconds": 10.0,
     "eval_max_seconds": None,
-    "preload": False,
+    "preload": "auto",
     "vocal_only": False,
     "seed": "${seed}",
     "split_seed": 0,
