@@ -95,15 +95,8 @@ def folder_id(folder: str | Path) -> str | None:
     does at once): its creation time differs. Where the file system keeps no creation time
     (statx(2) has none), the identity is the inode alone, "ino".
     """
-    try:
-        # Followed: a run directory named through a link is the folder it leads to.
-        info = os.stat(folder)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(info.st_mode):
-        return None
-    born = born_ns(folder)
-    return f"{info.st_ino}" if born is None else f"{info.st_ino}-{born}"
+    # Followed: a run directory named through a link is the folder it leads to.
+    return _identity(folder, follow=True, folder=True)
 
 
 def entry_id(path: str | Path) -> str | None:
@@ -112,11 +105,18 @@ def entry_id(path: str | Path) -> str | None:
     A rename keeps it; another entry made under the name later has another, even with a freed
     inode (its creation time differs).
     """
+    return _identity(path, follow=False, folder=False)
+
+
+def _identity(path: str | Path, follow: bool, folder: bool) -> str | None:
+    """The identity of `path`: "ino-ns" ("ino" without creation times); None if missing or not a `folder`."""
     try:
-        info = os.lstat(path)
+        info = os.stat(path) if follow else os.lstat(path)
     except OSError:
         return None
-    born = born_ns(path, follow=False)
+    if folder and not stat.S_ISDIR(info.st_mode):
+        return None
+    born = born_ns(path, follow=follow)
     return f"{info.st_ino}" if born is None else f"{info.st_ino}-{born}"
 
 
@@ -170,16 +170,23 @@ def _proven(folder: Path, pending: dict[str, str | None]) -> set[str]:
     return proven
 
 
-def _record(folder: Path) -> set[str] | None:
-    """The names sqa can prove its own in `folder`, if it has a record written for this folder (else None).
+def _resolved(folder: Path) -> tuple[set[str], bool] | None:
+    """(names sqa can prove its own in `folder`, whether its record holds pending ones); None: no record.
 
-    Those the record lists, and its pending names whose entries prove to be the ones sqa meant.
+    The names are those the record lists, and its pending names whose entries prove to be the
+    ones sqa meant.
     """
     read = _read_record(folder)
     if read is None:
         return None
     names, pending = read
-    return names | _proven(folder, pending)
+    return names | _proven(folder, pending), bool(pending)
+
+
+def _record(folder: Path) -> set[str] | None:
+    """The names sqa can prove its own in `folder`, if it has a record written for this folder (else None)."""
+    resolved = _resolved(folder)
+    return None if resolved is None else resolved[0]
 
 
 def owned(folder: str | Path) -> set[str]:
@@ -245,11 +252,10 @@ def intend(folder: str | Path, name: str, identity: str | None = None) -> None:
 def record(folder: str | Path, names: Iterable[str]) -> None:
     """Record `names`, entries sqa has just created in `folder`, as sqa's (those present only)."""
     folder = Path(folder)
-    read = _read_record(folder)
-    mine = set() if read is None else read[0] | _proven(folder, read[1])
+    mine, pending = _resolved(folder) or (set(), False)
     new = {n for n in names if n not in mine and n != MANIFEST and os.path.lexists(folder / n)}
     # Pending names are resolved too: those proven are recorded, the others dropped.
-    if new or (read is not None and read[1]):
+    if new or pending:
         _write(folder, mine | new)
 
 
@@ -269,15 +275,15 @@ def record_created(folder: str | Path, before: Iterable[str]) -> None:
     such a name is never taken for sqa's.
     """
     folder = Path(folder)
-    read = _read_record(folder)
-    mine = None if read is None else read[0] | _proven(folder, read[1])
+    resolved = _resolved(folder)
     present = entries(folder) - {MANIFEST}
     new = present - set(before)
-    if mine is None and not new:
+    if resolved is None and not new:
         return
+    mine, pending = resolved or (set(), False)
     # Pending names are resolved: those proven are recorded, the others dropped.
-    if mine != (mine or set()) & present | new or (read is not None and read[1]):
-        _write(folder, (mine or set()) & present | new)
+    if resolved is None or mine != mine & present | new or pending:
+        _write(folder, mine & present | new)
 
 
 def record_all(folder: str | Path) -> None:

@@ -143,7 +143,7 @@ def peer_record(
 
 def against_peer(record: Mapping[str, Any]) -> str:
     """`better`, `worse`, `not_shown` or `unknown`: the SRCC difference's interval against the peer's."""
-    interval = _interval({"srcc_ci": _part(record, "peer").get("difference_ci")})
+    interval = _pair(_part(record, "peer").get("difference_ci"))
     if interval is None or None in interval:
         return "unknown"
     low, high = interval
@@ -157,7 +157,7 @@ def _peer_clause(record: Mapping[str, Any]) -> str:
         return ""
     # The name is a candidate's, from the run's configuration: only its word characters are said.
     name = "".join(c for c in str(peer.get("name", "")) if c.isalnum() or c in "_-.")[:40] or "peer"
-    interval = _interval({"srcc_ci": peer.get("difference_ci")})
+    interval = _pair(peer.get("difference_ci"))
     ci = f" [{_number(interval[0])}, {_number(interval[1])}]" if interval else ""
     numbers = (
         f"SRCC {_number(_part(record, 'test').get('srcc'))} against {_number(peer.get('peer_srcc'))}, "
@@ -191,7 +191,11 @@ def _beats(part: Mapping[str, Any]) -> bool | None:
 
 def _interval(part: Mapping[str, Any]) -> tuple[float | None, float | None] | None:
     """The part's SRCC interval as (low, high) numbers, None where it has none."""
-    interval = part.get("srcc_ci")
+    return _pair(part.get("srcc_ci"))
+
+
+def _pair(interval: object) -> tuple[float | None, float | None] | None:
+    """A recorded interval as (low, high) numbers, None where it is not a pair."""
     if not isinstance(interval, (list, tuple)) or len(interval) != 2:
         return None
     return _finite(interval[0]), _finite(interval[1])

@@ -296,20 +296,19 @@ def constant_check(
     record = learning.check(train_mean, valid, module.test_results, true, sets, apart=ROLES)
     if peer is not None:
         name, other = peer
-        true_key, pred_key = artefacts.score_columns(None)
+        _, pred_key = artefacts.score_columns(None)
 
         def clip(row: dict[str, Any]) -> tuple[str, str]:
             return row.get("test_set", ""), row["sample_id"]
 
         theirs = {clip(r): r[pred_key] for r in other.test_predictions}
-        # The rows `labelled` keeps, in its order: those with a label.
-        rows = [r for r in module.test_predictions if not math.isnan(r[true_key])]
-        missing = [r["sample_id"] for r in rows if clip(r) not in theirs]
+        missing = [r["sample_id"] for r in module.test_predictions if clip(r) not in theirs]
         if missing:
             raise ValueError(
                 f"the pretrained peer {name} was not tested on clip {missing[0]!r}, which the model was"
             )
-        kept = [theirs[clip(r)] for r in rows]
+        # The model's rows with the peer's predictions: `labelled` keeps the same rows in the same order.
+        kept, *_ = labelled([{**r, pred_key: theirs[clip(r)]} for r in module.test_predictions], OVERALL)
         record["peer"] = learning.peer_record(name, pred, kept, true, systems, sets)
     return record
 
