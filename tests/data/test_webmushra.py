@@ -486,6 +486,8 @@ def test_a_recorded_study_must_name_its_results_csv_and_config_yaml(study, key, 
     }
     with pytest.raises(CorpusError, match=rf"recorded webMUSHRA {key} '.*{value}' is not a"):
         recorded_corpus(spec, root / "config.yaml")
+    with pytest.raises(CorpusError, match=r"recorded webMUSHRA study names no folder it ran from \(root\)"):
+        recorded_corpus({k: v for k, v in spec.items() if k != "root"}, root / "config.yaml")
     spec[key] = str((results if key == "results" else config).relative_to(root))
     assert len(recorded_corpus(spec, root / "config.yaml").clips) == len(
         read_webmushra(results, config).clips

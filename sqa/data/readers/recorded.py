@@ -64,13 +64,14 @@ def recorded_corpus(spec: Mapping[str, Any], where: str | Path, root: str | Path
     # What the readers read: a CSV manifest (`path`), webMUSHRA's results CSV and config YAML in
     # its folder, or a corpus folder (`root`), nothing else.
     if target == WEBMUSHRA_READER:
-        # Recorded with the folder webMUSHRA ran from: a record without one is refused.
         folder = kwargs.get("root")
-        for key, suffixes in (("results", (".csv",)), ("config", (".yaml", ".yml"))):
-            full = (
-                Path(str(folder)) / str(kwargs.get(key)) if folder is not None else Path(str(kwargs.get(key)))
+        if folder is None:
+            raise CorpusError(
+                f"{where}: the recorded webMUSHRA study names no folder it ran from (root){move}"
             )
-            if folder is None or full.suffix not in suffixes or not full.is_file():
+        for key, suffixes in (("results", (".csv",)), ("config", (".yaml", ".yml"))):
+            full = Path(str(folder)) / str(kwargs.get(key))
+            if full.suffix not in suffixes or not full.is_file():
                 kind = "/".join(suffixes)
                 raise CorpusError(
                     f"{where}: the recorded webMUSHRA {key} {str(full)!r} is not a {kind} file{move}"
