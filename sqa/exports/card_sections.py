@@ -218,4 +218,37 @@ def candidates_section(candidates: Mapping[str, Any] | None) -> list[str]:
         )
     for name, reason in (candidates.get("skipped") or {}).items():
         lines.append(f"| `{name}` | skipped: {reason} | | | | | |")
+    return lines + cross_validation_lines(candidates.get("cross_validation"))
+
+
+def cross_validation_lines(cv: Mapping[str, Any] | None) -> list[str]:
+    """The cross-validation that chose among the candidates: why, and each one's fold values and mean."""
+    if not cv:
+        return []
+
+    def shown(value: Any) -> str:
+        return "n/a" if value is None else f"{value:.4g}"
+
+    lines = [
+        "",
+        f"Chosen by {cv.get('compared_on')}, because {cv.get('why')}; held out in turn: "
+        + "; ".join(", ".join(f"`{g}`" for g in fold) for fold in cv.get("groups") or [])
+        + ".",
+        "",
+        "| candidate | fold values | mean | 95 % interval |",
+        "|---|---|---|---|",
+    ]
+    for entry in cv.get("entries") or []:
+        ci = entry.get("ci")
+        lines.append(
+            f"| `{entry.get('name')}` | {', '.join(shown(v) for v in entry.get('folds') or [])} |"
+            f" {shown(entry.get('value'))} | {f'[{ci[0]:.4g}, {ci[1]:.4g}]' if ci else 'n/a'} |"
+        )
+    frozen = cv.get("frozen_phase_only") or []
+    if frozen:
+        lines.append("")
+        lines.append(
+            f"{', '.join(f'`{n}`' for n in frozen)}: cross-validated by the frozen phase; whether its"
+            " fine-tuning helps was judged by the final training's validation."
+        )
     return lines

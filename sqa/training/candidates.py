@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from sqa.core import signals
 from sqa.models.ensemble import EnsemblePredictor
@@ -36,6 +36,18 @@ ENSEMBLE = "ensemble"
 # Candidates compare on this where the run selects checkpoints on a loss (not comparable across
 # models): the validation clips' utterance-level RMSE.
 LOSS_FALLBACK = ("rmse", "utt")
+
+
+class Valued(Protocol):
+    """Anything judged by one score: a tried model (validation), a cross-validated one (its folds' mean)."""
+
+    @property
+    def value(self) -> float:
+        """The score (NaN: none)."""
+        ...
+
+
+V = TypeVar("V", bound=Valued)
 
 
 @dataclass
@@ -152,7 +164,7 @@ def scored(entry: Tried) -> Tried:
     return entry
 
 
-def ranked(tried: Sequence[Tried], mode: str) -> list[Tried]:
+def ranked(tried: Sequence[V], mode: str) -> list[V]:
     """The scored entries of `tried`, best first on validation in `mode` (unscored ones left out)."""
     return sorted((t for t in tried if math.isfinite(t.value)), key=lambda t: t.value, reverse=mode == "max")
 
@@ -179,11 +191,15 @@ def race(tried: Sequence[Tried], prepared: Prepared) -> Race | None:
 
 
 def ensemble_of_best(tried: Sequence[Tried], mode: str) -> Tried | None:
-    """The mean of the two best of `tried` (on validation) as a candidate, scored; None if they cannot join.
+    """The mean of the two best of `tried` on validation as a candidate, scored; None if they cannot join."""
+    return ensemble_of(ranked(tried, mode)[:2])
+
+
+def ensemble_of(best: Sequence[Tried]) -> Tried | None:
+    """The mean of the two entries `best` as a candidate, scored on validation; None if they cannot join.
 
     Its validation and test clips are those of the member with a pitch extractor, if one has.
     """
-    best = ranked(tried, mode)[:2]
     if len(best) < 2:
         return None
     predictors = [t.predictor for t in best]
@@ -205,7 +221,7 @@ def ensemble_of_best(tried: Sequence[Tried], mode: str) -> Tried | None:
     return scored(joined)
 
 
-def pick(tried: Sequence[Tried], mode: str, tolerance: float) -> Tried:
+def pick(tried: Sequence[V], mode: str, tolerance: float) -> V:
     """The best of `tried` in list order: a later one wins only when better by more than `tolerance`.
 
     A NaN score never wins; if every score is NaN the first candidate stays.
@@ -222,13 +238,24 @@ def pick(tried: Sequence[Tried], mode: str, tolerance: float) -> Tried:
     return best
 
 
-def select(tried: list[Tried], ensemble: bool) -> Tried:
+def select(tried: list[Tried], ensemble: bool, chosen: Sequence[str] = ()) -> Tried:
     """The winner of `tried` on validation; with `ensemble`, the mean of the two best joins `tried` first.
 
-    A plan of one (a single model, no candidates) is its own winner.
+    A plan of one (a single model, no candidates) is its own winner. `chosen` names the winner
+    that cross-validation chose instead (`sqa.training.crossval`): one entry, or the two members
+    of an ensemble, which then joins `tried`.
     """
     if len(tried) == 1 and tried[0].fitted and tried[0].prepared.name is None:
         return tried[0]
+    if chosen:
+        by_name = {t.name: t for t in tried}
+        if len(chosen) == 1:
+            return by_name[chosen[0]]
+        joined = ensemble_of([by_name[name] for name in chosen])
+        if joined is None:
+            raise ValueError(f"cross-validation chose the mean of {', '.join(chosen)}, which cannot be built")
+        tried.append(joined)
+        return joined
     rule = tried[0].prepared.module.selection
     _, _, mode = comparison(rule)
     if ensemble:
@@ -249,11 +276,16 @@ def _test_summary(test: dict[str, Any]) -> dict[str, Any]:
     return {level: {name: value(level, name) for name in ("rmse", "srcc")} for level in ("utt", "sys")}
 
 
-def record(tried: Sequence[Tried], winner: Tried, skipped: dict[str, str]) -> dict[str, Any]:
-    """The candidates' record for run_info.json and the model card."""
+def record(
+    tried: Sequence[Tried],
+    winner: Tried,
+    skipped: dict[str, str],
+    cross_validation: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The candidates' record for run_info.json and the model card (with the cross-validation that chose)."""
     metric, level, mode = comparison(tried[0].prepared.module.selection)
     return {
-        "compared_on": f"validation {level} {metric} ({mode})",
+        "compared_on": (cross_validation or {}).get("compared_on") or f"validation {level} {metric} ({mode})",
         "metric": metric,
         "level": level,
         "mode": mode,
@@ -272,6 +304,7 @@ def record(tried: Sequence[Tried], winner: Tried, skipped: dict[str, str]) -> di
             for t in tried
         ],
         "skipped": dict(skipped),
+        "cross_validation": cross_validation,
     }
 
 
@@ -296,21 +329,25 @@ def member_record(winner: Tried, tried: Sequence[Tried]) -> dict[str, Any]:
 
 
 def describe(rec: dict[str, Any]) -> str:
-    """One line: which candidate won, on what, by how much, against each other."""
-    entries = {e["name"]: e for e in rec["entries"]}
-    win = entries[rec["winner"]]
+    """One line: which candidate won, on what, by how much, against each other.
+
+    Where cross-validation chose, its mean fold values are the ones compared.
+    """
+    cv = rec.get("cross_validation")
+    scores = {e["name"]: e for e in cv["entries"]} if cv else {e["name"]: e["valid"] for e in rec["entries"]}
+    win = scores[rec["winner"]]
 
     def shown(entry: dict[str, Any]) -> str:
-        value, ci = entry["valid"]["value"], entry["valid"]["ci"]
+        value, ci = entry["value"], entry["ci"]
         text = "n/a" if value is None else f"{value:.4g}"
         return text + (f" [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "")
 
     parts = []
-    for name, other in entries.items():
+    for name, other in scores.items():
         if name == rec["winner"]:
             continue
-        both = win["valid"]["value"] is not None and other["valid"]["value"] is not None
-        by = f", by {abs(win['valid']['value'] - other['valid']['value']):.4g}" if both else ""
-        parts.append(f"{other['name']} {shown(other)}{by}")
+        both = win["value"] is not None and other["value"] is not None
+        by = f", by {abs(win['value'] - other['value']):.4g}" if both else ""
+        parts.append(f"{name} {shown(other)}{by}")
     against = f" against {'; '.join(parts)}" if parts else ""
     return f"candidates: {rec['winner']} won on {rec['compared_on']}: {shown(win)}{against}"

@@ -69,11 +69,17 @@ def test(tried: Sequence[Tried]) -> None:
 
 
 def export(
-    winner: Tried, tried: Sequence[Tried], skipped: dict[str, str], run_dir: Path, peer: str | None = None
+    winner: Tried,
+    tried: Sequence[Tried],
+    skipped: dict[str, str],
+    run_dir: Path,
+    peer: str | None = None,
+    cross_validation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write every model's results and export; the winner's are the run's. Returns its run_info record.
 
-    `peer` names the candidate that every other is judged against as the pretrained peer (None: none).
+    `peer` names the candidate that every other is judged against as the pretrained peer (None: none);
+    `cross_validation` is the record of the cross-validation that chose the winner (None: validation did).
     """
     signals.stage("writing the results and the export")
     if winner.prepared.name is None:
@@ -86,7 +92,7 @@ def export(
             with entry.timed():
                 finish(entry, entry.prepared.folder, result=False, peer=peer_entry)
         log.info("candidate %s: %.0f s", entry.name, entry.seconds)
-    rec = record(tried, winner, skipped)
+    rec = record(tried, winner, skipped, cross_validation)
     log.info("%s", describe(rec))
     # The winner's splits and configuration become the run's own, beside its export.
     for name in WINNER_FILES:

@@ -151,8 +151,14 @@ class MOSModule(FrameSource, L.LightningModule):
             self._keep_fronts(self._front_bytes)
 
     def on_fit_end(self) -> None:
-        """Free the backbone's kept fronts: testing and scoring pass each clip once."""
+        """Free the backbone's kept fronts: testing and scoring pass each clip once.
+
+        A backbone that was frozen at the end learns again, as built: a later fit of the same module
+        (a fine-tuning phase after the frozen one, sqa.training.crossval) finds its parameters.
+        """
         self._keep_fronts(0)
+        for parameter in self._backbone_trainable:
+            parameter.requires_grad_(True)
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Seed torch's RNG (dropout) from (seed, step): a resumed run replays every step exactly.

@@ -77,6 +77,9 @@ class Plan:
     line: str | None
     # The candidate every model is judged against as the pretrained peer (None: none of them).
     peer: str | None = None
+    # Folds of the cross-validation that judges the candidates where validation is too small to
+    # (sqa.training.crossval; under 2: never).
+    folds: int = 0
 
 
 def _alone(line: str | None = None) -> Plan:
@@ -126,6 +129,9 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None) -> Plan:
     peer = node.get("peer")
     if peer is not None and not isinstance(peer, str):
         raise ValueError(f"candidates.peer must be the name of a candidate or null, got {peer!r}")
+    folds = node.get("folds") or 0
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 0:
+        raise ValueError(f"candidates.folds must be a number of folds (0: none), got {folds!r}")
     return Plan(
         tuple(listed),
         tuple(overrides),
@@ -134,6 +140,7 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None) -> Plan:
         "(candidates=null trains the configuration alone)",
         # A peer the list leaves out judges nothing.
         peer if peer in {c.name for c in listed} else None,
+        folds,
     )
 
 

@@ -1,9 +1,10 @@
 """One training run: prepare -> fit each model -> select -> test -> export.
 
 A run is a plan of models (`sqa.training.plan`): the configured model alone, or the default
-run's candidates. `train` reads top to bottom through the five steps, each a function of its own
-file: `prepare.prepare`, `fitting.fit`, `candidates.select`, `finish.test` and `finish.export`.
-`run` claims the run directory around it (`sqa.training.run_dir`).
+run's candidates, which cross-validation judges where validation is too small to choose
+(`sqa.training.crossval`). `train` reads top to bottom through the five steps, each a
+function of its own file: `prepare.prepare`, `fitting.fit`, `candidates.select`, `finish.test`
+and `finish.export`. `run` claims the run directory around it (`sqa.training.run_dir`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from omegaconf import DictConfig
 from sqa.core.renames import rename_targets
 from sqa.core.run_folder import claimed, missing_folders, remove_unused
 from sqa.exports import format as export_format
-from sqa.training import candidates, finish
+from sqa.training import candidates, crossval, finish
 from sqa.training.builder import ARCHITECTURES, HEAD_INITS, build, init_from, train_means
 from sqa.training.candidates import Tried
 from sqa.training.fitting import NoCheckpointError, check_resumable, fit, log_interval
@@ -98,14 +99,19 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None = None
     prepared, skipped = prepare(cfg, run_dir, models)
     # Models over the same frozen network (distillmos_ft while frozen, calibrated) share its frames.
     store = FrameStore()
+    # Where validation is too small to choose, cross-validation chooses; its fold 0 is each
+    # candidate's own training, which only the winner's fine-tuning goes on from.
+    folds = run_dir / FOLDER / crossval.RECORD
+    judged = crossval.cross_validate(prepared, models.folds, store, models.ensemble, folds)
     tried: list[Tried] = []
     for number, model in enumerate(prepared, start=1):
         candidates.enter(model, number, len(prepared), store)
-        tried.append(candidates.entry(model, fit(model, candidates.race(tried, model))))
-    winner = candidates.select(tried, models.ensemble)
+        fitted = crossval.finish_fit(model, judged) if judged else fit(model, candidates.race(tried, model))
+        tried.append(candidates.entry(model, fitted))
+    winner = candidates.select(tried, models.ensemble, judged.members if judged else ())
     finish.test(tried)
     if is_leader():
-        finish.export(winner, tried, skipped, run_dir, models.peer)
+        finish.export(winner, tried, skipped, run_dir, models.peer, judged.record() if judged else None)
     return result(winner)
 
 

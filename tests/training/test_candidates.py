@@ -48,15 +48,16 @@ CANDIDATES = (
 )
 
 
-def write_corpus(root: Path, flat_valid: bool, valid_shift: float = 0.0) -> Path:
+def write_corpus(root: Path, flat_valid: bool, valid_shift: float = 0.0, systems=SYSTEMS) -> Path:
     """Sung-like tones whose noise falls with the label (validation rated flat if asked); a manifest.
 
-    `valid_shift` is added to the validation labels (their mean is then not the training mean, 3.0).
+    `valid_shift` is added to the validation labels (their mean is then not the training mean, 3.0);
+    `systems` lists (system, split, label, clips).
     """
     rng = np.random.default_rng(0)
     root.mkdir(parents=True, exist_ok=True)
     rows = ["wav_path,score,system_id,sample_id,split"]
-    for system, split, label, clips in SYSTEMS:
+    for system, split, label, clips in systems:
         rated = 3.0 if flat_valid and split == "valid" else label
         rated += valid_shift if split == "valid" else 0.0
         for k in range(clips):
@@ -70,7 +71,12 @@ def write_corpus(root: Path, flat_valid: bool, valid_shift: float = 0.0) -> Path
 
 
 def overrides(manifest: Path, *more: str) -> list[str]:
-    """A train.py command line on `manifest` that chooses no model: the data, the candidates."""
+    """A train.py command line on `manifest` that chooses no model: the data, the candidates.
+
+    Its two validation systems are too few to choose by (sqa.training.crossval): these runs choose
+    on validation all the same (`candidates.folds=0`), as the tests of that choice need; the
+    cross-validation's own are in test_crossval.py.
+    """
     return [
         "data=csv",
         f"data.corpus.path={manifest}",
@@ -78,6 +84,7 @@ def overrides(manifest: Path, *more: str) -> list[str]:
         "data.batch_size=8",
         "trainer.enable_progress_bar=false",
         "bootstrap=20",
+        "candidates.folds=0",
         *CANDIDATES,
         *more,
     ]

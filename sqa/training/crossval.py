@@ -1,0 +1,408 @@
+"""Choosing among candidates where validation is too small to: grouped k-fold cross-validation.
+
+Validation of two singers (or two songs) holds a few groups and few distinct labels: the
+candidates' intervals on it overlap by most of their width, and which one wins is a coin toss.
+Where the validation clips hold fewer groups than `selection.min_systems` or fewer distinct
+labels than `selection.min_distinct_labels` (the counts the checkpoint selection already asks of
+a set it ranks on), each candidate is judged instead by `candidates.folds`-fold cross-validation
+over the training and validation clips together, grouped so that no group (a song, or a system
+where the clips name no song or too few) is on both sides of a fold:
+
+- Fold 0 is the run's own split: its validation clips are held out, as whole groups (where a
+  validation group also trains, the folds could not be whole, and validation chooses as
+  before). The other folds deal the training groups out among themselves.
+- Each candidate trains on the other folds and is scored on the held-out fold, on the run's own
+  comparison (`candidates.comparison`): its fold values, their mean and the mean's 95 % t
+  interval. A candidate that fine-tunes a pretrained backbone is cross-validated by its frozen
+  phase (a head on frames computed once, shared across folds through the run's frame store).
+- With `candidates.ensemble`, the mean of the two best is judged on the same folds.
+- The winner is the best mean in list order, a later candidate replacing the best so far only
+  when better by more than `selection.tie_tolerance` (`candidates.pick`, the tie rule).
+
+Fold 0's fits are the candidates' own trainings, in their folders: nothing trains twice. The
+winner's (an ensemble's members') fine-tuning then goes on from its frozen phase, its checkpoint
+selected on validation as before; the others keep their frozen phase. Folds 1 and on train in
+`<candidate folder>/folds/<k>/`; each fold's values are kept in `candidates/folds.json`, so
+that a resumed run decides as an uninterrupted one did.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import statistics
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from scipy import stats
+
+from sqa.core import signals
+from sqa.core.atomic import atomic_write_json
+from sqa.core.run_lock import RunDirError
+from sqa.data.corpus import Clip, Corpus
+from sqa.models.ensemble import EnsemblePredictor
+from sqa.training.candidates import ENSEMBLE, comparison, describe, pick, ranked, tested_on
+from sqa.training.fitting import Fitted, fit
+from sqa.training.frame_cache import FrameStore
+from sqa.training.prepare import Prepared, prepare_model
+from sqa.training.racing import Standing, standing
+from sqa.training.run_settings import RunSettings
+
+log = logging.getLogger(__name__)
+
+# The folder, inside a candidate's folder, of its fold fits (one per fold after fold 0: 1, 2, ...).
+FOLDS_FOLDER = "folds"
+# The file, in the candidates' folder, of each fold's values (no candidate's name holds a dot).
+RECORD = "folds.json"
+
+
+def grouping(clips: Sequence[Clip], k: int) -> tuple[str, dict[str, str]] | None:
+    """The unit `clips` are grouped by for `k` folds and each clip's group: songs, else systems; None.
+
+    Songs where every clip names one and there are at least `k`; else systems where there are at
+    least `k`; None where neither can make `k` folds.
+    """
+    songs = {c.sample_id: str(c.song) for c in clips if c.song}
+    if len(songs) == len(clips) and len(set(songs.values())) >= k:
+        return "song", songs
+    systems = {c.sample_id: c.system_id for c in clips}
+    if len(set(systems.values())) >= k:
+        return "system", systems
+    return None
+
+
+def too_small(valid: Sequence[Clip], groups: Mapping[str, str], by: str, cfg: DictConfig) -> str | None:
+    """Why the validation clips `valid` cannot choose among candidates (None: they can).
+
+    Fewer groups (`groups` maps a clip to its `by`) than `selection.min_systems`, or fewer
+    distinct labels than `selection.min_distinct_labels`.
+    """
+    selection = cfg.get("selection") or {}
+    min_groups = int(selection.get("min_systems", 5))
+    min_labels = int(selection.get("min_distinct_labels", 5))
+    held = {groups[c.sample_id] for c in valid if c.sample_id in groups}
+    labels = {round(c.mos, 9) for c in valid}
+    reasons = []
+    if len(held) < min_groups:
+        reasons.append(f"{len(held)} {by}s (selection.min_systems={min_groups})")
+    if len(labels) < min_labels:
+        reasons.append(f"{len(labels)} distinct labels (selection.min_distinct_labels={min_labels})")
+    if not reasons:
+        return None
+    return f"validation holds {' and '.join(reasons)}: too few to choose among candidates"
+
+
+def deal(groups: Mapping[str, str], k: int, seed: int) -> list[frozenset[str]]:
+    """The sample IDs of each of `k` folds: whole groups shuffled by `seed`, each to the smallest fold.
+
+    `groups` maps a sample ID to its group. Folds differ in size by at most the largest group.
+    """
+    members: dict[str, list[str]] = {}
+    for sample_id, group in groups.items():
+        members.setdefault(group, []).append(sample_id)
+    names = sorted(members)
+    order = np.random.default_rng([seed, zlib.crc32(b"folds")]).permutation(len(names))
+    shuffled = [names[i] for i in order]
+    # Largest groups first (a stable sort keeps the shuffle among equal sizes), each to the fold
+    # with the fewest clips so far (the first such fold on a tie).
+    shuffled.sort(key=lambda g: -len(members[g]))
+    folds: list[list[str]] = [[] for _ in range(k)]
+    for group in shuffled:
+        smallest = min(range(k), key=lambda i: len(folds[i]))
+        folds[smallest].extend(members[group])
+    return [frozenset(f) for f in folds]
+
+
+def own_fold(corpus: Corpus, groups: Mapping[str, str]) -> frozenset[str] | None:
+    """The run's validation clips as fold 0 (None: a validation group also has training clips)."""
+    valid = {c.sample_id for c in corpus.split("valid")}
+    train = {groups[c.sample_id] for c in corpus.split("train")}
+    if any(groups[i] in train for i in valid):
+        return None
+    return frozenset(valid)
+
+
+def fold_corpus(corpus: Corpus, held_out: frozenset[str]) -> Corpus:
+    """`corpus` with its training and validation clips re-split: `held_out` validates, the rest trains."""
+    clips = [
+        replace(c, split="valid" if c.sample_id in held_out else "train")
+        if c.split in ("train", "valid")
+        else c
+        for c in corpus.clips
+    ]
+    return Corpus(clips, corpus.domains, corpus.score_range, corpus.systems)
+
+
+def frozen_steps(cfg: DictConfig) -> int | None:
+    """The steps of a fine-tuning candidate's frozen phase (None: it does not fine-tune a backbone)."""
+    freeze = int((cfg.get("finetune") or {}).get("freeze_backbone_steps") or 0)
+    steps = cfg.trainer.get("max_steps") or -1
+    return freeze if freeze > 0 and (steps < 0 or freeze < steps) else None
+
+
+def fold_config(cfg: DictConfig, folder: Path) -> DictConfig:
+    """A candidate's configuration for a fold: its frozen phase alone, the fold's splits, resumed."""
+    own = copy.deepcopy(cfg)
+    OmegaConf.set_struct(own, False)
+    steps = frozen_steps(own)
+    if steps is not None:
+        own.trainer.max_steps = steps
+    # The fold's splits are given by its corpus, not read again from the run's split files.
+    own.data.valid_split_csv = None
+    own.data.test_split_csv = None
+    own.resume = bool(cfg.get("resume")) and (folder / "checkpoints" / "last.ckpt").is_file()
+    return own
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A candidate's fold values on the comparison, in fold order (NaN: undefined on that fold)."""
+
+    name: str
+    values: tuple[float, ...]
+
+    @property
+    def value(self) -> float:
+        """The mean fold value (NaN: none defined)."""
+        return self.standing.value
+
+    @property
+    def standing(self) -> Standing:
+        """The mean of the defined fold values and its 95 % t interval (none from fewer than 2)."""
+        defined = [v for v in self.values if math.isfinite(v)]
+        if not defined:
+            return Standing(math.nan, None)
+        mean = statistics.fmean(defined)
+        if len(defined) < 2:
+            return Standing(mean, None)
+        t = float(stats.t.ppf(0.975, len(defined) - 1))
+        half = t * statistics.stdev(defined) / math.sqrt(len(defined))
+        return Standing(mean, (mean - half, mean + half))
+
+
+@dataclass
+class CrossValidation:
+    """The run's cross-validation: why, its folds' groups, each candidate's fold values and the winner."""
+
+    why: str
+    by: str
+    groups: list[list[str]]
+    metric: str
+    level: str
+    mode: str
+    judged: list[Judged] = field(default_factory=list)
+    winner: str = ""
+    frozen: tuple[str, ...] = ()
+    # Each candidate's fit on fold 0, the run's own split: its own training.
+    fitted: dict[str, Fitted] = field(default_factory=dict)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The candidates the winner is made of (itself, or an ensemble's two members)."""
+        if self.winner.startswith(f"{ENSEMBLE}("):
+            return tuple(self.winner[len(ENSEMBLE) + 1 : -1].split(", "))
+        return (self.winner,)
+
+    def record(self) -> dict[str, Any]:
+        """Plain values for run_info.json and the model card."""
+        return {
+            "why": self.why,
+            "folds": len(self.groups),
+            "grouped_by": self.by,
+            "groups": self.groups,
+            "compared_on": (
+                f"{len(self.groups)}-fold cross-validation grouped by {self.by}: "
+                f"{self.level} {self.metric} ({self.mode}), the mean over folds"
+            ),
+            "frozen_phase_only": list(self.frozen),
+            "winner": self.winner,
+            "entries": [
+                {
+                    "name": j.name,
+                    "folds": [v if math.isfinite(v) else None for v in j.values],
+                    **j.standing.record(),
+                }
+                for j in self.judged
+            ],
+        }
+
+
+def cross_validate(
+    prepared: Sequence[Prepared], folds: int, store: FrameStore, ensemble: bool, record: Path
+) -> CrossValidation | None:
+    """Each candidate judged on `folds` grouped folds, where validation is too small to choose (else None).
+
+    None also where there is one candidate, `folds` is under 2, the clips hold fewer than `folds`
+    songs and systems, or a validation group also trains. `store` shares the frozen networks'
+    frames across folds; each fold's values are kept in the JSON file `record` as it ends.
+    """
+    if len(prepared) < 2 or folds < 2:
+        return None
+    first = prepared[0]
+    corpus = first.datamodule.corpus
+    pool = [c for c in corpus.clips if c.split in ("train", "valid")]
+    grouped = grouping(pool, folds)
+    if grouped is None:
+        return None
+    by, groups = grouped
+    why = too_small([c for clips in corpus.valid_sets().values() for c in clips], groups, by, first.cfg)
+    if why is None:
+        return None
+    own = own_fold(corpus, groups)
+    if own is None:
+        log.info("candidates: %s, but a validation %s also trains: validation chooses all the same", why, by)
+        return None
+    log.info(
+        "candidates: %s; each is judged by %d-fold cross-validation over the %d training and validation "
+        "clips, grouped by %s, fold 0 the run's own split (docs/selection.md#cross-validation)",
+        why,
+        folds,
+        len(pool),
+        by,
+    )
+    training = {i: g for i, g in groups.items() if i not in own}
+    held = [own, *deal(training, folds - 1, first.datamodule.split_seed)]
+    metric, level, mode = comparison(first.module.selection)
+    values: dict[str, list[float]] = {}
+    fitted: dict[str, Fitted] = {}
+    done = read_folds(record)
+    for k, held_out in enumerate(held):
+        recorded = done.get(str(k))
+        scored: dict[str, tuple[Prepared, Any]] = {}
+        for model in prepared:
+            if k > 0 and recorded is not None:
+                continue
+            signals.stage(f"cross-validating {model.name}, fold {k} of {folds - 1}")
+            fold, fit_ = _fitted_fold(model, corpus, held_out, k, store)
+            if k == 0:
+                fitted[str(model.name)] = fit_
+            scored[str(model.name)] = (fold, fold.module.predictor)
+        fold_values = recorded or _fold_values(scored, metric, level, ensemble)
+        if recorded is None:
+            done[str(k)] = fold_values
+            atomic_write_json(record, done)
+        for name, value in fold_values.items():
+            values.setdefault(name, []).append(math.nan if value is None else float(value))
+    judged = [Judged(str(p.name), tuple(values[str(p.name)])) for p in prepared]
+    if ensemble:
+        best = [j.name for j in ranked(judged, mode)][:2]
+        if len(best) == 2 and any(math.isfinite(v) for v in values.get(_pair(*best), [])):
+            judged.append(Judged(f"{ENSEMBLE}({best[0]}, {best[1]})", tuple(values[_pair(*best)])))
+    tolerance = float((first.cfg.get("selection") or {}).get("tie_tolerance", 1e-6))
+    winner = pick(judged, mode, tolerance)
+    result = CrossValidation(
+        why,
+        by,
+        [sorted({groups[i] for i in held_out}) for held_out in held],
+        metric,
+        level,
+        mode,
+        judged,
+        winner.name,
+        tuple(str(p.name) for p in prepared if frozen_steps(p.cfg) is not None),
+        fitted,
+    )
+    summary = result.record()
+    log.info("%s", describe({"winner": winner.name, **summary, "cross_validation": summary}))
+    return result
+
+
+def read_folds(path: Path) -> dict[str, dict[str, float | None]]:
+    """The values of the folds a run recorded, by fold number, then candidate or pair ({}: none yet).
+
+    A record that is not one is a RunDirError naming it: a resumed run decides on what it wrote.
+    """
+    if not path.is_file():
+        return {}
+    try:
+        folds = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(folds, dict) or not all(
+            isinstance(fold, dict) and all(map(_number_or_none, fold.values())) for fold in folds.values()
+        ):
+            raise ValueError("not a mapping of folds to the values of their candidates")
+    except ValueError as err:
+        raise RunDirError(
+            f"{path}: not a record of folds this run can resume from ({str(err)[:200]}); nothing was "
+            "changed: restore the file, or start over with overwrite=true"
+        ) from None
+    return folds
+
+
+def _number_or_none(value: Any) -> bool:
+    """Whether `value` is a recorded fold value: a number (not a bool) or None."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def finish_fit(model: Prepared, judged: CrossValidation) -> Fitted:
+    """A candidate's own training once cross-validation chose: its fold-0 fit, fine-tuned on if it won.
+
+    A winning candidate (or ensemble member) that fine-tunes goes on from its frozen phase's last
+    checkpoint to its own end, its checkpoint selected on validation as in any run.
+    """
+    own = judged.fitted[str(model.name)]
+    if frozen_steps(model.cfg) is None:
+        return own
+    if model.name not in judged.members:
+        why = f"cross-validation chose {judged.winner}: judged by its frozen phase, not fine-tuned"
+        return own._replace(end={**own.end, "stopped_by": "cross_validation", "reason": why})
+    cfg = copy.deepcopy(model.cfg)
+    cfg.resume = True
+    on = fit(model._replace(cfg=cfg, settings=RunSettings.of(cfg)))
+    return on._replace(seconds=own.seconds + on.seconds)
+
+
+def _fitted_fold(
+    model: Prepared, corpus: Corpus, held_out: frozenset[str], k: int, store: FrameStore
+) -> tuple[Prepared, Fitted]:
+    """`model` fitted on fold `k` (0: in its own folder, on its own data), its selected weights loaded."""
+    if k == 0:
+        fold = model._replace(cfg=(own := fold_config(model.cfg, model.folder)), settings=RunSettings.of(own))
+    else:
+        folder = model.folder / FOLDS_FOLDER / str(k)
+        split = fold_corpus(corpus, held_out)
+        fold = prepare_model(fold_config(model.cfg, folder), folder, corpus=split, quiet=True)
+    fold.module.share_frames(store)
+    return fold, fit(fold)
+
+
+def _fold_values(
+    scored: Mapping[str, tuple[Prepared, Any]], metric: str, level: str, ensemble: bool
+) -> dict[str, float | None]:
+    """Each fold predictor's value on its held-out clips and, with `ensemble`, each pair's mean's."""
+    values = {name: _value(predictor, fold, metric, level) for name, (fold, predictor) in scored.items()}
+    if ensemble:
+        for a, b in combinations(scored, 2):
+            values[_pair(a, b)] = _pair_value(scored[a], scored[b], metric, level)
+    return {name: v if math.isfinite(v) else None for name, v in values.items()}
+
+
+def _value(predictor: Any, fold: Prepared, metric: str, level: str) -> float:
+    """`predictor`'s value on the comparison over the fold's held-out clips (its validation)."""
+    module = tested_on(predictor, fold, fold.datamodule.corpus.valid_as_test())
+    return standing(module.test_results, metric, level).value
+
+
+def _pair(a: str, b: str) -> str:
+    """The key of the pair of `a` and `b`, whatever their order."""
+    return " + ".join(sorted((a, b)))
+
+
+def _pair_value(a: tuple[Prepared, Any], b: tuple[Prepared, Any], metric: str, level: str) -> float:
+    """The mean of two fold predictors on the held-out clips (NaN: they cannot be averaged)."""
+    predictors = [a[1], b[1]]
+    dims = len(predictors[0].dimensions)
+    try:
+        joined = EnsemblePredictor(predictors, [[0.5, 0.5]] * dims, [0.0] * dims).eval()
+    except ValueError:
+        return math.nan
+    # The member with pitch features brings its f0 extractor, as in the run's own ensemble.
+    host = a[0] if a[0].datamodule.f0_extractor is not None else b[0]
+    return _value(joined, host, metric, level)
