@@ -11,7 +11,8 @@ where the clips name no song or too few) is on both sides of a fold:
 - Fold 0 is the run's own split: its validation clips are held out, as whole groups (where a
   validation group also trains, the folds could not be whole, and validation chooses as
   before). The other folds deal the training groups out among themselves.
-- Each candidate trains on the other folds and is scored on the held-out fold, on the run's own
+- Each candidate trains on the other folds and is scored on the held-out fold: on the run's
+  requested ranking metric where every fold can rank (`fold_comparison`), else on the run's own
   comparison (`candidates.comparison`): its fold values, their mean and the mean's 95 % t
   interval. A candidate that fine-tunes a pretrained backbone is cross-validated by its frozen
   phase (a head on frames computed once, shared across folds through the run's frame store).
@@ -44,10 +45,11 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from scipy import stats
 
+from sqa import metrics
 from sqa.core import signals
 from sqa.core.atomic import atomic_write_json
 from sqa.core.run_lock import RunDirError
-from sqa.data.corpus import Clip, Corpus
+from sqa.data.corpus import Clip, Corpus, LabelCounts, count_labels
 from sqa.models.ensemble import EnsemblePredictor
 from sqa.training.candidates import ENSEMBLE, comparison, describe, pick, ranked, tested_on
 from sqa.training.fitting import Fitted, fit
@@ -55,6 +57,7 @@ from sqa.training.frame_cache import FrameStore
 from sqa.training.prepare import Prepared, prepare_model
 from sqa.training.racing import Standing, standing
 from sqa.training.run_settings import RunSettings
+from sqa.training.selection import SelectionRule, can_rank
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +131,30 @@ def own_fold(corpus: Corpus, groups: Mapping[str, str]) -> frozenset[str] | None
     if any(groups[i] in train for i in valid):
         return None
     return frozenset(valid)
+
+
+def fold_comparison(
+    cfg: DictConfig, rule: SelectionRule, folds: Sequence[LabelCounts]
+) -> tuple[str, str, str]:
+    """The metric, level and mode the folds compare candidates on.
+
+    The run's requested ranking metric (`selection.metric`) at its level, else at utterance level,
+    where every fold's held-out clips can rank at that level (`selection.can_rank`, the
+    selection's own thresholds): together the folds hold the groups and labels that one small
+    validation set lacks. Else, and for a requested error, the run's own comparison.
+    """
+    selection = cfg.get("selection") or {}
+    metric, level = str(selection.get("metric", "srcc")), str(selection.get("level", "sys"))
+    if metric in metrics.RANKING_METRICS:
+        thresholds = (
+            int(selection.get("min_systems", 5)),
+            int(selection.get("min_distinct_labels", 5)),
+            float(selection.get("min_clips_per_system", 3)),
+        )
+        for at in dict.fromkeys((level, "utt")):
+            if all(can_rank(c, at, *thresholds) for c in folds):
+                return metric, at, "max"
+    return comparison(rule)
 
 
 def fold_corpus(corpus: Corpus, held_out: frozenset[str]) -> Corpus:
@@ -270,7 +297,8 @@ def cross_validate(
     )
     training = {i: g for i, g in groups.items() if i not in own}
     held = [own, *deal(training, folds - 1, first.datamodule.split_seed)]
-    metric, level, mode = comparison(first.module.selection)
+    counts = [count_labels([c for c in pool if c.sample_id in fold and not c.role]) for fold in held]
+    metric, level, mode = fold_comparison(first.cfg, first.module.selection, counts)
     values: dict[str, list[float]] = {}
     fitted: dict[str, Fitted] = {}
     done = read_folds(record)

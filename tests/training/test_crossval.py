@@ -12,13 +12,23 @@ from omegaconf import OmegaConf
 from scipy import stats
 
 from sqa.core.run_lock import RunDirError
-from sqa.data.corpus import Clip, Corpus
+from sqa.data.corpus import Clip, Corpus, LabelCounts
 from sqa.training import crossval
 from sqa.training import plan as plans
 from sqa.training.checkpoint_io import checkpoint_step
-from sqa.training.crossval import Judged, deal, fold_config, fold_corpus, frozen_steps, grouping, too_small
+from sqa.training.crossval import (
+    Judged,
+    deal,
+    fold_comparison,
+    fold_config,
+    fold_corpus,
+    frozen_steps,
+    grouping,
+    too_small,
+)
 from sqa.training.plan import plan
 from sqa.training.run import run
+from sqa.training.selection import choose_rule
 from tests.training.test_candidates import CANDIDATES, compose, write_corpus
 
 
@@ -338,3 +348,31 @@ def test_a_resumed_run_takes_the_recorded_folds_and_refuses_a_record_that_is_not
     with pytest.raises(RunDirError, match=r"folds.json: not a record of folds this run can resume from"):
         cross_validated(tmp_path, manifest, *line)
     assert record.read_text(encoding="utf-8") == '{"0": {"constant": "x"}}'
+
+
+def counts(systems: int, labels: int, per_system: float) -> LabelCounts:
+    """Label counts of a fold's held-out clips."""
+    return LabelCounts(
+        clips=labels, systems=systems, labels=labels, system_labels=systems, clips_per_system=per_system
+    )
+
+
+def test_the_folds_compare_on_the_requested_ranking_where_every_fold_can_rank_else_as_the_run_does():
+    cfg = compose()
+    rule = choose_rule({"a": counts(2, 2, 1)})
+    assert rule.metric == "rmse"
+    ranks_by_system, ranks_by_clip, cannot = counts(5, 15, 3), counts(4, 5, 3), counts(4, 4, 3)
+    assert fold_comparison(cfg, rule, [ranks_by_system, ranks_by_system]) == ("srcc", "sys", "max")
+    # One fold of 4 systems: every fold can rank clips, not systems.
+    assert fold_comparison(cfg, rule, [ranks_by_system, ranks_by_clip]) == ("srcc", "utt", "max")
+    # One fold of 2.9 clips a system (below selection.min_clips_per_system=3): clips.
+    assert fold_comparison(cfg, rule, [ranks_by_system, counts(5, 15, 2.9)]) == ("srcc", "utt", "max")
+    # One fold of 4 systems and 4 distinct labels: neither; the run's own comparison (utterance RMSE).
+    assert fold_comparison(cfg, rule, [ranks_by_system, cannot]) == ("rmse", "utt", "min")
+    # A requested error is used as requested, whatever the folds could rank.
+    asked = compose("selection.metric=mse", "selection.level=utt")
+    assert fold_comparison(asked, choose_rule({"a": counts(5, 15, 3)}, "mse", "utt"), [ranks_by_system]) == (
+        "mse",
+        "utt",
+        "min",
+    )
