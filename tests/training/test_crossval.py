@@ -1,4 +1,8 @@
-"""Cross-validation where validation is too small to choose: folds of whole groups, and what they choose."""
+"""Cross-validation where validation is too small to choose: folds of whole groups, and what they choose.
+
+The folds themselves are `sqa.training.folds`; fitting and judging candidates on them,
+`sqa.training.crossval`.
+"""
 
 from __future__ import annotations
 
@@ -16,16 +20,8 @@ from sqa.data.corpus import Clip, Corpus, LabelCounts
 from sqa.training import crossval
 from sqa.training import plan as plans
 from sqa.training.checkpoint_io import checkpoint_step
-from sqa.training.crossval import (
-    Judged,
-    deal,
-    fold_comparison,
-    fold_config,
-    fold_corpus,
-    frozen_steps,
-    grouping,
-    too_small,
-)
+from sqa.training.crossval import Judged, fold_config, frozen_steps
+from sqa.training.folds import deal, fold_comparison, fold_corpus, grouping, too_small
 from sqa.training.plan import plan
 from sqa.training.run import run
 from sqa.training.selection import choose_rule
