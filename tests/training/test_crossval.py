@@ -21,7 +21,7 @@ from sqa.training import crossval
 from sqa.training import plan as plans
 from sqa.training.checkpoint_io import checkpoint_step
 from sqa.training.crossval import Judged, fold_config, frozen_steps
-from sqa.training.folds import deal, fold_comparison, fold_corpus, grouping, too_small
+from sqa.training.folds import deal, fold_comparison, fold_corpus, grouping, own_fold, too_small
 from sqa.training.plan import plan
 from sqa.training.run import run
 from sqa.training.selection import choose_rule
@@ -340,10 +340,12 @@ def test_a_resumed_run_takes_the_recorded_folds_and_refuses_a_record_that_is_not
         resumed["candidates"]["winner"] != first["candidates"]["winner"]
         or first["candidates"]["winner"] == "constant"
     )
-    record.write_text('{"0": {"constant": "x"}}', encoding="utf-8")
-    with pytest.raises(RunDirError, match=r"folds.json: not a record of folds this run can resume from"):
-        cross_validated(tmp_path, manifest, *line)
-    assert record.read_text(encoding="utf-8") == '{"0": {"constant": "x"}}'
+    # A value that is not a number, or a JSON true (a bool is an int to Python), is refused.
+    for bad in ('{"0": {"constant": "x"}}', '{"0": {"constant": true}}'):
+        record.write_text(bad, encoding="utf-8")
+        with pytest.raises(RunDirError, match=r"folds.json: not a record of folds this run can resume from"):
+            cross_validated(tmp_path, manifest, *line)
+        assert record.read_text(encoding="utf-8") == bad
 
 
 def counts(systems: int, labels: int, per_system: float) -> LabelCounts:
@@ -372,3 +374,32 @@ def test_the_folds_compare_on_the_requested_ranking_where_every_fold_can_rank_el
         "utt",
         "min",
     )
+
+
+def test_the_runs_validation_is_fold_0_only_where_none_of_its_groups_also_trains():
+    corpus = Corpus(
+        [clip("a", split="valid"), clip("b"), clip("c", split="valid"), clip("t", split="test")], ["default"]
+    )
+    assert own_fold(corpus, {"a": "g1", "b": "g2", "c": "g1"}) == frozenset({"a", "c"})
+    # Validation carved by clip: a validation group also has training clips.
+    assert own_fold(corpus, {"a": "g1", "b": "g1", "c": "g3"}) is None
+
+
+def test_the_mean_of_the_two_best_is_judged_on_the_same_folds(tmp_path, monkeypatch):
+    given = iter(
+        [
+            {"constant": 1.0, "learns": 0.5, "constant + learns": 0.4},
+            {"constant": 1.0, "learns": 0.6, "constant + learns": 0.3},
+            {"constant": 1.0, "learns": 0.7, "constant + learns": 0.2},
+        ]
+    )
+    monkeypatch.setattr(crossval, "_fold_values", lambda *a: dict(next(given)))
+    manifest = write_corpus(tmp_path / "corpus", flat_valid=False, systems=TEN_TRAINING_SYSTEMS)
+    run_dir, info = cross_validated(tmp_path, manifest, "candidates.ensemble=true")
+    cv = info["candidates"]["cross_validation"]
+    # Named best first, as the run's own ensemble; its folds are the pair's.
+    assert [e["name"] for e in cv["entries"]] == ["constant", "learns", "ensemble(learns, constant)"]
+    assert cv["entries"][2]["folds"] == [0.4, 0.3, 0.2]
+    assert cv["winner"] == info["candidates"]["winner"] == "ensemble(learns, constant)"
+    assert info["ensemble"]["method"] == "mean"
+    assert [m["name"] for m in info["ensemble"]["members"]] == ["learns", "constant"]
