@@ -79,6 +79,26 @@ def test_each_run_is_a_row_and_each_corpus_gets_the_mean_of_its_runs(tmp_path, c
     assert lines[4] == "| quality | mean of 2 | 0.300 / 19.000 | 0.700 / 11.000 | n/a | | 0.600 | 27.000 |"
 
 
+def test_runs_chosen_another_way_add_their_choice_and_its_srcc_matched_by_corpus_and_run(tmp_path, capsys):
+    tests = {"logmel": (0.2, 20.0), "distillmos": (0.8, 10.0)}
+    old = write_run(tmp_path / "old" / "quality" / "s0", tests, "logmel", 26.0)
+    old1 = write_run(tmp_path / "old" / "quality" / "s1", tests, "logmel", 26.0)
+    new = write_run(tmp_path / "new" / "quality" / "s0", tests, "distillmos", 26.0)
+    new1 = write_run(tmp_path / "new" / "quality" / "s1", tests, "logmel", 26.0)
+    # Given in another order: matched by corpus and run, not by position.
+    args = [str(old), str(old1), "--other", str(new1), str(new), "--other-name", "folds"]
+    assert table.main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("| chosen | chosen SRCC | folds chose | folds SRCC | constant RMSE |")
+    assert lines[2].endswith("| logmel | 0.200 | distillmos | 0.800 | 26.000 |")
+    assert lines[3].endswith("| logmel | 0.200 | logmel | 0.200 | 26.000 |")
+    assert lines[4].endswith("| | 0.200 | | 0.500 | 26.000 |")
+    assert table.main([str(old), "--other", str(new1)]) == 2
+    assert (
+        "--other has no run quality/s0 (runs are matched by corpus and run name)" in capsys.readouterr().err
+    )
+
+
 def test_a_run_without_candidates_is_named(tiny_run, tmp_path, capsys):
     # A run that trained one model, as train.py leaves it: its run_info.json has no candidates.
     run_dir = tmp_path / "c" / "r"
