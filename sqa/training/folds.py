@@ -69,6 +69,7 @@ def deal(groups: Mapping[str, str], k: int, seed: int) -> list[frozenset[str]]:
     shuffled = [names[i] for i in order]
     # Largest groups first (a stable sort keeps the shuffle among equal sizes), each to the fold
     # with the fewest clips so far (the first such fold on a tie).
+    shuffled.sort(key=lambda g: -len(members[g]))
     folds: list[list[str]] = [[] for _ in range(k)]
     for group in shuffled:
         smallest = min(range(k), key=lambda i: len(folds[i]))

@@ -50,6 +50,15 @@ def test_folds_hold_whole_groups_every_clip_once_and_differ_in_size_by_at_most_t
     assert deal(groups, k, seed) == folds
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_largest_group_is_dealt_first_so_that_small_ones_even_the_folds_out(seed):
+    # One group of 4 clips and four of 1: dealt largest first, 4 against 1 + 1 + 1 + 1, in any order
+    # of the shuffle; dealt in the shuffled order, the 4 could land on a fold that already has 2.
+    groups = {"big-0": "big", "big-1": "big", "big-2": "big", "big-3": "big"}
+    groups |= {f"s{i}": f"small{i}" for i in range(4)}
+    assert sorted(len(f) for f in deal(groups, 2, seed)) == [4, 4]
+
+
 def test_another_seed_deals_other_folds_and_equal_groups_are_dealt_evenly():
     groups = {f"g{g}-{i}": f"g{g}" for g in range(12) for i in range(3)}
     dealt = {tuple(sorted(tuple(sorted(f)) for f in deal(groups, 3, seed))) for seed in range(5)}
