@@ -14,7 +14,7 @@ from sqa.models.backbone import LogMelBackbone
 from sqa.models.calibrated import CalibratedPredictor
 from sqa.models.distillmos import DistillMosBackbone
 from sqa.models.predictor import MOSPredictor
-from sqa.training.finetune import Anchor, pretrained_parameters
+from sqa.training.finetune import Anchor, backbone_optimizer, pretrained_parameters
 from sqa.training.lit_module import MOSModule
 from sqa.training.losses import margin_l1
 from sqa.training.run import build, run
@@ -203,6 +203,22 @@ def test_the_anchor_penalty_is_its_weight_times_the_squared_distance_from_the_st
     for bad in (-0.1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="finetune.anchor"):
             Anchor([first], weight=bad)
+    # 0 is a weight: the penalty is there, and nothing.
+    assert float(Anchor([first], weight=0.0)().detach()) == 0.0
+
+
+@pytest.mark.parametrize("frozen", [0, 3])
+def test_the_backbone_group_learns_at_0_for_its_frozen_steps_then_at_its_scaled_rate(frozen):
+    # Under DDP its parameters keep requires_grad while frozen: the rate alone holds them still.
+    head, body = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+    config = backbone_optimizer(functools.partial(torch.optim.SGD, lr=0.5), [head, body], [body], 0.1, frozen)
+    optimizer, schedule = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    seen = []
+    for _ in range(5):
+        seen.append([group["lr"] for group in optimizer.param_groups])
+        optimizer.step()
+        schedule.step()
+    assert seen == [[0.5, 0.0 if step < frozen else pytest.approx(0.05)] for step in range(5)]
 
 
 class PretrainedHeadNet(torch.nn.Module):
