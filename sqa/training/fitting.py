@@ -148,6 +148,9 @@ def fit(prepared: Prepared, race: L.Callback | None = None) -> Fitted:
         logger.log_hyperparams(params)
     # Each model starts from the seed, whatever the models prepared or fitted before it drew.
     L.seed_everything(settings.seed, workers=True, verbose=False)
+    # In train mode, as a module just built: Lightning keeps the modes it finds, and a module fitted
+    # before (a frozen phase that cross-validation judged) was left in eval mode by its checks.
+    module.train()
     with warnings.catch_warnings():
         # Lightning warns that a mid-epoch resume point needs a resumable loader: the training
         # sampler resumes itself (MOSDataModule._resume_point).

@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+import lightning as L
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -21,11 +22,14 @@ from sqa.training import crossval
 from sqa.training import plan as plans
 from sqa.training.checkpoint_io import checkpoint_step
 from sqa.training.crossval import Judged, fold_config, frozen_steps
+from sqa.training.fitting import fit
 from sqa.training.folds import deal, fold_comparison, fold_corpus, grouping, own_fold, too_small
 from sqa.training.plan import plan
+from sqa.training.prepare import prepare_model
 from sqa.training.run import run
 from sqa.training.selection import choose_rule
 from tests.training.test_candidates import CANDIDATES, compose, write_corpus
+from tests.training.test_selection import tiny_run_overrides
 
 
 def clip(sample_id: str, system: str = "s", song: str | None = None, mos: float = 3.0, split: str = "train"):
@@ -412,3 +416,30 @@ def test_the_mean_of_the_two_best_is_judged_on_the_same_folds(tmp_path, monkeypa
     assert cv["winner"] == info["candidates"]["winner"] == "ensemble(learns, constant)"
     assert info["ensemble"]["method"] == "mean"
     assert [m["name"] for m in info["ensemble"]["members"]] == ["learns", "constant"]
+
+
+class Modes(L.Callback):
+    """Records whether every module of the LightningModule is in train mode as training starts.
+
+    Passed where a stop rule goes (it never stops training).
+    """
+
+    stopped = None
+
+    def __init__(self) -> None:
+        self.training: list[bool] = []
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.training = [m.training for m in pl_module.modules()]
+
+
+def test_a_module_fitted_again_starts_in_train_mode_as_a_module_just_built(tmp_path):
+    # A frozen phase's fit leaves its module in eval mode (its checks); Lightning keeps the modes it
+    # finds, so the fine-tuning fit of that module would train without dropout.
+    manifest = write_corpus(tmp_path / "corpus", flat_valid=False)
+    cfg = plans.compose_train([*tiny_run_overrides(manifest), "trainer.max_steps=2"])
+    prepared = prepare_model(cfg, tmp_path / "run")
+    prepared.module.eval()
+    modes = Modes()
+    fit(prepared, modes)
+    assert modes.training and all(modes.training)
