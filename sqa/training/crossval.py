@@ -43,6 +43,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from scipy import stats
 
+from sqa import metrics
 from sqa.core import signals
 from sqa.core.atomic import atomic_write_json
 from sqa.core.run_lock import RunDirError
@@ -87,10 +88,14 @@ def fold_config(cfg: DictConfig, folder: Path) -> DictConfig:
 
 @dataclass(frozen=True)
 class Judged:
-    """A candidate's fold values on the comparison, in fold order (NaN: undefined on that fold)."""
+    """A candidate's fold values on the comparison, in fold order (NaN: undefined on that fold).
+
+    `bounds` are the metric's own (a correlation's -1 and 1, an error's 0): the interval stays in them.
+    """
 
     name: str
     values: tuple[float, ...]
+    bounds: tuple[float, float] = (-math.inf, math.inf)
 
     @property
     def value(self) -> float:
@@ -99,7 +104,7 @@ class Judged:
 
     @property
     def standing(self) -> Standing:
-        """The mean of the defined fold values and its 95 % t interval (none from fewer than 2)."""
+        """The mean of the defined fold values, its 95 % t interval within `bounds` (none from 1 value)."""
         defined = [v for v in self.values if math.isfinite(v)]
         if not defined:
             return Standing(math.nan, None)
@@ -108,7 +113,8 @@ class Judged:
             return Standing(mean, None)
         t = float(stats.t.ppf(0.975, len(defined) - 1))
         half = t * statistics.stdev(defined) / math.sqrt(len(defined))
-        return Standing(mean, (mean - half, mean + half))
+        low, high = self.bounds
+        return Standing(mean, (max(mean - half, low), min(mean + half, high)))
 
 
 @dataclass
@@ -215,11 +221,12 @@ def cross_validate(
             atomic_write_json(record, done)
         for name, value in fold_values.items():
             values.setdefault(name, []).append(math.nan if value is None else float(value))
-    judged = [Judged(str(p.name), tuple(values[str(p.name)])) for p in prepared]
+    bounds = (-1.0, 1.0) if metric in metrics.RANKING_METRICS else (0.0, math.inf)
+    judged = [Judged(str(p.name), tuple(values[str(p.name)]), bounds) for p in prepared]
     if ensemble:
         best = [j.name for j in ranked(judged, mode)][:2]
         if len(best) == 2 and any(math.isfinite(v) for v in values.get(_pair(*best), [])):
-            judged.append(Judged(f"{ENSEMBLE}({best[0]}, {best[1]})", tuple(values[_pair(*best)])))
+            judged.append(Judged(f"{ENSEMBLE}({best[0]}, {best[1]})", tuple(values[_pair(*best)]), bounds))
     tolerance = float((first.cfg.get("selection") or {}).get("tie_tolerance", 1e-6))
     winner = pick(judged, mode, tolerance)
     result = CrossValidation(
