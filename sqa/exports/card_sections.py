@@ -235,14 +235,15 @@ def cross_validation_lines(cv: Mapping[str, Any] | None) -> list[str]:
         + "; ".join(", ".join(f"`{g}`" for g in fold) for fold in cv.get("groups") or [])
         + ".",
         "",
-        "| candidate | fold values | mean | 95 % interval |",
-        "|---|---|---|---|",
+        "| candidate | fold values | mean | 95 % interval | seconds on folds 1 and on |",
+        "|---|---|---|---|---|",
     ]
     for entry in cv.get("entries") or []:
         ci = entry.get("ci")
         lines.append(
             f"| `{entry.get('name')}` | {', '.join(shown(v) for v in entry.get('folds') or [])} |"
             f" {shown(entry.get('value'))} | {f'[{ci[0]:.4g}, {ci[1]:.4g}]' if ci else 'n/a'} |"
+            f" {shown(entry.get('seconds'))} |"
         )
     frozen = cv.get("frozen_phase_only") or []
     if frozen:

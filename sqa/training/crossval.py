@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import statistics
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -132,6 +133,8 @@ class CrossValidation:
     frozen: tuple[str, ...] = ()
     # Each candidate's fit on fold 0, the run's own split: its own training.
     fitted: dict[str, Fitted] = field(default_factory=dict)
+    # Each candidate's wall seconds on the other folds (fold 0 counts in its own entry).
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -158,6 +161,7 @@ class CrossValidation:
                     "name": j.name,
                     "folds": [v if math.isfinite(v) else None for v in j.values],
                     **j.standing.record(),
+                    **({"seconds": round(self.seconds[j.name], 1)} if j.name in self.seconds else {}),
                 }
                 for j in self.judged
             ],
@@ -203,6 +207,7 @@ def cross_validate(
     metric, level, mode = fold_comparison(first.cfg, first.module.selection, counts)
     values: dict[str, list[float]] = {}
     fitted: dict[str, Fitted] = {}
+    seconds: dict[str, float] = {}
     done = read_folds(record)
     for k, held_out in enumerate(held):
         recorded = done.get(str(k))
@@ -211,9 +216,12 @@ def cross_validate(
             if k > 0 and recorded is not None:
                 continue
             signals.stage(f"cross-validating {model.name}, fold {k} of {folds - 1}")
+            start = time.perf_counter()
             fold, fit_ = _fitted_fold(model, corpus, held_out, k, store)
             if k == 0:
                 fitted[str(model.name)] = fit_
+            else:
+                seconds[str(model.name)] = seconds.get(str(model.name), 0.0) + time.perf_counter() - start
             scored[str(model.name)] = (fold, fold.module.predictor)
         fold_values = recorded or _fold_values(scored, metric, level, ensemble)
         if recorded is None:
@@ -240,6 +248,7 @@ def cross_validate(
         winner.name,
         tuple(str(p.name) for p in prepared if frozen_steps(p.cfg) is not None),
         fitted,
+        seconds,
     )
     summary = result.record()
     log.info("%s", describe({"winner": winner.name, **summary, "cross_validation": summary}))

@@ -213,6 +213,8 @@ def test_where_two_flat_rated_validation_systems_favour_the_constant_the_folds_c
     for entry in entries.values():
         assert len(entry["folds"]) == 3
         assert entry["value"] == pytest.approx(np.mean(entry["folds"]))
+        # The seconds of folds 1 and 2 (fold 0 is the candidate's own training, in its entry).
+        assert entry["seconds"] > 0
     assert info["candidates"]["compared_on"] == (
         "3-fold cross-validation grouped by system: utt rmse (min), the mean over folds"
     )
@@ -243,7 +245,13 @@ def test_where_two_flat_rated_validation_systems_favour_the_constant_the_folds_c
     # Every fold value is a held-out error of a fold fit: the constant's is its RMSE around the
     # training folds' mean, which the learner beats where labels follow the clips' noise.
     card = (run_dir / "export" / "README.md").read_text(encoding="utf-8")
-    assert "cross-validation" in card
+    assert f"Chosen by {cv['compared_on']}, because {cv['why']}; held out in turn: `va0`, `va1`; " in card
+    learns = entries["learns"]
+    row = (
+        f"| `learns` | {', '.join(f'{v:.4g}' for v in learns['folds'])} | {learns['value']:.4g} |"
+        f" [{learns['ci'][0]:.4g}, {learns['ci'][1]:.4g}] | {learns['seconds']:.4g} |"
+    )
+    assert row in card.splitlines()
 
 
 @pytest.mark.parametrize(("moved", "folded"), [(("tr1", "tr3", "tr5"), False), (("tr1", "tr3"), True)])
@@ -412,7 +420,7 @@ def test_the_mean_of_the_two_best_is_judged_on_the_same_folds(tmp_path, monkeypa
     cv = info["candidates"]["cross_validation"]
     # Named best first, as the run's own ensemble; its folds are the pair's.
     assert [e["name"] for e in cv["entries"]] == ["constant", "learns", "ensemble(learns, constant)"]
-    assert cv["entries"][2]["folds"] == [0.4, 0.3, 0.2]
+    assert cv["entries"][2]["folds"] == [0.4, 0.3, 0.2] and "seconds" not in cv["entries"][2]
     assert cv["winner"] == info["candidates"]["winner"] == "ensemble(learns, constant)"
     assert info["ensemble"]["method"] == "mean"
     assert [m["name"] for m in info["ensemble"]["members"]] == ["learns", "constant"]
