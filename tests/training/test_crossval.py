@@ -407,20 +407,25 @@ def test_the_runs_validation_is_fold_0_only_where_none_of_its_groups_also_trains
 
 
 def test_the_mean_of_the_two_best_is_judged_on_the_same_folds(tmp_path, monkeypatch):
+    # Three candidates: the two best (learns, then constant) are not the two worst (constant, other).
+    pairs = {"constant + learns": 0.4, "constant + other": 0.1, "learns + other": 0.3}
     given = iter(
         [
-            {"constant": 1.0, "learns": 0.5, "constant + learns": 0.4},
-            {"constant": 1.0, "learns": 0.6, "constant + learns": 0.3},
-            {"constant": 1.0, "learns": 0.7, "constant + learns": 0.2},
+            {"constant": 1.0, "learns": 0.5, "other": 2.0, **pairs},
+            {"constant": 1.0, "learns": 0.6, "other": 2.0, **pairs, "constant + learns": 0.3},
+            {"constant": 1.0, "learns": 0.7, "other": 2.0, **pairs, "constant + learns": 0.2},
         ]
     )
     monkeypatch.setattr(crossval, "_fold_values", lambda *a: dict(next(given)))
     manifest = write_corpus(tmp_path / "corpus", flat_valid=False, systems=TEN_TRAINING_SYSTEMS)
-    run_dir, info = cross_validated(tmp_path, manifest, "candidates.ensemble=true")
+    other = "+candidates.models.other=['optim=adam','optim.lr=0.0','trainer.max_steps=4']"
+    line = ("candidates.ensemble=true", other, "candidates.use=[constant,learns,other]")
+    run_dir, info = cross_validated(tmp_path, manifest, *line)
     cv = info["candidates"]["cross_validation"]
     # Named best first, as the run's own ensemble; its folds are the pair's.
-    assert [e["name"] for e in cv["entries"]] == ["constant", "learns", "ensemble(learns, constant)"]
-    assert cv["entries"][2]["folds"] == [0.4, 0.3, 0.2] and "seconds" not in cv["entries"][2]
+    names = ["constant", "learns", "other", "ensemble(learns, constant)"]
+    assert [e["name"] for e in cv["entries"]] == names
+    assert cv["entries"][3]["folds"] == [0.4, 0.3, 0.2] and "seconds" not in cv["entries"][3]
     assert cv["winner"] == info["candidates"]["winner"] == "ensemble(learns, constant)"
     assert info["ensemble"]["method"] == "mean"
     assert [m["name"] for m in info["ensemble"]["members"]] == ["learns", "constant"]
