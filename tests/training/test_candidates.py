@@ -70,11 +70,11 @@ def write_corpus(root: Path, flat_valid: bool, valid_shift: float = 0.0, systems
     return root / "manifest.csv"
 
 
-def overrides(manifest: Path, *more: str) -> list[str]:
+def overrides(manifest: Path, *more: str, folds: int = 0) -> list[str]:
     """A train.py command line on `manifest` that chooses no model: the data, the candidates.
 
     Its two validation systems are too few to choose by (sqa.training.crossval): these runs choose
-    on validation all the same (`candidates.folds=0`), as the tests of that choice need; the
+    on validation all the same (`folds=0`), as the tests of that choice need; the
     cross-validation's own are in test_crossval.py.
     """
     return [
@@ -84,7 +84,7 @@ def overrides(manifest: Path, *more: str) -> list[str]:
         "data.batch_size=8",
         "trainer.enable_progress_bar=false",
         "bootstrap=20",
-        "candidates.folds=0",
+        f"candidates.folds={folds}",
         *CANDIDATES,
         *more,
     ]

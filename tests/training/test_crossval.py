@@ -28,7 +28,7 @@ from sqa.training.plan import plan
 from sqa.training.prepare import prepare_model
 from sqa.training.run import run
 from sqa.training.selection import choose_rule
-from tests.training.test_candidates import CANDIDATES, compose, write_corpus
+from tests.training.test_candidates import compose, overrides, write_corpus
 from tests.training.test_selection import tiny_run_overrides
 
 
@@ -177,17 +177,7 @@ LONGER = (
 
 def cross_validated(tmp_path: Path, manifest: Path, *more: str) -> tuple[Path, dict]:
     """The constant and the learner run on `manifest` with 3 folds; the run directory and run_info.json."""
-    line = [
-        "data=csv",
-        f"data.corpus.path={manifest}",
-        "data.num_workers=0",
-        "data.batch_size=8",
-        "trainer.enable_progress_bar=false",
-        "bootstrap=20",
-        "candidates.folds=3",
-        *CANDIDATES,
-        *more,
-    ]
+    line = overrides(manifest, *more, folds=3)
     run_dir = tmp_path / "run"
     run(plans.compose_train(line), run_dir, line)
     return run_dir, json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
