@@ -202,10 +202,8 @@ def ensemble_of(best: Sequence[Tried]) -> Tried | None:
     """
     if len(best) < 2:
         return None
-    predictors = [t.predictor for t in best]
-    dims = len(predictors[0].dimensions)
     try:
-        ensemble = EnsemblePredictor(predictors, [[0.5, 0.5]] * dims, [0.0] * dims).eval()
+        ensemble = mean_of([t.predictor for t in best])
     except ValueError as err:
         log.info("candidates: no ensemble of %s and %s (%s)", best[0].name, best[1].name, err)
         return None
@@ -214,11 +212,22 @@ def ensemble_of(best: Sequence[Tried]) -> Tried | None:
         best[0].name,
         best[1].name,
     )
-    # The member with pitch features brings its f0 extractor; the ensemble's f0 is the same one.
-    host = next((t for t in best if t.prepared.datamodule.f0_extractor is not None), best[0])
     name = f"{ENSEMBLE}({best[0].name}, {best[1].name})"
-    joined = Tried(name, host.prepared, None, ensemble, members=tuple(t.name for t in best))
+    joined = Tried(
+        name, host_of([t.prepared for t in best]), None, ensemble, members=tuple(t.name for t in best)
+    )
     return scored(joined)
+
+
+def mean_of(predictors: Sequence[Any]) -> EnsemblePredictor:
+    """The mean of two predictors' scores per dimension, in eval mode; ValueError where they cannot join."""
+    dims = len(predictors[0].dimensions)
+    return EnsemblePredictor(predictors, [[0.5, 0.5]] * dims, [0.0] * dims).eval()
+
+
+def host_of(members: Sequence[Prepared]) -> Prepared:
+    """Where an ensemble of `members` is scored: the member with pitch features brings its f0 extractor."""
+    return next((m for m in members if m.datamodule.f0_extractor is not None), members[0])
 
 
 def pick(tried: Sequence[V], mode: str, tolerance: float) -> V:

@@ -49,8 +49,7 @@ from sqa.core import signals
 from sqa.core.atomic import atomic_write_json
 from sqa.core.run_lock import RunDirError
 from sqa.data.corpus import Corpus, count_labels
-from sqa.models.ensemble import EnsemblePredictor
-from sqa.training.candidates import ENSEMBLE, describe, pick, ranked, tested_on
+from sqa.training.candidates import ENSEMBLE, describe, host_of, mean_of, pick, ranked, tested_on
 from sqa.training.fitting import Fitted, fit
 from sqa.training.folds import deal, fold_comparison, fold_corpus, grouping, own_fold, too_small
 from sqa.training.frame_cache import FrameStore
@@ -97,6 +96,8 @@ class Judged:
     name: str
     values: tuple[float, ...]
     bounds: tuple[float, float] = (-math.inf, math.inf)
+    # The candidates an ensemble's mean is of (none: a single candidate).
+    members: tuple[str, ...] = ()
 
     @property
     def value(self) -> float:
@@ -139,9 +140,8 @@ class CrossValidation:
     @property
     def members(self) -> tuple[str, ...]:
         """The candidates the winner is made of (itself, or an ensemble's two members)."""
-        if self.winner.startswith(f"{ENSEMBLE}("):
-            return tuple(self.winner[len(ENSEMBLE) + 1 : -1].split(", "))
-        return (self.winner,)
+        won = next(j for j in self.judged if j.name == self.winner)
+        return won.members or (won.name,)
 
     def record(self) -> dict[str, Any]:
         """Plain values for run_info.json and the model card."""
@@ -234,7 +234,8 @@ def cross_validate(
     if ensemble:
         best = [j.name for j in ranked(judged, mode)][:2]
         if len(best) == 2 and any(math.isfinite(v) for v in values.get(_pair(*best), [])):
-            judged.append(Judged(f"{ENSEMBLE}({best[0]}, {best[1]})", tuple(values[_pair(*best)]), bounds))
+            name = f"{ENSEMBLE}({best[0]}, {best[1]})"
+            judged.append(Judged(name, tuple(values[_pair(*best)]), bounds, tuple(best)))
     tolerance = float((first.cfg.get("selection") or {}).get("tie_tolerance", 1e-6))
     winner = pick(judged, mode, tolerance)
     result = CrossValidation(
@@ -336,13 +337,9 @@ def _pair(a: str, b: str) -> str:
 
 
 def _pair_value(a: tuple[Prepared, Any], b: tuple[Prepared, Any], metric: str, level: str) -> float:
-    """The mean of two fold predictors on the held-out clips (NaN: they cannot be averaged)."""
-    predictors = [a[1], b[1]]
-    dims = len(predictors[0].dimensions)
+    """The mean of two fold predictors on the held-out clips, as the run's own (NaN: they cannot join)."""
     try:
-        joined = EnsemblePredictor(predictors, [[0.5, 0.5]] * dims, [0.0] * dims).eval()
+        joined = mean_of([a[1], b[1]])
     except ValueError:
         return math.nan
-    # The member with pitch features brings its f0 extractor, as in the run's own ensemble.
-    host = a[0] if a[0].datamodule.f0_extractor is not None else b[0]
-    return _value(joined, host, metric, level)
+    return _value(joined, host_of([a[0], b[0]]), metric, level)

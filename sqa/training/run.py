@@ -101,8 +101,8 @@ def train(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] | None = None
     store = FrameStore()
     # Where validation is too small to choose, cross-validation chooses; its fold 0 is each
     # candidate's own training, which only the winner's fine-tuning goes on from.
-    folds = run_dir / FOLDER / crossval.RECORD
-    judged = crossval.cross_validate(prepared, models.folds, store, models.ensemble, folds)
+    record = run_dir / FOLDER / crossval.RECORD
+    judged = crossval.cross_validate(prepared, models.folds, store, models.ensemble, record)
     tried: list[Tried] = []
     for number, model in enumerate(prepared, start=1):
         candidates.enter(model, number, len(prepared), store)
