@@ -41,9 +41,7 @@ def too_small(valid: Sequence[Clip], groups: Mapping[str, str], by: str, cfg: Di
     Fewer groups (`groups` maps a clip to its `by`) than `selection.min_systems`, or fewer
     distinct labels than `selection.min_distinct_labels`.
     """
-    selection = cfg.get("selection") or {}
-    min_groups = int(selection.get("min_systems", 5))
-    min_labels = int(selection.get("min_distinct_labels", 5))
+    min_groups, min_labels = int(cfg.selection.min_systems), int(cfg.selection.min_distinct_labels)
     held = {groups[c.sample_id] for c in valid if c.sample_id in groups}
     labels = {round(c.mos, 9) for c in valid}
     reasons = []
@@ -96,13 +94,13 @@ def fold_comparison(
     selection's own thresholds): together the folds hold the groups and labels that one small
     validation set lacks. Else, and for a requested error, the run's own comparison.
     """
-    selection = cfg.get("selection") or {}
-    metric, level = str(selection.get("metric", "srcc")), str(selection.get("level", "sys"))
+    selection = cfg.selection
+    metric, level = str(selection.metric), str(selection.level)
     if metric in metrics.RANKING_METRICS:
         thresholds = (
-            int(selection.get("min_systems", 5)),
-            int(selection.get("min_distinct_labels", 5)),
-            float(selection.get("min_clips_per_system", 3)),
+            int(selection.min_systems),
+            int(selection.min_distinct_labels),
+            float(selection.min_clips_per_system),
         )
         for at in dict.fromkeys((level, "utt")):
             if all(can_rank(c, at, *thresholds) for c in folds):

@@ -88,12 +88,24 @@ def test_clips_are_grouped_by_song_where_every_clip_names_one_and_there_are_enou
 
 
 @pytest.mark.parametrize(
-    ("groups", "labels", "small"),
-    [(5, 5, False), (4, 5, True), (5, 4, True), (4, 4, True)],
+    ("groups", "labels", "small", "minimum"),
+    [
+        (5, 5, False, 5),
+        (4, 5, True, 5),
+        (5, 4, True, 5),
+        (4, 4, True, 5),
+        # The config's thresholds, not 5: at 3 and below.
+        (3, 3, False, 3),
+        (2, 3, True, 3),
+        (3, 2, True, 3),
+    ],
 )
-def test_validation_is_too_small_below_either_threshold_and_not_at_both(groups, labels, small):
-    cfg = OmegaConf.create({"selection": {"min_systems": 5, "min_distinct_labels": 5}})
-    valid = [clip(f"v{i}", system=f"s{i % groups}", mos=1.0 + i % labels, split="valid") for i in range(20)]
+def test_validation_is_too_small_below_either_threshold_and_not_at_both(groups, labels, small, minimum):
+    cfg = OmegaConf.create({"selection": {"min_systems": minimum, "min_distinct_labels": minimum}})
+    # Labels with fractions (1.1, 1.3, ...): none may be rounded to a whole number.
+    valid = [
+        clip(f"v{i}", system=f"s{i % groups}", mos=1.1 + 0.2 * (i % labels), split="valid") for i in range(20)
+    ]
     groups_of = {c.sample_id: c.system_id for c in valid}
     why = too_small(valid, groups_of, "system", cfg)
     assert (why is not None) == small
@@ -139,9 +151,29 @@ def test_a_fold_resumes_only_where_the_run_resumes_and_the_fold_has_its_last_che
     assert fold_config(compose(f"resume={str(resume).lower()}"), tmp_path).resume is (resume and checkpoint)
 
 
+def test_labels_within_a_billionth_are_one_label_and_further_apart_two():
+    cfg = OmegaConf.create({"selection": {"min_systems": 5, "min_distinct_labels": 5}})
+    groups = {f"v{i}": f"s{i}" for i in range(5)}
+
+    def judged(last: float) -> str | None:
+        marks = [1.1, 1.3, 1.5, 1.7, last]
+        return too_small(
+            [clip(f"v{i}", f"s{i}", mos=m, split="valid") for i, m in enumerate(marks)], groups, "system", cfg
+        )
+
+    assert judged(1.7 + 3e-10) is not None
+    assert judged(1.7 + 3e-9) is None
+
+
 def test_a_fold_splits_training_and_validation_clips_anew_and_keeps_the_test_clips():
-    corpus = Corpus([clip("a"), clip("b", split="valid"), clip("c"), clip("t", split="test")], ["default"])
+    corpus = Corpus(
+        [clip("a"), clip("b", split="valid"), clip("c"), clip("t", split="test")],
+        ["default", "other"],
+        (0.0, 100.0),
+        frozenset({"s"}),
+    )
     split = fold_corpus(corpus, frozenset({"a"}))
+    assert (split.domains, split.score_range, split.systems) == (["default", "other"], (0.0, 100.0), {"s"})
     assert [(c.sample_id, c.split) for c in split.clips] == [
         ("a", "valid"),
         ("b", "train"),
@@ -378,6 +410,19 @@ def test_the_folds_compare_on_the_requested_ranking_where_every_fold_can_rank_el
     assert fold_comparison(cfg, rule, [ranks_by_system, counts(5, 15, 2.9)]) == ("srcc", "utt", "max")
     # One fold of 4 systems and 4 distinct labels: neither; the run's own comparison (utterance RMSE).
     assert fold_comparison(cfg, rule, [ranks_by_system, cannot]) == ("rmse", "utt", "min")
+    # The config's own level and thresholds: clips asked for; 2 clips a system can rank at 2.
+    assert fold_comparison(compose("selection.level=utt"), rule, [ranks_by_system]) == ("srcc", "utt", "max")
+    fewer = compose("selection.min_clips_per_system=2", "selection.min_systems=4", "selection.metric=lcc")
+    assert fold_comparison(fewer, rule, [counts(4, 15, 2)]) == ("lcc", "sys", "max")
+    assert fold_comparison(cfg, rule, [counts(4, 15, 2)]) == ("srcc", "utt", "max")
+    clips = compose("selection.level=utt")
+    assert fold_comparison(clips, rule, [counts(5, 5, 3)]) == ("srcc", "utt", "max")
+    six = compose("selection.level=utt", "selection.min_distinct_labels=6")
+    assert fold_comparison(six, rule, [counts(5, 5, 3)]) == (
+        "rmse",
+        "utt",
+        "min",
+    )
     # A requested error is used as requested, whatever the folds could rank.
     asked = compose("selection.metric=mse", "selection.level=utt")
     assert fold_comparison(asked, choose_rule({"a": counts(5, 15, 3)}, "mse", "utt"), [ranks_by_system]) == (
