@@ -238,26 +238,32 @@ def test_an_ensembles_members_read_the_store_member_by_member(tmp_path, shared, 
     assert sum(counted[0]) - before == 3
 
 
-def test_filling_the_cache_says_it_starts_and_how_far_it_is(caplog, monkeypatch):
+@pytest.mark.parametrize("expected", [40, None])
+def test_filling_the_cache_says_it_starts_and_how_far_it_is(caplog, monkeypatch, expected):
     import logging
 
     from sqa.training import frame_cache
 
-    clock = iter([0.0, 4.0, 10.5, 12.0, 25.0])
+    # 100 s starts; 104 s is within 10 s of it; 110 s is exactly 10 s on, and reports; 112 s is
+    # within 10 s of that; 125 s reports.
+    clock = iter([100.0, 104.0, 110.0, 112.0, 125.0])
     monkeypatch.setattr(frame_cache.time, "monotonic", lambda: next(clock))
-    backbone = LogMelBackbone(channels=16).eval()
-    cache = FrameCache(1 << 20, progress_seconds=10.0)
-    cache.expected = 40
+    backbone = LogMelBackbone(channels=512, conv_layers=1).eval()
+    wav = torch.randn(5, 16000)
+    size = backbone(wav[:1], torch.tensor([16000]))[0].numel() * 4
+    # Room for exactly three clips' frames: the fourth and fifth are computed, not kept.
+    cache = FrameCache(3 * size, progress_seconds=10.0)
+    cache.expected = expected
     caplog.set_level(logging.INFO, logger="sqa")
-    wav = torch.randn(5, 4000)
     for i in range(5):
-        cache.frames(backbone, wav[i : i + 1], torch.tensor([4000]))
-    cache.frames(backbone, wav[:1], torch.tensor([4000]))  # a hit: no pass, nothing to say
-    said = [r.getMessage() for r in caplog.records]
-    assert said[0].startswith("frame cache: each clip (40) passes once through the frozen backbone")
-    # 0 s starts; 4 s is within 10 s of it; 10.5 s reports; 12 s is within 10 s of that; 25 s reports.
-    assert [m.split(",")[0] for m in said[1:]] == [
-        "frame cache: 2 clip(s) of about 40 through the backbone",
-        "frame cache: 4 clip(s) of about 40 through the backbone",
+        cache.frames(backbone, wav[i : i + 1], torch.tensor([16000]))
+    cache.frames(backbone, wav[:1], torch.tensor([16000]))  # a hit: no pass, nothing to say
+    assert (len(cache.frames_of), cache.bytes) == (3, 3 * size)
+    count, of = (" (40)", " of about 40") if expected else ("", "")
+    mb = size / 2**20
+    assert [r.getMessage() for r in caplog.records] == [
+        f"frame cache: each clip{count} passes once through the frozen backbone, its frames then reused; "
+        "this first pass is the slow part (progress every 10 s)",
+        f"frame cache: 2 clip(s){of} through the backbone, 10 s, {2 * mb:.1f} MB kept; computing 1 more",
+        f"frame cache: 4 clip(s){of} through the backbone, 25 s, {3 * mb:.1f} MB kept; computing 1 more",
     ]
-    assert said[1].endswith(", 10 s, 0.0 MB kept; computing 1 more")
