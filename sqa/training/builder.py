@@ -107,9 +107,9 @@ def build(cfg: DictConfig, corpus: Corpus | None = None) -> tuple[MOSDataModule,
         test_names=datamodule.test_names,
         seed=settings.seed,
         bootstrap=settings.bootstrap,
-        selection=choose_rule(valid_counts, **cfg.get("selection", {})),
+        selection=choose_rule(valid_counts, **cfg.selection),
         # patience_steps is the fit's stop rule (sqa.training.racing), not the module's.
-        **{k: v for k, v in cfg.get("finetune", {}).items() if k != "patience_steps"},
+        **{k: v for k, v in cfg.finetune.items() if k != "patience_steps"},
     )
     return datamodule, module
 
