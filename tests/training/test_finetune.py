@@ -333,9 +333,12 @@ def fixed_front_backbone() -> DistillMosBackbone:
     )
 
 
-def fronts_fit(tmp_path, steps: int, frame_cache_mb: int) -> tuple[MOSPredictor, list[int], list[bool]]:
+def fronts_fit(
+    tmp_path, steps: int, frame_cache_mb: int, by_epochs: bool = False
+) -> tuple[MOSPredictor, list[int], list[bool]]:
     """A small Distill-MOS (CNN and lowest layer fixed) trained `steps` steps, its backbone frozen for 2.
 
+    `by_epochs`: the fit has no step limit (max_steps -1) and ends after one epoch of `steps` batches.
     Returns the predictor, the segments its CNN was given, and whether fronts were kept at each step.
     """
     backbone = fixed_front_backbone()
@@ -357,7 +360,8 @@ def fronts_fit(tmp_path, steps: int, frame_cache_mb: int) -> tuple[MOSPredictor,
         frame_cache_mb=frame_cache_mb,
     )
     clips = items(4)
-    trainer(tmp_path, max_steps=steps, callbacks=[Record()], limit_val_batches=0).fit(
+    limit = {"max_steps": -1, "max_epochs": 1} if by_epochs else {"max_steps": steps}
+    trainer(tmp_path, **limit, callbacks=[Record()], limit_val_batches=0).fit(
         module, loader(*[clips] * steps)
     )
     return predictor, segments, kept
@@ -378,8 +382,11 @@ def test_fine_tuning_on_kept_fronts_trains_as_on_the_whole_network_with_one_fron
     assert kept.backbone._fronts is None
 
 
-@pytest.mark.parametrize(("steps", "keeps"), [(2, False), (3, True)])
-def test_fronts_are_kept_only_in_a_fit_whose_backbone_learns(tmp_path, steps, keeps):
-    # Frozen for 2 steps: a fit of 2 never trains the backbone, one of 3 does.
-    _, _, kept = fronts_fit(tmp_path, steps, frame_cache_mb=64)
+@pytest.mark.parametrize(
+    ("steps", "keeps", "by_epochs"), [(2, False, False), (3, True, False), (2, True, True)]
+)
+def test_fronts_are_kept_only_in_a_fit_whose_backbone_learns(tmp_path, steps, keeps, by_epochs):
+    # Frozen for 2 steps: a fit of 2 never trains the backbone, one of 3 does. A fit without a step
+    # limit may run past its frozen steps, so it keeps them, however few its epochs' batches.
+    _, _, kept = fronts_fit(tmp_path, steps, frame_cache_mb=64, by_epochs=by_epochs)
     assert kept == [keeps] * steps
