@@ -11,7 +11,7 @@ import torch
 
 from sqa.data.audio import MAX_SAMPLE_RATE, check_audio_size, downmix_resample, load_audio
 from sqa.scoring.clips import MAX_CHANNELS, as_samples
-from sqa.scoring.inputs import listed_audio
+from sqa.scoring.walks import listed_audio
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def clip_inputs(audio: Any, sample_rate: int | None) -> ClipInputs:
     """Split a clip, a list (or tuple) of clips, a (clips, samples) batch or a folder into paths and arrays.
 
     A folder or glob pattern (a str or os.PathLike) names its audio files (`sqa-score`'s reading,
-    `sqa.scoring.inputs.listed_audio`): keyed by path. A rate given for paths alone is refused: a
+    `sqa.scoring.walks.listed_audio`): keyed by path. A rate given for paths alone is refused: a
     file is read at its header's rate, so it would be ignored.
     """
     listed = listed_audio(audio) if isinstance(audio, str | os.PathLike) else None

@@ -30,7 +30,7 @@ from sqa.models.uncertainty import UncertainMOSPredictor
 from sqa.scoring.clips import ClipPreparer, Piece, PreparedClip, file_batches, warn_at_caller
 from sqa.scoring.device import resolve_device
 from sqa.scoring.domains import check_domain_asked, scored_domains
-from sqa.scoring.inputs import audio_paths
+from sqa.scoring.walks import audio_paths
 from sqa.scoring.named import export_folder
 from sqa.scoring.pieces import chunk_length, forward_pieces, pool_pieces
 from sqa.scoring.preferences import preference_note

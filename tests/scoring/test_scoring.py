@@ -18,7 +18,8 @@ import torch
 from sqa.data.audio import downmix_resample, load_audio
 from sqa.scoring import cli as score
 from sqa.scoring.clips import ClipWarning
-from sqa.scoring.inputs import expand_inputs, listed_audio
+from sqa.scoring.inputs import expand_inputs
+from sqa.scoring.walks import listed_audio
 from sqa.scoring.scorer import Scorer
 from tests.conftest import REPO
 

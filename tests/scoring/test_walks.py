@@ -1,4 +1,4 @@
-"""Folder walks and glob patterns (sqa.scoring.inputs): link loops, vanished folders, FIFOs, the bound.
+"""Folder walks and glob patterns (sqa.scoring.walks): link loops, vanished folders, FIFOs, the bound.
 
 Each walk runs in a thread given a few seconds: a walk that loops or opens a FIFO fails the test
 instead of hanging it.
@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from sqa.scoring import cli as score_cli
-from sqa.scoring import inputs as scoring_inputs
-from sqa.scoring.inputs import SkippedInputWarning, audio_listing, expand_inputs, listed_audio
+from sqa.scoring import walks
+from sqa.scoring.inputs import expand_inputs
+from sqa.scoring.walks import SkippedInputWarning, audio_listing, listed_audio
 from tests.scoring.test_api_inputs import write
 
 # Far more than any of these walks needs; a looping walk never ends within it.
@@ -209,7 +210,7 @@ def test_a_walk_looks_at_no_more_entries_than_its_bound(tmp_path, monkeypatch, k
     folder = tmp_path / "D"
     touch(*(folder / f"{i}.wav" for i in range(4)), folder / "notes.txt")  # 5 entries
     item = str(folder) if kind == "folder" else f"{folder}/**/*.wav"
-    monkeypatch.setattr(scoring_inputs, "MAX_WALK_ENTRIES", 5)
+    monkeypatch.setattr(walks, "MAX_WALK_ENTRIES", 5)
     assert len(listed_audio(item)[0]) == 4  # the bound itself is walked
     touch(folder / "more.txt")  # 6: one past it, the whole folder refused
     problem = (
