@@ -73,14 +73,7 @@ __all__ = [
     "welch",
 ]
 
-UNDEFINED_COMPARISON = {
-    "diff": math.nan,
-    "ci": None,
-    "p": math.nan,
-    "significant": False,
-    "resamples": 0,
-    "ties": 0,
-}
+UNDEFINED_COMPARISON = dict(diff=math.nan, ci=None, p=math.nan, significant=False, resamples=0, ties=0)
 TIES_NOTE = (
     "ties: the share of resamples where B - A is exactly 0 (both runs rank the drawn clips or systems "
     "alike, common with few systems). p counts them on both sides, so where they are many p is high, "
