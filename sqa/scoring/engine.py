@@ -30,13 +30,13 @@ from sqa.models.uncertainty import UncertainMOSPredictor
 from sqa.scoring.clips import ClipPreparer, Piece, PreparedClip, file_batches, warn_at_caller
 from sqa.scoring.device import resolve_device
 from sqa.scoring.domains import check_domain_asked, scored_domains
-from sqa.scoring.walks import audio_paths
 from sqa.scoring.named import export_folder
 from sqa.scoring.pieces import chunk_length, forward_pieces, pool_pieces
 from sqa.scoring.preferences import preference_note
 from sqa.scoring.results import ScoreResult, in_input_order
 from sqa.scoring.retrieval import retrieval_for
 from sqa.scoring.scorer_warnings import ChunkWarning, LearningWarning, chunk_warning
+from sqa.scoring.walks import audio_paths
 
 
 class ExportScorer:

@@ -19,8 +19,8 @@ from sqa.data.audio import downmix_resample, load_audio
 from sqa.scoring import cli as score
 from sqa.scoring.clips import ClipWarning
 from sqa.scoring.inputs import expand_inputs
-from sqa.scoring.walks import listed_audio
 from sqa.scoring.scorer import Scorer
+from sqa.scoring.walks import listed_audio
 from tests.conftest import REPO
 
 
