@@ -270,8 +270,7 @@ def select(tried: list[Tried], ensemble: bool, chosen: Sequence[str] = ()) -> Tr
     if ensemble:
         joined = ensemble_of_best(tried, mode)
         tried += [joined] if joined else []
-    tolerance = float((tried[0].prepared.cfg.get("selection") or {}).get("tie_tolerance", 1e-6))
-    return pick(tried, mode, tolerance)
+    return pick(tried, mode, rule.tie_tolerance)
 
 
 def _test_summary(test: dict[str, Any]) -> dict[str, Any]:

@@ -236,8 +236,7 @@ def cross_validate(
         if len(best) == 2 and any(math.isfinite(v) for v in values.get(_pair(*best), [])):
             name = f"{ENSEMBLE}({best[0]}, {best[1]})"
             judged.append(Judged(name, tuple(values[_pair(*best)]), bounds, tuple(best)))
-    tolerance = float((first.cfg.get("selection") or {}).get("tie_tolerance", 1e-6))
-    winner = pick(judged, mode, tolerance)
+    winner = pick(judged, mode, first.module.selection.tie_tolerance)
     result = CrossValidation(
         why,
         by,
