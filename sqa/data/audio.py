@@ -6,6 +6,7 @@ import math
 import os
 import stat
 import sys
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,8 @@ MAX_AUDIO_SAMPLES = 1 << 28
 # file or array may hold by mistake (they are scored with a warning). Larger ones overflow float32
 # in the front ends (a log-mel power spectrum of 1e19 is infinite), so no score could be trusted.
 MAX_SAMPLE_PEAK = float(1 << 31)
+# What a process keeps of the waveforms it decoded (`DECODED`): 512 MB, as much as `preload: auto` holds.
+DECODED_BYTES = 512 << 20
 # The longest scoring window (`--chunk-seconds`): a day. Longer ones would chunk nothing (no clip
 # under the sample limit is that long at 16 kHz), and inf overflows the window's sample count.
 MAX_CHUNK_SECONDS = 86_400.0
@@ -116,6 +119,49 @@ def load_audio(path: str | Path, sample_rate: int, max_samples: int = MAX_AUDIO_
     if data.shape[0] == 0:
         raise AudioError(f"{path}: the file holds no samples")
     return downmix_resample(data, sr, sample_rate, str(path))
+
+
+class DecodedAudio:
+    """`load_audio`'s waveforms kept by file and rate, the least recently used dropped beyond `max_bytes`.
+
+    A run reads each clip many times: the corpus check, and the preloaded splits of every
+    candidate, cross-validation fold and test pass. Decoding and resampling is the same work each
+    time, so it is done once. A file is reused only while its stat (device, inode, size and
+    modification time in ns) is the one it was decoded at; an edited or replaced file is decoded anew.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._kept: OrderedDict[tuple[object, ...], np.ndarray] = OrderedDict()
+
+    def read(self, path: str | Path, sample_rate: int) -> np.ndarray:
+        """`load_audio(path, sample_rate)`, float32 (N,): a copy of the kept waveform, or decoded and kept."""
+        name = os_path(path)
+        try:
+            st = os.stat(name)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            # load_audio says what is wrong with it.
+            return load_audio(path, sample_rate)
+        key = (name, sample_rate, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = load_audio(path, sample_rate)
+            if kept.nbytes <= self.max_bytes:
+                self._kept[key] = kept
+                self.bytes += kept.nbytes
+                while self.bytes > self.max_bytes:
+                    self.bytes -= self._kept.popitem(last=False)[1].nbytes
+        else:
+            self._kept.move_to_end(key)
+        # A copy: the caller may change its waveform in place.
+        return kept.copy()
+
+
+# The process's kept waveforms: the corpus check and the preloaded datasets read through it.
+DECODED = DecodedAudio(DECODED_BYTES)
 
 
 def downmix_resample(data: np.ndarray, orig_sr: int, target_sr: int, name: str) -> np.ndarray:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from sqa.core.prediction import OVERALL
-from sqa.data.audio import audio_info, crop_start, load_audio, pad_to
+from sqa.data.audio import DECODED, audio_info, crop_start, load_audio, pad_to
 from sqa.data.corpus import Clip, Corpus, CorpusError
 from sqa.data.pitch import F0Extractor
 from sqa.data.vocal import vocal_part
@@ -74,7 +75,9 @@ class ClipDataset(Dataset):
         self.sample_rate = sample_rate
         self.max_samples = int(max_seconds * sample_rate) if max_seconds else None
         self.seed = seed
-        self._cache = [self._read(i) for i in range(len(self.clips))] if preload else None
+        # Preloaded clips are decoded in this process, through the process's kept waveforms (the
+        # corpus check read them already); a worker reads its own, which nothing would reuse.
+        self._cache = [self._read(i, DECODED.read) for i in range(len(self.clips))] if preload else None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -97,8 +100,10 @@ class ClipDataset(Dataset):
         values = [clip.mos if d == OVERALL else clip.extra_scores.get(d, math.nan) for d in self.dimensions]
         return values, [not math.isnan(v) for v in values]
 
-    def _read(self, index: int) -> tuple[np.ndarray, np.ndarray | None]:
-        wav = load_audio(self.clips[index].path, self.sample_rate)
+    def _read(
+        self, index: int, read: Callable[[Path, int], np.ndarray] = load_audio
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        wav = read(self.clips[index].path, self.sample_rate)
         if self.vocal_only:
             # As scoring trims it; a clip without a vocal frame stays whole, so its label still counts.
             part, _ = vocal_part(wav, self.sample_rate)

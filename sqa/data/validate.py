@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sqa.data.audio import AudioError, load_audio
+from sqa.data.audio import DECODED, AudioError
 from sqa.data.corpus import SPLITS, Corpus, CorpusError
 
 # Rating scales of listening tests, narrowest first: a corpus's ratings are matched to the first
@@ -88,7 +88,7 @@ def validate_corpus(
             add("audio file not found")
             continue
         try:
-            wav = load_audio(clip.path, sample_rate)
+            wav = DECODED.read(clip.path, sample_rate)
         except AudioError as err:
             add(str(err).removeprefix(f"{clip.path}: "))
             continue

@@ -1,8 +1,11 @@
+import os
+
 import numpy as np
 import pytest
 import soundfile as sf
 
-from sqa.data.audio import AudioError, crop_start, load_audio, pad_to
+from sqa.data import audio
+from sqa.data.audio import AudioError, DecodedAudio, crop_start, load_audio, pad_to
 
 
 def tone(freq: float, sr: int, seconds: float) -> np.ndarray:
@@ -54,3 +57,92 @@ def test_pad_and_crop_start():
     assert crop_start(10000, 3000, np.random.default_rng(3), 320) == crop_start(
         10000, 3000, np.random.default_rng(3), 320
     )
+
+
+def counted_decodes(monkeypatch) -> list[str]:
+    """The paths `DecodedAudio` decodes from now on (it calls the module's `load_audio`)."""
+    decoded: list[str] = []
+
+    def counting(path, sample_rate, *args):
+        decoded.append(str(path))
+        return load_audio(path, sample_rate, *args)
+
+    monkeypatch.setattr(audio, "load_audio", counting)
+    return decoded
+
+
+def test_kept_waveforms_are_decoded_once_and_equal_a_fresh_read(tmp_path, monkeypatch):
+    path = tmp_path / "a.flac"
+    sf.write(path, np.stack([tone(440.0, 44100, 0.5), tone(330.0, 44100, 0.5)], axis=1), 44100)
+    expected = load_audio(path, 16000)
+    decoded = counted_decodes(monkeypatch)
+    kept = DecodedAudio(1 << 20)
+    first = kept.read(path, 16000)
+    first[:] = 0.0  # the caller's copy: changing it changes nothing kept
+    second = kept.read(path, 16000)
+    np.testing.assert_array_equal(second, expected)
+    assert decoded == [str(path)] and kept.bytes == expected.nbytes
+    # Another rate is another waveform.
+    assert kept.read(path, 8000).shape[0] == 4000 and len(decoded) == 2
+
+
+def test_a_changed_file_is_decoded_anew(tmp_path, monkeypatch):
+    path = tmp_path / "a.wav"
+    sf.write(path, tone(440.0, 16000, 0.5), 16000)
+    decoded = counted_decodes(monkeypatch)
+    kept = DecodedAudio(1 << 20)
+    kept.read(path, 16000)
+    stamp = path.stat().st_mtime_ns
+    # The same size, other samples; the modification time alone tells them apart.
+    sf.write(path, tone(220.0, 16000, 0.5), 16000)
+    os.utime(path, ns=(stamp + 1, stamp + 1))
+    np.testing.assert_array_equal(kept.read(path, 16000), load_audio(path, 16000))
+    assert len(decoded) == 2
+    # Replaced by another file of the same size and time under the same name: another inode.
+    other = tmp_path / "b.wav"
+    sf.write(other, tone(110.0, 16000, 0.5), 16000)
+    os.utime(other, ns=(stamp + 1, stamp + 1))
+    os.replace(other, path)
+    np.testing.assert_array_equal(kept.read(path, 16000), load_audio(path, 16000))
+    assert len(decoded) == 3
+
+
+def test_the_least_recently_used_waveform_goes_first_beyond_the_bound(tmp_path, monkeypatch):
+    paths = []
+    for name in "abc":
+        paths.append(tmp_path / f"{name}.wav")
+        sf.write(paths[-1], tone(440.0, 16000, 0.25), 16000)
+    clip = 4000 * 4  # bytes of one decoded clip
+    decoded = counted_decodes(monkeypatch)
+    kept = DecodedAudio(2 * clip)
+    a, b, c = (str(p) for p in paths)
+    for path in (paths[0], paths[1], paths[0], paths[2]):
+        kept.read(path, 16000)
+    # a was used after b: b went when c came.
+    assert decoded == [a, b, c] and kept.bytes == 2 * clip
+    kept.read(paths[0], 16000)
+    kept.read(paths[1], 16000)
+    assert decoded == [a, b, c, b]
+    # Exactly at the bound a clip is kept; one byte under it, none is.
+    exact = DecodedAudio(clip)
+    exact.read(paths[0], 16000)
+    exact.read(paths[0], 16000)
+    under = DecodedAudio(clip - 1)
+    under.read(paths[0], 16000)
+    under.read(paths[0], 16000)
+    # exact decoded a once, under twice.
+    assert decoded == [a, b, c, b, a, a, a]
+    assert under.bytes == 0 and exact.bytes == clip
+
+
+def test_kept_waveforms_refuse_what_load_audio_refuses(tmp_path):
+    kept = DecodedAudio(1 << 20)
+    with pytest.raises(AudioError, match="missing.wav"):
+        kept.read(tmp_path / "missing.wav", 16000)
+    with pytest.raises(AudioError, match="is a folder"):
+        kept.read(tmp_path, 16000)
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF\x00\x00garbage")
+    with pytest.raises(AudioError, match="bad.wav"):
+        kept.read(bad, 16000)
+    assert kept.bytes == 0
