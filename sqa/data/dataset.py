@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,9 +74,7 @@ class ClipDataset(Dataset):
         self.sample_rate = sample_rate
         self.max_samples = int(max_seconds * sample_rate) if max_seconds else None
         self.seed = seed
-        # Preloaded clips are decoded in this process, through the process's kept waveforms (the
-        # corpus check read them already); a worker reads its own, which nothing would reuse.
-        self._cache = [self._read(i, DECODED.read) for i in range(len(self.clips))] if preload else None
+        self._cache = [self._read(i) for i in range(len(self.clips))] if preload else None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -100,10 +97,12 @@ class ClipDataset(Dataset):
         values = [clip.mos if d == OVERALL else clip.extra_scores.get(d, math.nan) for d in self.dimensions]
         return values, [not math.isnan(v) for v in values]
 
-    def _read(
-        self, index: int, read: Callable[[Path, int], np.ndarray] = load_audio
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        wav = read(self.clips[index].path, self.sample_rate)
+    def _read(self, index: int) -> tuple[np.ndarray, np.ndarray | None]:
+        # This process reads through its kept waveforms: the corpus check read the clips already, and
+        # every candidate, fold and test pass of a run reads them again. A data loader's worker
+        # reads its own files, which nothing after it would reuse.
+        worker = torch.utils.data.get_worker_info() is not None
+        wav = (load_audio if worker else DECODED.read)(self.clips[index].path, self.sample_rate)
         if self.vocal_only:
             # As scoring trims it; a clip without a vocal frame stays whole, so its label still counts.
             part, _ = vocal_part(wav, self.sample_rate)

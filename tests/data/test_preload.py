@@ -7,6 +7,9 @@ import pytest
 import soundfile as sf
 import torch
 
+from sqa.data import dataset
+from sqa.data.audio import DecodedAudio
+from sqa.data.dataset import ClipDataset
 from sqa.data.readers import read_csv_manifest
 from sqa.training import datamodule
 from sqa.training.datamodule import MOSDataModule
@@ -73,3 +76,18 @@ def test_held_clips_give_the_batches_that_clips_read_from_files_give(tmp_path):
 def test_preload_is_true_false_or_auto(tmp_path):
     with pytest.raises(ValueError, match="preload must be true, false or 'auto', got 'yes'"):
         MOSDataModule(read_csv_manifest(write_corpus(tmp_path)), preload="yes")
+
+
+def test_this_process_keeps_the_clips_it_reads_and_a_loader_worker_keeps_none(tmp_path, monkeypatch):
+    corpus = read_csv_manifest(write_corpus(tmp_path))
+    kept = DecodedAudio(1 << 20)
+    monkeypatch.setattr(dataset, "DECODED", kept)
+    clips = ClipDataset(corpus.clips, corpus, 16000)
+    clips[0]
+    assert kept.bytes == 1600 * 4
+    # The same read in a data loader's worker process decodes the file and keeps nothing of it.
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: object())
+    worker = clips[1]["wav"]
+    assert kept.bytes == 1600 * 4
+    monkeypatch.undo()
+    torch.testing.assert_close(worker, clips[1]["wav"], atol=0, rtol=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import lightning as L
@@ -17,6 +18,7 @@ from omegaconf import OmegaConf
 from scipy import stats
 
 from sqa.core.run_lock import RunDirError
+from sqa.data import audio
 from sqa.data.corpus import Clip, Corpus, LabelCounts
 from sqa.training import crossval
 from sqa.training import plan as plans
@@ -216,13 +218,25 @@ def cross_validated(tmp_path: Path, manifest: Path, *more: str) -> tuple[Path, d
 
 
 def test_where_two_flat_rated_validation_systems_favour_the_constant_the_folds_choose_the_learner(
-    tmp_path, caplog
+    tmp_path, caplog, monkeypatch
 ):
     caplog.set_level("INFO", logger="sqa")
     # Validation rated flat at the training mean: on it alone the constant wins (test_candidates.py,
     # test_the_constant_candidate_wins_where_validation_is_rated_flat_at_the_training_mean).
     manifest = write_corpus(tmp_path / "corpus", flat_valid=True, systems=TEN_TRAINING_SYSTEMS)
+    # Every decode of a file, whoever imported load_audio, ends in this module's downmix_resample.
+    decodes: Counter[str] = Counter()
+    downmix = audio.downmix_resample
+
+    def counted(data, rate, target, name):
+        decodes.update([name])
+        return downmix(data, rate, target, name)
+
+    monkeypatch.setattr(audio, "downmix_resample", counted)
     run_dir, info = cross_validated(tmp_path, manifest, "candidates.ensemble=false", LONGER)
+    # The corpus check, both candidates' splits, their folds and the test passes: one decode a clip.
+    assert len(decodes) == len(manifest.read_text().splitlines()) - 1
+    assert set(decodes.values()) == {1}
     cv = info["candidates"]["cross_validation"]
     assert cv["winner"] == info["candidates"]["winner"] == "learns"
     assert cv["grouped_by"] == "system" and cv["folds"] == 3
