@@ -180,6 +180,9 @@ class DistillMosBackbone(Exportable, nn.Module):
         self._fronts: dict[bytes, torch.Tensor] | None = None
         self._front_bytes = 0
         self._front_used = 0
+        # The front's weights the kept fronts were computed with (see `_forget_changed_fronts`).
+        self._front_weights: bytes | None = None
+        self.register_load_state_dict_post_hook(DistillMosBackbone._forget_changed_fronts)
         if pretrained:
             self.load_state_dict(backbone_state(package_state_dict()))
         for module in self.front_modules():
@@ -199,18 +202,30 @@ class DistillMosBackbone(Exportable, nn.Module):
     def keep_fronts(self, max_bytes: int) -> None:
         """Keep the fixed front's output of each segment, up to `max_bytes` (0: keep none, free them).
 
-        Exact while the front does not change: its parameters never learn (`front_modules`), and
-        loading weights forgets every kept front.
+        Fronts already kept stay: a fine-tuning phase goes on with those of the frozen phase before
+        it. Exact while the front does not change: its parameters never learn (`front_modules`),
+        and loading other weights into it forgets every kept front.
         """
-        self._fronts = {} if max_bytes > 0 and self.front_modules() else None
+        if max_bytes <= 0 or not self.front_modules():
+            self._fronts, self._front_used, self._front_weights = None, 0, None
+        elif self._fronts is None:
+            self._fronts, self._front_used, self._front_weights = {}, 0, self._front_digest()
         self._front_bytes = max(max_bytes, 0)
-        self._front_used = 0
 
-    def _load_from_state_dict(self, *args: object, **kwargs: object) -> None:
-        """Load weights as nn.Module does, then forget the kept fronts: they were of the old weights."""
-        super()._load_from_state_dict(*args, **kwargs)
-        if self._fronts:
-            self.keep_fronts(self._front_bytes)
+    def _front_digest(self) -> bytes:
+        """A digest of the front's parameters and buffers: what its output depends on besides the input."""
+        tensors = [t for m in self.front_modules() for t in (*m.parameters(), *m.buffers())]
+        return content_key(torch.cat([t.detach().reshape(-1).float().cpu() for t in tensors]))
+
+    def _forget_changed_fronts(self, incompatible_keys: object) -> None:
+        """After weights are loaded: forget the kept fronts if the front's weights changed.
+
+        A resumed fit loads the checkpoint of the same network; its front, which never learns, is
+        unchanged, and its fronts are still its output.
+        """
+        if self._fronts is not None and self._front_digest() != self._front_weights:
+            self._fronts, self._front_used = {}, 0
+            self._front_weights = self._front_digest()
 
     def _front(self, part: torch.Tensor) -> torch.Tensor:
         """Segments (S, SEGMENT) -> the output of the fixed front (S, 384, features), computed."""

@@ -21,8 +21,9 @@ where the clips name no song or too few) is on both sides of a fold:
   when better by more than `selection.tie_tolerance` (`candidates.pick`, the tie rule).
 
 Fold 0's fits are the candidates' own trainings, in their folders: nothing trains twice. The
-winner's (an ensemble's members') fine-tuning then goes on from its frozen phase, its checkpoint
-selected on validation as before; the others keep their frozen phase. Folds 1 and on train in
+winner's (an ensemble's members') fine-tuning then goes on from its frozen phase, with the fronts
+that phase kept (`MOSModule.fine_tunes_later`), its checkpoint selected on validation as before;
+the others keep their frozen phase. Folds 1 and on train in
 `<candidate folder>/folds/<k>/`; each fold's values are kept in `candidates/folds.json`, so
 that a resumed run decides as an uninterrupted one did.
 """
@@ -290,7 +291,10 @@ def finish_fit(model: Prepared, judged: CrossValidation) -> Fitted:
     own = judged.fitted[str(model.name)]
     if frozen_steps(model.cfg) is None:
         return own
+    # Fine-tuned or not, the frozen phase is over: its kept fronts go with the fit that needs them.
+    model.module.fine_tunes_later = False
     if model.name not in judged.members:
+        model.module.keep_fronts(0)
         why = f"cross-validation chose {judged.winner}: judged by its frozen phase, not fine-tuned"
         return own._replace(end={**own.end, "stopped_by": "cross_validation", "reason": why})
     cfg = copy.deepcopy(model.cfg)
@@ -305,6 +309,8 @@ def _fitted_fold(
     """`model` fitted on fold `k` (0: in its own folder, on its own data), its selected weights loaded."""
     if k == 0:
         fold = model._replace(cfg=(own := fold_config(model.cfg, model.folder)), settings=RunSettings.of(own))
+        # Its fine-tuning, if it wins, goes on from this fit and reads the fronts it computes.
+        fold.module.fine_tunes_later = frozen_steps(model.cfg) is not None
     else:
         folder = model.folder / FOLDS_FOLDER / str(k)
         split = fold_corpus(corpus, held_out)

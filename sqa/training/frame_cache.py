@@ -264,7 +264,7 @@ class FrameSource:
             self.frame_cache.expected = self.frame_cache.expected or self._expected_clips
         return True
 
-    def _keep_fronts(self, max_bytes: int) -> None:
+    def keep_fronts(self, max_bytes: int) -> None:
         """Let the backbone keep its fixed front per segment, up to `max_bytes` (0: free), where it can."""
         keep_fronts = getattr(getattr(self.predictor, "backbone", None), "keep_fronts", None)
         if callable(keep_fronts):

@@ -83,6 +83,9 @@ class MOSModule(FrameSource, L.LightningModule):
         self.freeze_backbone_steps = int(freeze_backbone_steps)
         self.backbone_lr_scale = float(backbone_lr_scale)
         self._backbone_trainable: list[torch.nn.Parameter] = []
+        # A fit of the frozen phase alone whose fine-tuning follows in a later fit of this module
+        # (cross-validation's fold 0): its backbone keeps the fronts that fine-tuning reads.
+        self.fine_tunes_later = False
         if frame_cache_mb < 0:
             raise ValueError(f"frame_cache_mb must be 0 or more, got {frame_cache_mb}")
         # An evaluation-only module (no optimizer) never changes its backbone: it may cache too.
@@ -147,16 +150,18 @@ class MOSModule(FrameSource, L.LightningModule):
             self._expected_clips = len(datamodule.corpus.clips)
         if self.frame_cache is not None:
             self.frame_cache.expected = self._expected_clips
-        if self._backbone_will_learn():
-            self._keep_fronts(self._front_bytes)
+        if self._backbone_will_learn() or self.fine_tunes_later:
+            self.keep_fronts(self._front_bytes)
 
     def on_fit_end(self) -> None:
         """Free the backbone's kept fronts: testing and scoring pass each clip once.
 
-        A backbone that was frozen at the end learns again, as built: a later fit of the same module
-        (a fine-tuning phase after the frozen one, sqa.training.crossval) finds its parameters.
+        A module that fine-tunes in a later fit (`fine_tunes_later`) keeps them for it. A backbone
+        that was frozen at the end learns again, as built: a later fit of the same module (a
+        fine-tuning phase after the frozen one, sqa.training.crossval) finds its parameters.
         """
-        self._keep_fronts(0)
+        if not self.fine_tunes_later:
+            self.keep_fronts(0)
         for parameter in self._backbone_trainable:
             parameter.requires_grad_(True)
 

@@ -7,6 +7,7 @@ Segment tiling and crops, batch invariance, every head option of MOSPredictor, e
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -320,6 +321,36 @@ def test_loading_weights_forgets_the_kept_fronts():
     frames, _ = frames_and_gradients(backbone)
     assert not torch.allclose(before, expected)
     torch.testing.assert_close(frames, expected, atol=0, rtol=0)
+
+
+def test_kept_fronts_outlive_a_reload_of_the_same_front_and_a_second_request():
+    # A resumed fit reloads its own checkpoint and asks to keep fronts again: they stay, and no
+    # segment passes through the CNN again.
+    backbone = small_backbone(freeze_cnn=True, frozen_layers=1)
+    backbone.keep_fronts(1 << 30)
+    before, _ = frames_and_gradients(backbone)
+    seen = cnn_segments(backbone)
+    with torch.no_grad():
+        backbone.layers[1].linear1.weight.add_(0.1)  # a layer above the front learned
+    learned = copy.deepcopy(backbone.state_dict())
+    backbone.load_state_dict(learned)
+    backbone.keep_fronts(1 << 30)
+    frames, _ = frames_and_gradients(backbone)
+    assert seen == [0] and len(backbone._fronts) == 3
+    assert not torch.allclose(frames, before)
+    fresh = small_backbone(freeze_cnn=True, frozen_layers=1)
+    fresh.load_state_dict(learned)
+    torch.testing.assert_close(frames, frames_and_gradients(fresh)[0], atol=0, rtol=0)
+    # One weight of the front itself changed: its kept fronts are forgotten, then computed anew.
+    learned["layers.0.linear1.weight"] += 0.1
+    backbone.load_state_dict(learned)
+    assert backbone._fronts == {}
+    frames_and_gradients(backbone)
+    assert seen == [3]
+    # Those of the new front stay through the next reload of it.
+    backbone.load_state_dict(learned)
+    frames_and_gradients(backbone)
+    assert seen == [3] and len(backbone._fronts) == 3
 
 
 def test_the_config_composes_and_fine_tunes():

@@ -20,6 +20,7 @@ from scipy import stats
 from sqa.core.run_lock import RunDirError
 from sqa.data import audio
 from sqa.data.corpus import Clip, Corpus, LabelCounts
+from sqa.models.distillmos import DistillMosBackbone
 from sqa.training import crossval
 from sqa.training import plan as plans
 from sqa.training.checkpoint_io import checkpoint_step
@@ -365,6 +366,51 @@ def test_a_fine_tuning_winner_goes_on_from_its_frozen_phase_and_ends_as_a_straig
     assert json.loads((learns / "metrics.json").read_text()) == json.loads(
         (straight / "candidates" / "learns" / "metrics.json").read_text()
     )
+
+
+# A small random-init Distill-MOS network fine-tuned after 8 frozen steps: its CNN stays fixed.
+DISTILLMOS_FINE_TUNED = (
+    "candidates.models.learns=['model/backbone=distillmos','model.backbone.pretrained=false',"
+    "'model.backbone.channels=8','model.backbone.conv_layers=2','model.backbone.dim=16',"
+    "'model.backbone.heads=2','model.backbone.layers=1','data.max_train_seconds=null','optim=adam',"
+    "'optim.lr=3e-3','trainer.max_steps=16','trainer.val_check_interval=4','early_stopping_patience=null',"
+    "'finetune.freeze_backbone_steps=8']"
+)
+
+
+@pytest.mark.parametrize("wins", [True, False])
+def test_a_fine_tuning_winner_reads_the_fronts_its_frozen_phase_computed(tmp_path, monkeypatch, wins):
+    values = {"constant": 1.0, "learns": 0.5} if wins else {"constant": 0.5, "learns": 1.0}
+    monkeypatch.setattr(crossval, "_fold_values", lambda *a: dict(values))
+    # The segments through the fixed front (the CNN), in the fine-tuning fit and in all.
+    fronts = {"fine-tuning": 0, "all": 0}
+    front, fitted = DistillMosBackbone._front, crossval.fit
+    tuning, backbones = [False], []
+
+    def counted_front(backbone, part):
+        fronts["all"] += part.shape[0]
+        fronts["fine-tuning"] += part.shape[0] if tuning[0] else 0
+        return front(backbone, part)
+
+    def counted_fit(model, *args):
+        tuning[0] = bool(model.cfg.resume) and model.name == "learns"
+        backbones.append(model.module.predictor.backbone)
+        try:
+            return fitted(model, *args)
+        finally:
+            tuning[0] = False
+
+    monkeypatch.setattr(DistillMosBackbone, "_front", counted_front)
+    monkeypatch.setattr(crossval, "fit", counted_fit)
+    manifest = write_corpus(tmp_path / "corpus", flat_valid=False, systems=TEN_TRAINING_SYSTEMS)
+    run_dir, info = cross_validated(tmp_path, manifest, "candidates.ensemble=false", DISTILLMOS_FINE_TUNED)
+    own = json.loads((run_dir / "candidates" / "learns" / "run_info.json").read_text(encoding="utf-8"))
+    assert info["candidates"]["winner"] == ("learns" if wins else "constant")
+    assert own["training_end"]["step"] == (16 if wins else 8)
+    # Its 8 fine-tuning steps and their validations read the fronts of the frozen phase's pass.
+    assert fronts["all"] > 0 and fronts["fine-tuning"] == 0
+    # Once fitted, won or lost, no backbone holds fronts: testing passes each clip once.
+    assert all(getattr(b, "_fronts", None) is None for b in backbones)
 
 
 def test_a_fine_tuning_candidate_that_loses_keeps_its_frozen_phase_and_says_why(tmp_path, monkeypatch):
