@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,16 @@ import soundfile as sf
 import yaml
 
 from sqa.baselines.bench_config import BenchPredictor
-from sqa.baselines.bench_training import BenchError, _same_audio, _same_label, recorded_source, training
+from sqa.baselines.bench_training import (
+    BenchError,
+    Training,
+    _same_audio,
+    _same_label,
+    recorded_source,
+    split_by_record,
+    training,
+)
+from sqa.data.corpus import Clip, Corpus
 
 
 def export_recording(export: Path, folder: Path, data: dict) -> Path:
@@ -110,6 +120,49 @@ def test_an_export_whose_corpus_has_its_own_test_split_keeps_it_and_a_bad_split_
     rows[-1] = rows[-1].replace(",test", ",train")
     (corpus / "m.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     assert training(BenchPredictor("own", export=export)).clips["c3"].split == "test"
+    # The run's carved validation clips likewise: a test clip among them names the file.
+    (export / "valid_split.csv").write_text("sample_id\nc3\n", encoding="utf-8")
+    with pytest.raises(BenchError, match=f"{export / 'valid_split.csv'}: "):
+        training(BenchPredictor("own", export=export))
+    (export / "valid_split.csv").unlink()
     (export / "test_split.csv").write_text("sample_id\nc2\n", encoding="utf-8")
     with pytest.raises(BenchError, match=f"{export / 'test_split.csv'}: 1 listed test clip"):
         training(BenchPredictor("own", export=export))
+
+
+def recorded_clips(tmp_path: Path) -> list[Clip]:
+    """Four clips as an export records them: training, validation, a test clip and a test reference."""
+    kinds = [
+        ("train", None, None),
+        ("valid", None, None),
+        ("test", "main", None),
+        ("test", "refs", "reference"),
+    ]
+    clips = []
+    for k, (split, test_set, role) in enumerate(kinds):
+        path = tmp_path / f"c{k}.wav"
+        sf.write(path, np.full(800, 0.1 * (k + 1), np.float32), 16000)
+        clips.append(Clip(f"c{k}", path, 1.0 + k, "s", "d", split, test_set, role=role))
+    return clips
+
+
+def test_a_table_without_splits_takes_each_clips_split_test_set_and_role_from_its_record(tmp_path):
+    recorded = recorded_clips(tmp_path)
+    record = Training("tiny", None, {c.sample_id: c for c in recorded})
+    table = Corpus([replace(c, split="test", test_set="test", role=None) for c in recorded], ["d"])
+    split, notes = split_by_record(table, "table", [record])
+    assert [(c.split, c.test_set, c.role) for c in split.clips] == [
+        (c.split, c.test_set, c.role) for c in recorded
+    ]
+    assert notes == [
+        "table has no training or validation clips (a table without a split column): split as tiny "
+        "recorded it, its 2 test clips those eval.py tests, beside 1 validation and 1 training clips"
+    ]
+
+
+@pytest.mark.parametrize("kept", [("train", "test"), ("valid", "test"), ("train", "valid", "test")])
+def test_a_table_with_training_or_validation_clips_keeps_its_own_split(tmp_path, kept):
+    recorded = recorded_clips(tmp_path)
+    record = Training("tiny", None, {c.sample_id: c for c in recorded})
+    table = Corpus([c for c in recorded if c.split in kept], ["d"])
+    assert split_by_record(table, "table", [record]) == (table, [])
