@@ -447,6 +447,47 @@ GOOD = "corpora: [{name: c, manifest: m.csv}]\npredictors: [distillmos]\n"
             "predictors[0].trained_on",
             "'d' is none of the corpora",
         ),
+        # Both sides of each bound, each message whole.
+        (
+            "corpora: [{name: c, manifest: m.csv, score_range: [3, 3]}]\npredictors: [distillmos]\n",
+            "corpora[0].score_range",
+            "must be [low, high], two finite numbers with low < high, got [3, 3]",
+        ),
+        (
+            "corpora: [{name: c, manifest: ' '}]\npredictors: [distillmos]\n",
+            "corpora[0].manifest",
+            "must be a non-empty string, got ' '",
+        ),
+        (
+            "corpora: [{name: c, corpus: singmos_pro, root: ., manifest: m.csv}]\npredictors: [distillmos]\n",
+            "corpora[0].manifest",
+            "only a csv corpus has a manifest, this is singmos_pro",
+        ),
+        (
+            "corpora: [{name: c, corpus: singmos_pro, root: m.csv}]\npredictors: [distillmos]\n",
+            "corpora[0].root",
+            "folder '",
+        ),
+        (
+            "corpora: [{name: c, manifest: none.csv}]\npredictors: [distillmos]\n",
+            "corpora[0].manifest",
+            "file '",
+        ),
+        (
+            "corpora: [{name: c, manifest: m.csv, sample_rate_filter: -1}]\npredictors: [distillmos]\n",
+            "corpora[0].sample_rate_filter",
+            "must be an integer of at least 0, got -1",
+        ),
+        (
+            "corpora: [{name: c, corpus: synthetic, clips_per_system: 0}]\npredictors: [distillmos]\n",
+            "corpora[0].clips_per_system",
+            "must be an integer of at least 1, got 0",
+        ),
+        (
+            "corpora: [{name: c, manifest: m.csv}]\npredictors: [{export: ''}]\n",
+            "predictors[0].export",
+            "must be a non-empty string, got ''",
+        ),
         ("corpora: [{name: c, manifest: m.csv}\n", None, "not a YAML file"),
         ("- a\n", None, "expected a mapping"),
     ],
@@ -477,6 +518,21 @@ def test_a_good_config_reads_its_defaults_and_relative_paths(tmp_path):
     assert corpus.options.score_range is None and corpus.options.corpus == "csv"
     assert [p.name for p in config.predictors] == ["distillmos", "dnsmos-sig"]
     assert (config.bootstrap, config.seed) == (1000, 0)
+
+
+def test_a_corpus_reads_its_settings_and_a_synthetic_ones_defaults(tmp_path):
+    (tmp_path / "m.csv").write_text("wav_path,score,system_id\n", encoding="utf-8")
+    text = (
+        "corpora:\n  - {name: a, manifest: m.csv, sample_rate_filter: 0}\n"
+        "  - {name: b, corpus: synthetic, root: gen, seed: 3, clips_per_system: 2,"
+        " sample_rate_filter: 22050}\n"
+        "  - {name: c, corpus: synthetic, root: gen}\npredictors: [distillmos]\n"
+    )
+    csv, given, default = (c.options for c in read_config(write_config(tmp_path, text)).corpora)
+    assert csv.sample_rate_filter == 0
+    assert (given.seed, given.clips_per_system, given.sample_rate_filter) == (3, 2, 22050)
+    assert (default.seed, default.clips_per_system, default.sample_rate_filter) == (0, 14, None)
+    assert given.root == tmp_path / "gen"
 
 
 def test_a_missing_config_is_one_line(tmp_path, capsys):
