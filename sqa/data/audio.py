@@ -6,6 +6,7 @@ import math
 import os
 import stat
 import sys
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -24,6 +25,9 @@ MAX_AUDIO_SAMPLES = 1 << 28
 MAX_SAMPLE_PEAK = float(1 << 31)
 # What a process keeps of the waveforms it decoded (`DECODED`): 512 MB, as much as `preload: auto` holds.
 DECODED_BYTES = 512 << 20
+# A file modified this recently (ns) is decoded but not kept: file systems stamp modification times
+# in ticks of a few milliseconds, so a rewrite of the same size within one tick would keep its stat.
+RECENT_NS = 2_000_000_000
 # The longest scoring window (`--chunk-seconds`): a day. Longer ones would chunk nothing (no clip
 # under the sample limit is that long at 16 kHz), and inf overflows the window's sample count.
 MAX_CHUNK_SECONDS = 86_400.0
@@ -128,6 +132,7 @@ class DecodedAudio:
     candidate, cross-validation fold and test pass. Decoding and resampling is the same work each
     time, so it is done once. A file is reused only while its stat (device, inode, size and
     modification time in ns) is the one it was decoded at; an edited or replaced file is decoded anew.
+    A file modified in the last `RECENT_NS` is not kept: a later write could land in the same tick.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -149,7 +154,8 @@ class DecodedAudio:
         kept = self._kept.get(key)
         if kept is None:
             kept = load_audio(path, sample_rate)
-            if kept.nbytes <= self.max_bytes:
+            settled = time.time_ns() - st.st_mtime_ns >= RECENT_NS
+            if settled and kept.nbytes <= self.max_bytes:
                 self._kept[key] = kept
                 self.bytes += kept.nbytes
                 while self.bytes > self.max_bytes:

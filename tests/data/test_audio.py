@@ -1,4 +1,5 @@
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -59,6 +60,13 @@ def test_pad_and_crop_start():
     )
 
 
+def settled(path):
+    """`path`, its modification time set a minute back: a file no longer being written."""
+    stamp = path.stat().st_mtime_ns - 60 * 10**9
+    os.utime(path, ns=(stamp, stamp))
+    return path
+
+
 def counted_decodes(monkeypatch) -> list[str]:
     """The paths `DecodedAudio` decodes from now on (it calls the module's `load_audio`)."""
     decoded: list[str] = []
@@ -74,6 +82,7 @@ def counted_decodes(monkeypatch) -> list[str]:
 def test_kept_waveforms_are_decoded_once_and_equal_a_fresh_read(tmp_path, monkeypatch):
     path = tmp_path / "a.flac"
     sf.write(path, np.stack([tone(440.0, 44100, 0.5), tone(330.0, 44100, 0.5)], axis=1), 44100)
+    settled(path)
     expected = load_audio(path, 16000)
     decoded = counted_decodes(monkeypatch)
     kept = DecodedAudio(1 << 20)
@@ -89,6 +98,7 @@ def test_kept_waveforms_are_decoded_once_and_equal_a_fresh_read(tmp_path, monkey
 def test_a_changed_file_is_decoded_anew(tmp_path, monkeypatch):
     path = tmp_path / "a.wav"
     sf.write(path, tone(440.0, 16000, 0.5), 16000)
+    settled(path)
     decoded = counted_decodes(monkeypatch)
     kept = DecodedAudio(1 << 20)
     kept.read(path, 16000)
@@ -112,6 +122,7 @@ def test_the_least_recently_used_waveform_goes_first_beyond_the_bound(tmp_path, 
     for name in "abc":
         paths.append(tmp_path / f"{name}.wav")
         sf.write(paths[-1], tone(440.0, 16000, 0.25), 16000)
+        settled(paths[-1])
     clip = 4000 * 4  # bytes of one decoded clip
     decoded = counted_decodes(monkeypatch)
     kept = DecodedAudio(2 * clip)
@@ -146,3 +157,15 @@ def test_kept_waveforms_refuse_what_load_audio_refuses(tmp_path):
     with pytest.raises(AudioError, match="bad.wav"):
         kept.read(bad, 16000)
     assert kept.bytes == 0
+
+
+@pytest.mark.parametrize(("age", "keeps"), [(audio.RECENT_NS - 1, False), (audio.RECENT_NS, True)])
+def test_a_file_modified_in_the_last_two_seconds_is_decoded_but_not_kept(tmp_path, monkeypatch, age, keeps):
+    path = tmp_path / "a.wav"
+    sf.write(path, tone(440.0, 16000, 0.25), 16000)
+    stamp = path.stat().st_mtime_ns
+    monkeypatch.setattr(audio, "time", SimpleNamespace(time_ns=lambda: stamp + age))
+    decoded = counted_decodes(monkeypatch)
+    kept = DecodedAudio(1 << 20)
+    np.testing.assert_array_equal(kept.read(path, 16000), kept.read(path, 16000))
+    assert (kept.bytes, len(decoded)) == ((4000 * 4, 1) if keeps else (0, 2))

@@ -13,6 +13,7 @@ from sqa.data.dataset import ClipDataset
 from sqa.data.readers import read_csv_manifest
 from sqa.training import datamodule
 from sqa.training.datamodule import MOSDataModule
+from tests.data.test_audio import settled
 
 # Three stereo clips of 0.1 s at 8 kHz: 1,600 samples each once downmixed and resampled to 16 kHz,
 # 6,400 bytes as float32; 19,200 for the corpus. Counting the file's frames (3,200) or both
@@ -80,6 +81,8 @@ def test_preload_is_true_false_or_auto(tmp_path):
 
 def test_this_process_keeps_the_clips_it_reads_and_a_loader_worker_keeps_none(tmp_path, monkeypatch):
     corpus = read_csv_manifest(write_corpus(tmp_path))
+    for clip in corpus.clips:
+        settled(clip.path)
     kept = DecodedAudio(1 << 20)
     monkeypatch.setattr(dataset, "DECODED", kept)
     clips = ClipDataset(corpus.clips, corpus, 16000)

@@ -242,7 +242,7 @@ def no_decoding(*args, **kwargs):
 def test_config_errors_surface_before_any_audio_is_decoded(tmp_path, monkeypatch, override, message):
     from sqa.training.run import build
 
-    monkeypatch.setattr("sqa.data.validate.load_audio", no_decoding)
+    monkeypatch.setattr("sqa.data.audio.load_audio", no_decoding)
     cfg = compose_csv(write_manifest(tmp_path), override)
     with pytest.raises(Exception, match=message):
         build(cfg)
@@ -251,7 +251,7 @@ def test_config_errors_surface_before_any_audio_is_decoded(tmp_path, monkeypatch
 def test_a_missing_backbone_checkpoint_surfaces_before_the_corpus_is_read(tmp_path, monkeypatch):
     from sqa.training.run import build
 
-    monkeypatch.setattr("sqa.data.validate.load_audio", no_decoding)
+    monkeypatch.setattr("sqa.data.audio.load_audio", no_decoding)
     missing = tmp_path / "wav2vec_vox_new.pt"
     cfg = compose_csv(
         write_manifest(tmp_path), "model/backbone=tiny_wav2vec2", f"model.backbone.checkpoint={missing}"

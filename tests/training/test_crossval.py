@@ -31,6 +31,7 @@ from sqa.training.plan import plan
 from sqa.training.prepare import prepare_model
 from sqa.training.run import run
 from sqa.training.selection import choose_rule
+from tests.data.test_audio import settled
 from tests.training.test_candidates import compose, overrides, write_corpus
 from tests.training.test_selection import tiny_run_overrides
 
@@ -225,6 +226,8 @@ def test_where_two_flat_rated_validation_systems_favour_the_constant_the_folds_c
     # Validation rated flat at the training mean: on it alone the constant wins (test_candidates.py,
     # test_the_constant_candidate_wins_where_validation_is_rated_flat_at_the_training_mean).
     manifest = write_corpus(tmp_path / "corpus", flat_valid=True, systems=TEN_TRAINING_SYSTEMS)
+    for wav in manifest.parent.glob("*.wav"):
+        settled(wav)
     # Every decode of a file, whoever imported load_audio, ends in this module's downmix_resample.
     decodes: Counter[str] = Counter()
     downmix = audio.downmix_resample
