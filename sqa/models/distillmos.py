@@ -223,9 +223,11 @@ class DistillMosBackbone(Exportable, nn.Module):
         A resumed fit loads the checkpoint of the same network; its front, which never learns, is
         unchanged, and its fronts are still its output.
         """
-        if self._fronts is not None and self._front_digest() != self._front_weights:
-            self._fronts, self._front_used = {}, 0
-            self._front_weights = self._front_digest()
+        if self._fronts is None:
+            return
+        digest = self._front_digest()
+        if digest != self._front_weights:
+            self._fronts, self._front_used, self._front_weights = {}, 0, digest
 
     def _front(self, part: torch.Tensor) -> torch.Tensor:
         """Segments (S, SEGMENT) -> the output of the fixed front (S, 384, features), computed."""
