@@ -14,5 +14,8 @@ import torch
 
 def content_key(samples: torch.Tensor) -> bytes:
     """A 16-byte digest of a tensor's values (any shape) and dtype."""
-    data = samples.detach().to("cpu").contiguous().numpy().tobytes()
-    return hashlib.blake2b(data + str(samples.dtype).encode(), digest_size=16).digest()
+    # SHA-256 hashes twice as fast as BLAKE2b on CPUs with SHA extensions, and a frozen phase
+    # keys every clip of every step; its bytes are read in place, not copied first.
+    digest = hashlib.sha256(samples.detach().to("cpu").contiguous().numpy())
+    digest.update(str(samples.dtype).encode())
+    return digest.digest()[:16]
