@@ -57,9 +57,9 @@ print(" ".join(f"{loss:.9f}" for loss in losses))
 
 def timed(checkout: Path, steps: int) -> tuple[float, str]:
     """The median seconds a step of `checkout`'s sqa, in a fresh process, and its warm-up losses."""
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    # Run in the checkout: `python -c` puts the working directory first on sys.path.
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(steps)], env=env, check=True, capture_output=True, text=True
+        [sys.executable, "-c", CHILD, str(steps)], cwd=checkout, check=True, capture_output=True, text=True
     )
     seconds, losses = out.stdout.strip().splitlines()[-2:]
     return float(seconds), losses
