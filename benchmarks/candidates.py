@@ -33,6 +33,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,9 +43,18 @@ ALONE = ("logmel alone", "distillmos alone")
 BASELINE = "baseline default"
 
 
-def hogs(count: int) -> list[subprocess.Popen]:
-    """`count` processes that each keep one core busy until killed: another job on a shared machine."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+@contextmanager
+def beside(count: int) -> Iterator[None]:
+    """Run the block beside `count` processes that each keep one core busy: other jobs on a shared machine."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        # Let them start spinning before anything is timed.
+        time.sleep(0.5 if hogs else 0)
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def timed(overrides: list[str], run_dir: Path, checkout: Path = REPO, load: int = 0) -> float:
@@ -60,17 +71,12 @@ def timed(overrides: list[str], run_dir: Path, checkout: Path = REPO, load: int 
         "overwrite=true",
         *overrides,
     ]
-    busy = hogs(load)
-    try:
+    with beside(load):
         start = time.perf_counter()
         subprocess.run(
             command, check=True, cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         return time.perf_counter() - start
-    finally:
-        for hog in busy:
-            hog.kill()
-            hog.wait()
 
 
 def candidate_seconds(run_dir: Path) -> dict[str, float]:

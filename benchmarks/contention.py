@@ -31,7 +31,8 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+
+from candidates import beside
 
 VARIANTS = {
     "default": {},
@@ -84,11 +85,6 @@ def timed(variant: dict[str, str], segments: int, steps: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def hogs(count: int) -> list[subprocess.Popen]:
-    """`count` processes that each keep one core busy until killed."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-
-
 def main() -> None:
     """Command line: time every variant idle and busy, print the medians and the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -102,15 +98,9 @@ def main() -> None:
     seconds: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for load in ("idle", "busy"):
-            busy = hogs(args.hogs) if load == "busy" else []
-            try:
-                time.sleep(0.5 if busy else 0)
+            with beside(args.hogs if load == "busy" else 0):
                 for name, variant in variants.items():
                     seconds.setdefault((load, name), []).append(timed(variant, args.segments, args.steps))
-            finally:
-                for hog in busy:
-                    hog.kill()
-                    hog.wait()
     median = {key: statistics.median(values) for key, values in seconds.items()}
     print(
         f"{args.segments} segments a step, {os.cpu_count()} cores, {args.hogs} busy processes beside `busy`"

@@ -4,13 +4,13 @@
         [--rounds 3] [--hogs 2]
 
 The step is the default run's: `MOSPredictor(LogMelBackbone(), pitch="intonation")` on a batch
-of 15 clips of 10 s (the datamodule's `batch_size` and `max_train_seconds`) with their f0, the
-margin-free L1 loss and SGD; its forward, backward and update are timed over `--steps` steps
-after three warm-up steps. Each checkout's step runs in a fresh process that imports that
-checkout's sqa, on the machine as it is (`idle`) and beside `--hogs` processes that each keep a
-core busy (`busy`); checkouts and loads alternate over `--rounds` rounds. Printed: the median
-seconds a step of each, their ratio under the same load, and the first steps' losses of both
-(equal where the two compute the same function).
+of 15 clips of 10 s (the datamodule's `batch_size` and `max_train_seconds`) with their f0, an L1
+loss and SGD; its forward, backward and update are timed over `--steps` steps after three
+warm-up steps. Each checkout's step runs in a fresh process that imports that checkout's sqa,
+with OpenMP's spin as `train.py` sets it, on the machine as it is (`idle`) and beside `--hogs`
+processes that each keep a core busy (`busy`); checkouts and loads alternate over `--rounds`
+rounds. Printed: the median seconds a step of each, their ratio under the same load, and the
+warm-up steps' losses of both (equal where the two compute the same function).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from candidates import hogs
+from candidates import beside
+
+from sqa.core.openmp import SPIN_COUNT
 
 REPO = Path(__file__).resolve().parents[1]
 # What a child process runs, with the checkout's root first on sys.path: the median seconds a
@@ -57,9 +58,16 @@ print(" ".join(f"{loss:.9f}" for loss in losses))
 
 def timed(checkout: Path, steps: int) -> tuple[float, str]:
     """The median seconds a step of `checkout`'s sqa, in a fresh process, and its warm-up losses."""
+    # OpenMP's spin as train.py sets it, unless the user set one.
+    env = {"GOMP_SPINCOUNT": SPIN_COUNT, **os.environ}
     # Run in the checkout: `python -c` puts the working directory first on sys.path.
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(steps)], cwd=checkout, check=True, capture_output=True, text=True
+        [sys.executable, "-c", CHILD, str(steps)],
+        cwd=checkout,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     seconds, losses = out.stdout.strip().splitlines()[-2:]
     return float(seconds), losses
@@ -78,16 +86,10 @@ def main() -> None:
     losses: dict[str, str] = {}
     for _ in range(args.rounds):
         for load in ("idle", "busy"):
-            busy = hogs(args.hogs) if load == "busy" else []
-            try:
-                time.sleep(0.5 if busy else 0)
+            with beside(args.hogs if load == "busy" else 0):
                 for name, checkout in checkouts.items():
                     step, losses[name] = timed(checkout, args.steps)
                     seconds.setdefault((load, name), []).append(step)
-            finally:
-                for hog in busy:
-                    hog.kill()
-                    hog.wait()
     median = {key: statistics.median(values) for key, values in seconds.items()}
     print(f"{os.cpu_count()} cores, {args.hogs} busy processes beside `busy`, baseline {args.baseline}")
     print("| load | this checkout | baseline | this / baseline |")
