@@ -132,11 +132,8 @@ class LogMelBackbone(Exportable, nn.Module):
         keep = frame_mask(frame_lengths, x.shape[1])[..., None].to(x.dtype)
         for conv, norm in zip(self.convs, self.norms, strict=True):
             # Zero the padding before every convolution so a clip sees the same zeros past its
-            # end whether it is alone or batched with longer clips. GELU gets the frames laid
-            # out as its gradient arrives (B, T, C): its backward on a transposed view ran an
-            # element at a time, and a training step took 1.37 times as long (benchmarks/logmel_step.py).
-            x = conv((x * keep).transpose(1, 2)).transpose(1, 2).contiguous()
-            x = norm(nn.functional.gelu(x))
+            # end whether it is alone or batched with longer clips.
+            x = norm(nn.functional.gelu(conv((x * keep).transpose(1, 2)).transpose(1, 2)))
         for layer in self.attention:
             x = layer(x, src_key_padding_mask=keep[..., 0] == 0)
         return x * keep, frame_lengths
