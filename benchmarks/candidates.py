@@ -33,7 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -55,6 +55,22 @@ def beside(count: int) -> Iterator[None]:
         for hog in hogs:
             hog.kill()
             hog.wait()
+
+
+def alternated(
+    rounds: int, hogs: int, names: Iterable[str], measure: Callable[[str], float]
+) -> dict[tuple[str, str], float]:
+    """The median of `measure(name)` for every name, idle and beside `hogs` busy processes.
+
+    Names and loads alternate over `rounds` rounds, so the machine's own drift falls on every name alike.
+    """
+    values: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for load in ("idle", "busy"):
+            with beside(hogs if load == "busy" else 0):
+                for name in names:
+                    values.setdefault((load, name), []).append(measure(name))
+    return {key: statistics.median(measured) for key, measured in values.items()}
 
 
 def timed(overrides: list[str], run_dir: Path, checkout: Path = REPO, load: int = 0) -> float:

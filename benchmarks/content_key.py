@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
-from candidates import beside
+from candidates import alternated
 
 from sqa.core.content_key import content_key
 
@@ -66,13 +65,9 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     clips = torch.from_numpy(rng.standard_normal((args.clips, int(16000 * args.seconds)), dtype=np.float32))
-    milliseconds: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.rounds):
-        for load in ("idle", "busy"):
-            with beside(args.hogs if load == "busy" else 0):
-                for name, digest in DIGESTS.items():
-                    milliseconds.setdefault((load, name), []).append(step_ms(digest, clips, args.repeats))
-    median = {key: statistics.median(values) for key, values in milliseconds.items()}
+    median = alternated(
+        args.rounds, args.hogs, DIGESTS, lambda name: step_ms(DIGESTS[name], clips, args.repeats)
+    )
     print(f"{args.clips} clips of {args.seconds:g} s a step, {args.hogs} busy processes beside `busy`")
     print("| load | digest | ms a step | this / xxh3 |")
     print("|---|---|---|---|")

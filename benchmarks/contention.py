@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 
-from candidates import beside
+from candidates import alternated
 
 VARIANTS = {
     "default": {},
@@ -95,13 +94,9 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args()
     variants = {name: VARIANTS[name] for name in ["default", *args.variants] if name in VARIANTS}
-    seconds: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.rounds):
-        for load in ("idle", "busy"):
-            with beside(args.hogs if load == "busy" else 0):
-                for name, variant in variants.items():
-                    seconds.setdefault((load, name), []).append(timed(variant, args.segments, args.steps))
-    median = {key: statistics.median(values) for key, values in seconds.items()}
+    median = alternated(
+        args.rounds, args.hogs, variants, lambda name: timed(variants[name], args.segments, args.steps)
+    )
     print(
         f"{args.segments} segments a step, {os.cpu_count()} cores, {args.hogs} busy processes beside `busy`"
     )

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from candidates import beside
+from candidates import alternated
 
 from sqa.core.openmp import SPIN_COUNT
 
@@ -82,15 +81,14 @@ def main() -> None:
     parser.add_argument("--hogs", type=int, default=2)
     args = parser.parse_args()
     checkouts = {"this checkout": REPO, "baseline": args.baseline.resolve()}
-    seconds: dict[tuple[str, str], list[float]] = {}
     losses: dict[str, str] = {}
-    for _ in range(args.rounds):
-        for load in ("idle", "busy"):
-            with beside(args.hogs if load == "busy" else 0):
-                for name, checkout in checkouts.items():
-                    step, losses[name] = timed(checkout, args.steps)
-                    seconds.setdefault((load, name), []).append(step)
-    median = {key: statistics.median(values) for key, values in seconds.items()}
+
+    def measure(name: str) -> float:
+        """Seconds a step of `name`'s checkout; its warm-up losses kept."""
+        step, losses[name] = timed(checkouts[name], args.steps)
+        return step
+
+    median = alternated(args.rounds, args.hogs, checkouts, measure)
     print(f"{os.cpu_count()} cores, {args.hogs} busy processes beside `busy`, baseline {args.baseline}")
     print("| load | this checkout | baseline | this / baseline |")
     print("|---|---|---|---|")
