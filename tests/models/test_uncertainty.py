@@ -325,8 +325,9 @@ def test_the_spread_ranks_systems_by_rater_spread_on_the_songs_corpus(songs_root
     """Issue 31: 90 % coverage of clip means in [0.85, 0.95]; the spread ranks systems (SRCC > 0.5).
 
     The listeners' spread apart from the model's error (`model.error_spread`), Adam to the epoch
-    limit (about 3,400 steps, 4-5 min on 2 idle cores). Measured over seeds 0/1/2: SRCC 0.617,
-    0.637 and 0.603 against the recorded rater_spread (0.399 for seed 0 without error_spread).
+    limit (about 3,400 steps, 3-5 min on 2 idle cores). Seeds 0/1/2 at e62a17e: SRCC 0.584, 0.436
+    and 0.611 against the recorded rater_spread, so the bound holds for this seed, not for every
+    one; last-bit changes of the arithmetic move it as far (docs/guide.md#uncertainty).
     """
     overrides = [
         "data=synthetic_songs",
