@@ -33,7 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -58,7 +58,7 @@ def beside(count: int) -> Iterator[None]:
 
 
 def alternated(
-    rounds: int, hogs: int, names: Iterable[str], measure: Callable[[str], float]
+    rounds: int, hogs: int, names: Collection[str], measure: Callable[[str], float]
 ) -> dict[tuple[str, str], float]:
     """The median of `measure(name)` for every name, idle and beside `hogs` busy processes.
 
